@@ -1,0 +1,43 @@
+"""factory matrix [--matrix PATH] [--json] [--missing --store STORE]"""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_matrix_arg(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--missing", action="store_true", help="only cells not yet published in --store")
+    add_store_arg(parser)
+    parser.add_argument("--package", action="append", default=None, help="only these packages")
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix = matrix_from_args(args)
+    cells = list(matrix.cells)
+    if args.package:
+        from packaging.utils import canonicalize_name
+
+        want = {canonicalize_name(p) for p in args.package}
+        cells = [c for c in cells if c.cell.package in want]
+    if args.missing:
+        from ..store import open_store
+
+        store = open_store(store_from_args(args))
+        published = store.published_content_keys()
+        cells = [c for c in cells if c.content_key not in published]
+    if args.json:
+        print_json({"cells": [c.as_dict() for c in cells], "include": [{"cell": c.cell.id} for c in cells]})
+        return 0
+    for c in cells:
+        tc = c.toolchain
+        print(f"{c.cell.id}")
+        print(f"    wheel     {c.wheel}")
+        print(f"    toolchain CUDA {tc.cuda} from {tc.nvcc_source}; {tc.torch_requirement}"
+              + (f" from {tc.torch_index}" if tc.torch_index else " from PyPI"))
+        print(f"    key       {c.content_key} (recipe {c.recipe.name} rev {c.recipe.revision})")
+    print(f"{len(cells)} cell(s)")
+    return 0

@@ -1,0 +1,101 @@
+"""One exception hierarchy; one exit code per class. Only the CLI prints them."""
+
+from __future__ import annotations
+
+
+class FactoryError(Exception):
+    """Base class. ``tip`` is an optional second line telling the user what to do."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, tip: str | None = None) -> None:
+        super().__init__(message)
+        self.tip = tip
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class UsageError(FactoryError):
+    """Bad command-line arguments."""
+
+    exit_code = 2
+
+
+class ConfigError(FactoryError):
+    """An invalid matrix.toml or settings file."""
+
+    exit_code = 3
+
+
+class CellError(FactoryError):
+    """A cell id or spec that cannot be parsed or is not in the matrix."""
+
+    exit_code = 4
+
+
+class ToolchainError(FactoryError):
+    """No CUDA toolkit / torch combination that can build the cell."""
+
+    exit_code = 5
+
+
+class PlanError(FactoryError):
+    """The build cannot fit the memory or CPU budget."""
+
+    exit_code = 6
+
+
+class BuildError(FactoryError):
+    """The build itself failed (compiler error, container failure)."""
+
+    exit_code = 7
+
+
+class OOMError(BuildError):
+    """The build was killed for memory and retries are exhausted."""
+
+    exit_code = 8
+
+
+class WheelError(FactoryError):
+    """A wheel file that is malformed or does not match what was planned."""
+
+    exit_code = 9
+
+
+class VerifyError(FactoryError):
+    """A wheel failed verification (archs, tags, metadata, import)."""
+
+    exit_code = 10
+
+
+class StoreError(FactoryError):
+    """The store refused an operation or could not be reached."""
+
+    exit_code = 11
+
+
+class ConflictError(StoreError):
+    """Same filename with different bytes, or a concurrent writer holds the lock."""
+
+    exit_code = 12
+
+
+class AuthError(FactoryError):
+    """Missing or wrong credentials."""
+
+    exit_code = 13
+
+
+class EngineError(FactoryError):
+    """The container engine is missing or not running, or a required program is absent."""
+
+    exit_code = 14
+
+
+class IndexError_(FactoryError):
+    """The index pages do not match the store (``factory index verify``)."""
+
+    exit_code = 15

@@ -1,0 +1,29 @@
+"""Recipes: one module per package with special knobs, plus the generic torch extension.
+
+Adding a package is adding a module here and a line in ``RECIPES``; the pipeline never changes.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .base import Recipe, SourceFix
+from .flash_attn import RECIPE as FLASH_ATTN
+from .torch_extension import RECIPE as TORCH_EXTENSION
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (FLASH_ATTN, TORCH_EXTENSION)}
+
+
+def get_recipe(name: str) -> Recipe:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, RECIPES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            f"unknown recipe {name!r}{hint}; known: {', '.join(sorted(RECIPES))}"
+        ) from None
+
+
+__all__ = ["RECIPES", "Recipe", "SourceFix", "get_recipe"]
