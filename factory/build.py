@@ -1,0 +1,352 @@
+"""Build cells: plan -> wheelhouse -> source tree -> toolkit -> runner -> (OOM: fewer jobs, resume)
+-> tagged, pinned, repaired wheel -> verify -> provenance -> (publish).
+
+This module only orchestrates; each step lives in its own module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import socket
+import tarfile
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .errors import BuildError, OOMError, PlanError
+from .logger import Log, NinjaProgress, human_bytes
+from .matrix import Matrix, PlannedCell
+
+MAX_ATTEMPTS = 4
+SOURCE_MARKER = ".factory-source.json"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    runner: str = "docker"
+    memory: int | None = None  # bytes; None: detect from the runner's limits
+    cpus: int | None = None
+    out_dir: Path = Path("dist")
+    store: str | None = None
+    publish: bool = False
+    dry_run: bool = False
+    force: bool = False  # build even when the store already has the content key
+    verify_import: bool = True
+    cache: bool = False  # the shared compile cache
+    verbose: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildOutcome:
+    cell_id: str
+    status: str  # "built" | "skipped" | "dry-run" | "failed"
+    wheel: Path | None = None
+    attempts: tuple[dict[str, Any], ...] = ()
+    seconds: float = 0.0
+    detail: str = ""
+
+
+def _settings_path(matrix: Matrix, key: str) -> Path:
+    p = Path(str(matrix.settings[key]))
+    return p if p.is_absolute() else matrix.root / p
+
+
+def cell_work_dir(matrix: Matrix, pc: PlannedCell) -> Path:
+    return _settings_path(matrix, "work-dir") / pc.cell.id
+
+
+# -- source tree ---------------------------------------------------------------------------
+def _tree_signature(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if rel.parts[0] in ("build", "dist") or any(s.endswith(".egg-info") for s in rel.parts):
+            continue
+        if p.is_file():
+            h.update(str(rel).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Path:
+    """A writable source tree in ``work/src``. Kept between runs of the same source so a
+    resumed build finds its finished objects; replaced when the source changed."""
+    from .wheelhouse import fetch_sdist
+
+    src = work / "src"
+    if pc.source == "pypi":
+        sdist = fetch_sdist(pc.cell.package, pc.cell.version, pc.sha256, _settings_path(matrix, "wheelhouse") / "sdists")
+        signature = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    else:
+        origin = matrix.root / pc.source
+        signature = _tree_signature(origin)
+    marker = src / SOURCE_MARKER
+    fixes = [f.reason for f in pc.recipe.fixes_for(pc.cell)]
+    want = {"signature": signature, "fixes": fixes}
+    if marker.exists() and json.loads(marker.read_text()) == want:
+        log.detail(f"source tree kept from an earlier run (resume): {src}")
+        return src
+    if src.exists():
+        shutil.rmtree(src)
+    src.parent.mkdir(parents=True, exist_ok=True)
+    if pc.source == "pypi":
+        tmp = work / "unpack"
+        shutil.rmtree(tmp, ignore_errors=True)
+        with tarfile.open(sdist) as tf:
+            tf.extractall(tmp, filter="data")
+        (top,) = list(tmp.iterdir())
+        top.rename(src)
+        tmp.rmdir()
+    else:
+        shutil.copytree(
+            matrix.root / pc.source, src,
+            ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"),
+        )
+    for fix in pc.recipe.fixes_for(pc.cell):
+        if fix.apply(src):
+            log.detail(f"recipe fix applied: {fix.reason}")
+    marker.write_text(json.dumps(want))
+    return src
+
+
+# -- one cell ------------------------------------------------------------------------------
+def _resolve_plan(pc: PlannedCell, opts: BuildOptions):  # type: ignore[no-untyped-def]
+    from .planner import plan_build
+
+    return plan_build(pc, memory=opts.memory, cpus=opts.cpus)
+
+
+def _requirements(pc: PlannedCell) -> tuple[str, ...]:
+    return (pc.toolchain.torch_requirement, *pc.recipe.build_requires)
+
+
+def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
+         attempt: int, opts: BuildOptions) -> Any:
+    from .runners.base import BuildJob
+    from .tags import local_tag
+
+    local = local_tag(
+        cuda=pc.cell.cuda, torch_minor=pc.cell.torch_minor, archs=pc.cell.archs,
+        default_archs=pc.recipe.default_archs,
+    )
+    env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
+    return BuildJob(
+        cell_id=pc.cell.id,
+        python=pc.cell.python,
+        image=str(matrix.settings["base-image"]) if pc.toolchain.image is None else pc.toolchain.image,
+        src_dir=src,
+        out_dir=work / "raw",
+        wheelhouse=_settings_path(matrix, "wheelhouse") / pc.cell.python_tag,
+        cuda_home=cuda_home,
+        requirements=_requirements(pc),
+        env=env,
+        memory_limit_bytes=plan.memory_budget_bytes,
+        cpus=plan.cpus,
+        pids_limit=4096,
+        log_path=work / "logs" / f"attempt-{attempt}.log",
+        cache_dir=(_settings_path(matrix, "work-dir").parent / "compile-cache") if opts.cache else None,
+        timeout=None,
+    )
+
+
+def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOptions, log: Log) -> dict[str, Any]:
+    from .tags import local_tag
+
+    local = local_tag(
+        cuda=pc.cell.cuda, torch_minor=pc.cell.torch_minor, archs=pc.cell.archs,
+        default_archs=pc.recipe.default_archs,
+    )
+    env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
+    container = {
+        "runner": opts.runner,
+        "image": pc.toolchain.image or str(matrix.settings["base-image"]),
+        "mem_limit": plan.memory_budget_bytes,
+        "memswap_limit": plan.memory_budget_bytes,  # equal: no swap
+        "nano_cpus": int(plan.cpus * 1e9),
+        "network_disabled": True,
+        "pids_limit": 4096,
+        "mounts": {
+            "/src": "rw (the prepared source tree; build/ kept for resume)",
+            "/wheelhouse": "ro (torch and build deps, offline)",
+            "/opt/cuda": "ro (CUDA %s from %s)" % (pc.toolchain.cuda, pc.toolchain.nvcc_source),
+            "/out": "rw (raw wheel)",
+        },
+        "requirements": list(_requirements(pc)),
+    }
+    return {"cell": pc.cell.id, "wheel": pc.wheel, "plan": plan.as_dict(), "container": container, "env": env}
+
+
+def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) -> BuildOutcome:
+    t0 = time.monotonic()
+    log.step(f"cell {pc.cell.id}")
+    if opts.store and not opts.force and not opts.dry_run:
+        from .store import open_store
+
+        if pc.content_key in open_store(opts.store).published_content_keys():
+            log.detail(f"already published (content key {pc.content_key}); nothing to build")
+            return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
+                                detail="already published")
+    plan = _resolve_plan(pc, opts)
+    for reason in plan.reasons:
+        log.detail(f"plan: {reason}")
+    if opts.dry_run:
+        info = describe_dry_run(matrix, pc, plan, opts, log)
+        return BuildOutcome(cell_id=pc.cell.id, status="dry-run", detail=json.dumps(info))
+
+    from .planner import plan_after_oom
+    from .runners import get_runner
+    from .toolkit import materialize_cuda_home
+    from .wheelhouse import prepare_wheelhouse
+
+    work = cell_work_dir(matrix, pc)
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    log.step("wheelhouse (offline deps for the build)")
+    prepare_wheelhouse(pc, _settings_path(matrix, "wheelhouse"))
+    log.step("source tree")
+    src = prepare_source(matrix, pc, work, log)
+    try:
+        from .critical_path import prepare_build_tree
+
+        prepare_build_tree(src, pc, None)
+    except ImportError:
+        pass
+    log.step(f"CUDA {pc.toolchain.cuda} toolkit from {pc.toolchain.nvcc_source}")
+    cuda_home = materialize_cuda_home(pc.toolchain, _settings_path(matrix, "work-dir").parent / "toolkits")
+    runner = get_runner(opts.runner)
+    if opts.runner == "docker" and pc.toolchain.image is None:
+        from .images import ensure_base_image
+
+        ensure_base_image(str(matrix.settings["base-image"]))
+
+    attempts: list[dict[str, Any]] = []
+    result = None
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        job = _job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=attempt, opts=opts)
+        shutil.rmtree(job.out_dir, ignore_errors=True)
+        job.out_dir.mkdir(parents=True)
+        log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
+                 f"memory cap {human_bytes(plan.memory_budget_bytes)}, log {job.log_path}")
+        with NinjaProgress(job.log_path, log, pc.cell.package):
+            result = runner.run(job)
+        attempts.append({
+            "attempt": attempt, "max_jobs": plan.max_jobs, "nvcc_threads": plan.nvcc_threads,
+            "memory_limit_bytes": plan.memory_budget_bytes,
+            "exit_code": result.exit_code, "oom_killed": result.oom_killed,
+            "wall_seconds": round(result.wall_seconds, 1),
+            "compile_peak_rss_bytes": result.compile_peak_rss_bytes,
+            "max_concurrent_compiles": result.max_concurrent_compiles,
+            "objects_total": result.objects_total, "objects_built": result.objects_built,
+            "log": str(job.log_path),
+        })
+        _record_memory(pc, plan, result)
+        if result.oom_killed:
+            log.step(f"attempt {attempt} was OOM-killed after {result.objects_built} object(s); "
+                     "resuming with fewer jobs")
+            try:
+                plan = plan_after_oom(plan, result.compile_peak_rss_bytes, attempt)
+            except PlanError as exc:
+                raise OOMError(f"{pc.cell.id}: OOM-killed and no smaller plan is left: {exc.message}") from None
+            continue
+        if result.exit_code != 0 or result.wheel is None:
+            tail = _log_tail(job.log_path)
+            raise BuildError(
+                f"{pc.cell.id}: build failed (exit {result.exit_code}); full log: {job.log_path}",
+                tip="last lines of the log:\n" + tail,
+            )
+        break
+    else:
+        raise OOMError(f"{pc.cell.id}: still OOM-killed after {MAX_ATTEMPTS} attempts")
+    assert result is not None and result.wheel is not None
+
+    from .verify import verify_wheel
+    from .wheel import finalize_wheel
+
+    log.step("wheel: local version tag, torch pin, auditwheel repair")
+    out_dir = opts.out_dir if opts.out_dir.is_absolute() else Path.cwd() / opts.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wheel = finalize_wheel(result.wheel, pc, out_dir)
+    log.step(f"verify {wheel.name}")
+    report = verify_wheel(
+        wheel, expected=pc, import_check=opts.verify_import,
+        wheelhouse=_settings_path(matrix, "wheelhouse") / pc.cell.python_tag,
+    )
+    for check in getattr(report, "checks", ()):
+        log.detail(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+    seconds = time.monotonic() - t0
+    _write_provenance(matrix, pc, plan, wheel, attempts, result, seconds, opts)
+    if opts.publish:
+        from .publish import publish
+        from .store import open_store
+
+        log.step(f"publish to {opts.store}")
+        publish(open_store(opts.store or "index/store"), [wheel])
+    return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
+                        seconds=seconds)
+
+
+def _record_memory(pc: PlannedCell, plan: Any, result: Any) -> None:
+    try:
+        from .memory_model import record_build
+    except ImportError:
+        return
+    record_build(pc, plan, result)
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: Any, wheel: Path, attempts: list[dict[str, Any]],
+                      result: Any, seconds: float, opts: BuildOptions) -> Path:
+    from .provenance import write_manifest
+
+    data = {
+        "wheel": wheel.name,
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "cell": {**pc.cell.as_dict(), "id": pc.cell.id, "variant": pc.cell.variant},
+        "content_key": pc.content_key,
+        "recipe": {"name": pc.recipe.name, "revision": pc.recipe.revision},
+        "toolchain": pc.toolchain.as_dict(),
+        "plan": plan.as_dict(),
+        "attempts": attempts,
+        "build_seconds": round(seconds, 1),
+        "peak_memory_bytes": max((a.get("compile_peak_rss_bytes") or 0) for a in attempts),
+        "log": attempts[-1]["log"] if attempts else None,
+        "builder": {"hostname": socket.gethostname(), "runner": opts.runner,
+                    "image": pc.toolchain.image or str(matrix.settings["base-image"])},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cache": {"hits": getattr(result, "cache_hits", None), "misses": getattr(result, "cache_misses", None)},
+    }
+    path = wheel.with_name(wheel.name + ".provenance.json")
+    write_manifest(path, data)
+    return path
+
+
+def build_cells(cells: Sequence[PlannedCell], *, matrix: Matrix, opts: BuildOptions,
+                log: Log | None = None) -> list[BuildOutcome]:
+    log = log or Log()
+    if opts.runner == "docker" and not opts.dry_run:
+        from .runners.docker import cleanup_stale
+
+        cleanup_stale()
+    outcomes = []
+    for pc in cells:
+        outcomes.append(build_cell(matrix, pc, opts, log))
+    return outcomes
+
+
+def default_memory(setting: object) -> int | None:
+    if setting in (None, "", "auto"):
+        return None
+    from .budget import parse_size
+
+    return parse_size(str(setting))
+

@@ -1,0 +1,100 @@
+"""factory build CELL... | --all [--dry-run] [--runner docker|local|cibuildwheel] [--memory SIZE] [--out DIR]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import FactoryError, UsageError
+from ..logger import Log
+from ._common import add_matrix_arg, add_store_arg, matrix_from_args, store_from_args
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cells", nargs="*", metavar="CELL", help="cell ids (see 'factory matrix')")
+    parser.add_argument("--all", action="store_true", help="every cell of the matrix")
+    parser.add_argument("--package", action="append", help="with --all: only these packages")
+    add_matrix_arg(parser)
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, container settings and environment")
+    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None)
+    parser.add_argument("--memory", default=None, help="memory cap for the build, e.g. 16g (default: detected)")
+    parser.add_argument("--cpus", type=int, default=None, help="CPUs for the build (default: detected)")
+    parser.add_argument("--out", type=Path, default=Path("dist"), help="where final wheels go (default: dist/)")
+    parser.add_argument("--publish", action="store_true", help="publish each verified wheel to --store")
+    add_store_arg(parser)
+    parser.add_argument("--force", action="store_true", help="build even if the store has this content key")
+    parser.add_argument("--no-import-check", action="store_true", help="skip the clean-venv import check")
+    parser.add_argument("--cache", action="store_true", help="use the shared compile cache (sccache)")
+    parser.add_argument("--json", action="store_true", help="print outcomes (and dry-run details) as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from packaging.utils import canonicalize_name
+
+    from ..build import BuildOptions, build_cell, build_cells, default_memory
+
+    matrix = matrix_from_args(args)
+    if args.all == bool(args.cells):
+        raise UsageError("give cell ids or --all (not both)", tip="'factory matrix' lists the cell ids")
+    if args.all:
+        cells = list(matrix.cells)
+        if args.package:
+            want = {canonicalize_name(p) for p in args.package}
+            cells = [c for c in cells if c.cell.package in want]
+    else:
+        cells = [matrix.find(c) for c in args.cells]
+    memory = default_memory(args.memory if args.memory is not None else matrix.settings.get("memory"))
+    cpus = args.cpus if args.cpus is not None else (int(matrix.settings.get("cpus") or 0) or None)
+    store = store_from_args(args) if (args.publish or args.store) else None
+    opts = BuildOptions(
+        runner=args.runner or str(matrix.settings["runner"]),
+        memory=memory, cpus=cpus, out_dir=args.out, store=store, publish=args.publish,
+        dry_run=args.dry_run, force=args.force, verify_import=not args.no_import_check,
+        cache=args.cache, verbose=args.verbose,
+    )
+    log = Log()
+    if args.dry_run:
+        outcomes = build_cells(cells, matrix=matrix, opts=opts, log=log)
+        details = [json.loads(o.detail) for o in outcomes]
+        if args.json:
+            json.dump({"version": 1, "dry_run": details}, sys.stdout, indent=2)
+            print()
+        else:
+            for d in details:
+                print(f"cell   {d['cell']}")
+                print(f"wheel  {d['wheel']}")
+                print(f"plan   MAX_JOBS={d['plan']['max_jobs']} NVCC_THREADS={d['plan']['nvcc_threads']}")
+                print("container")
+                for k, v in d["container"].items():
+                    print(f"  {k} = {v}")
+                print("environment")
+                for k, v in sorted(d["env"].items()):
+                    print(f"  {k}={v}")
+        return 0
+    failures: list[tuple[str, FactoryError]] = []
+    outcomes = []
+    for pc in cells:
+        try:
+            outcomes.extend(build_cells([pc], matrix=matrix, opts=opts, log=log))
+        except FactoryError as exc:
+            if len(cells) == 1:
+                raise
+            failures.append((pc.cell.id, exc))
+            log.step(f"FAILED {pc.cell.id}: {exc.message}")
+    log.step("summary")
+    for o in outcomes:
+        n = len(o.attempts)
+        extra = f", {n} attempt(s)" if n else ""
+        log.detail(f"{o.status:8} {o.cell_id} ({o.seconds:.0f}s{extra}) {o.wheel.name if o.wheel else o.detail}")
+    for cell_id, exc in failures:
+        log.detail(f"failed   {cell_id}: {exc.message}")
+    if args.json:
+        json.dump({"version": 1, "outcomes": [
+            {"cell": o.cell_id, "status": o.status, "wheel": str(o.wheel) if o.wheel else None,
+             "attempts": list(o.attempts), "seconds": round(o.seconds, 1)} for o in outcomes]}, sys.stdout, indent=2)
+        print()
+    if failures:
+        return failures[0][1].exit_code
+    return 0
