@@ -24,7 +24,9 @@ from .toolchain import Toolchain, check_cell_cuda, resolve_toolchain
 AXES = ("torch", "cuda", "archs", "python")
 TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes"}
 PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", *AXES}
-SETTINGS_KEYS = {"store", "wheelhouse", "runner", "memory", "cpus", "base-image", "plat", "work-dir"}
+SETTINGS_KEYS = {
+    "store", "wheelhouse", "runner", "memory", "cpus", "base-image", "plat", "work-dir", "toolkit",
+}
 RULE_KEYS = {"package", "version", *AXES, "reason"}
 
 DEFAULT_SETTINGS: dict[str, Any] = {
@@ -36,6 +38,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "cpus": 0,  # 0: all the runner may use
     "base-image": "factory-base:bookworm",
     "plat": "auto",
+    "toolkit": ["pypi", "image", "system"],  # where nvcc comes from, in order of preference
 }
 
 
@@ -181,7 +184,13 @@ def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *, set
         pkg.recipe.check_cell(cell)
     except ConfigError:
         raise
-    toolchain = resolve_toolchain(cell, torch_indexes=dict(torch_indexes))
+    prefer = settings.get("toolkit", DEFAULT_SETTINGS["toolkit"])
+    if isinstance(prefer, str):
+        prefer = [prefer]
+    unknown = [p for p in prefer if p not in ("pypi", "image", "system")]
+    if unknown:
+        raise ConfigError(f"[settings] toolkit: unknown source {unknown[0]!r} (use pypi, image, system)")
+    toolchain = resolve_toolchain(cell, torch_indexes=dict(torch_indexes), prefer=tuple(prefer))
     return PlannedCell(
         cell=cell,
         recipe=pkg.recipe,

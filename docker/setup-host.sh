@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Prepare a fresh Debian/Ubuntu builder host (as root): the docker engine, debootstrap, the
+# factory itself, the offline base image, and the wheelhouse for the bundled example cell.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  echo "== starting dockerd"
+  mkdir -p /var/log
+  nohup dockerd >/var/log/factory-dockerd.log 2>&1 &
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  docker info >/dev/null 2>&1 || { echo "ERROR dockerd did not start; see /var/log/factory-dockerd.log" >&2; exit 1; }
+fi
+
+echo "== pip install -e .[test]"
+python3 -m pip install -q -e '.[test]'
+
+echo "== base image"
+factory image base
+
+echo "== wheelhouse and toolkit for the example cell"
+factory wheelhouse factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311
