@@ -1,6 +1,6 @@
 #include <torch/extension.h>
 
-torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b);
+at::Tensor add_cuda(torch::Tensor a, torch::Tensor b);
 torch::Tensor scale_cuda(torch::Tensor a, double s);
 torch::Tensor relu_cuda(torch::Tensor a);
 torch::Tensor square_cuda(torch::Tensor a);

@@ -1,4 +1,7 @@
-#include <torch/extension.h>
+// ATen only, like flash-attn kernels: no Python headers, so the object does not depend on the
+// Python version (the compile cache can share it across cp311/cp313 builds).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
 __global__ void relu_kernel(const float* a, float* out, int64_t n) {
@@ -6,8 +9,8 @@ __global__ void relu_kernel(const float* a, float* out, int64_t n) {
   if (i < n) out[i] = a[i] > 0.f ? a[i] : 0.f;
 }
 
-torch::Tensor relu_cuda(torch::Tensor a) {
-  TORCH_CHECK(a.is_cuda() && a.scalar_type() == torch::kFloat32 && a.is_contiguous(),
+at::Tensor relu_cuda(at::Tensor a) {
+  TORCH_CHECK(a.is_cuda() && a.scalar_type() == at::kFloat && a.is_contiguous(),
               "relu: expects a contiguous float32 CUDA tensor");
   auto out = torch::empty_like(a);
   int64_t n = a.numel();
