@@ -12,7 +12,7 @@ __global__ void scale_kernel(const float* a, float s, float* out, int64_t n) {
 at::Tensor scale_cuda(at::Tensor a, double s) {
   TORCH_CHECK(a.is_cuda() && a.scalar_type() == at::kFloat && a.is_contiguous(),
               "scale: expects a contiguous float32 CUDA tensor");
-  auto out = torch::empty_like(a);
+  auto out = at::empty_like(a);
   int64_t n = a.numel();
   if (n == 0) return out;
   int threads = 256;

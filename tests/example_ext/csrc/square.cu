@@ -12,7 +12,7 @@ __global__ void square_kernel(const float* a, float* out, int64_t n) {
 at::Tensor square_cuda(at::Tensor a) {
   TORCH_CHECK(a.is_cuda() && a.scalar_type() == at::kFloat && a.is_contiguous(),
               "square: expects a contiguous float32 CUDA tensor");
-  auto out = torch::empty_like(a);
+  auto out = at::empty_like(a);
   int64_t n = a.numel();
   if (n == 0) return out;
   int threads = 256;
