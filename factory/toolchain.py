@@ -129,8 +129,8 @@ def resolve_toolchain(
                 image=f"factory-cuda:{cell.cuda}", torch_requirement=torch_req, torch_index=torch_index,
             )
         if source == "system":
-            path = system_root / f"cuda-{cell.cuda}"
-            if (path / "bin" / "nvcc").exists():
+            path = find_system_cuda(cell.cuda, system_root=system_root)
+            if path is not None:
                 return Toolchain(
                     cuda=cell.cuda, nvcc_source="system", nvcc_requirements=(), system_path=str(path),
                     image=None, torch_requirement=torch_req, torch_index=torch_index,
@@ -139,6 +139,34 @@ def resolve_toolchain(
         f"no CUDA {cell.cuda} toolkit source for {cell.id} (tried {', '.join(prefer)})",
         tip="CUDA 12.x needs the builder image (docker/Dockerfile.cuda) or a system toolkit",
     )
+
+
+def find_system_cuda(cuda: str, *, system_root: Path = Path("/usr/local")) -> Path | None:
+    """A toolkit on this host whose nvcc reports exactly ``cuda`` (major.minor), looked for where
+    torch's builder looks: $CUDA_HOME, the directory above ``nvcc`` on PATH, then the usual
+    install directories."""
+    import os
+    import shutil
+
+    candidates: list[Path] = []
+    if os.environ.get("CUDA_HOME"):
+        candidates.append(Path(os.environ["CUDA_HOME"]))
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append(Path(on_path).resolve().parent.parent)
+    candidates += [system_root / f"cuda-{cuda}", system_root / "cuda"]
+    want = Version(cuda)
+    for root in candidates:
+        nvcc = root / "bin" / "nvcc"
+        # a wrapper script on PATH is not a toolkit: it needs the headers beside it
+        if not nvcc.exists() or not (root / "include" / "cuda_runtime.h").exists():
+            continue
+        try:
+            if nvcc_version(nvcc) == want:
+                return root
+        except ToolchainError:
+            continue
+    return None
 
 
 def nvcc_version(nvcc: Path) -> Version:
