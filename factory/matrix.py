@@ -171,6 +171,14 @@ def default_plat(settings: Mapping[str, Any]) -> str:
     plat = str(settings.get("plat", "auto"))
     if plat != "auto":
         return plat
+    if settings.get("runner") == "local":
+        # the local runner builds against this host's glibc, so the tag follows it
+        import platform
+
+        lib, ver = platform.libc_ver()
+        if lib == "glibc" and ver:
+            major, minor = ver.split(".")[:2]
+            return f"manylinux_{major}_{minor}_{platform.machine()}"
     from .images import plat_for_image
 
     return plat_for_image(str(settings.get("base-image", DEFAULT_SETTINGS["base-image"])))
