@@ -1,0 +1,43 @@
+"""factory doctor [--index URL] [--package NAME] [--python EXE] [--nvidia-smi-output FILE] [--json]
+
+Exit status: 0 when a wheel fits (or no index was given), 1 when the index has nothing that fits
+this host (the reason is printed), other codes for errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..doctor import NO_FIT_EXIT, diagnose, read_host, render_text
+from ._common import print_json
+
+INDEX_ENV = "FACTORY_INDEX_URL"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--index", default=None,
+        help=f"the factory index: its root URL or directory (default: ${INDEX_ENV})",
+    )
+    parser.add_argument("--package", action="append", default=None,
+                        help="only these projects (default: every project on the index)")
+    parser.add_argument("--python", default=None, metavar="EXE",
+                        help="the interpreter whose torch to read (default: this one)")
+    parser.add_argument("--nvidia-smi-output", type=Path, default=None, metavar="FILE",
+                        help="a recorded 'nvidia-smi --query-gpu=name,compute_cap,driver_version "
+                             "--format=csv,noheader' output to use instead of this host's GPUs")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    host = read_host(python_exe=args.python, nvidia_smi_output=args.nvidia_smi_output)
+    report = diagnose(host, args.index or os.environ.get(INDEX_ENV) or None, args.package or ())
+    if args.json:
+        print_json(report.as_dict())
+    else:
+        print(render_text(report))
+    if report.choices and not report.ok:
+        return NO_FIT_EXIT
+    return 0

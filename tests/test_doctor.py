@@ -1,0 +1,227 @@
+"""`factory doctor` on recorded hosts (tests/data/doctor/*.txt: nvidia-smi outputs) with a fake
+torch on PYTHONPATH, against real index pages made by publishing fake builds into a store, read
+as a directory and over HTTP. Always through the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from factory.doctor import driver_max_cuda, driver_runs_cuda, parse_nvidia_smi
+
+from ops_builds import factory_cli, planned, publish_build, write_matrix
+
+HOSTS = Path(__file__).parent / "data" / "doctor"
+PY = f"3.{sys.version_info.minor}"
+RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+
+
+def _matrix(archs: str, *, torch: str = '"2.14.1"', plat_python: str = PY) -> str:
+    return f"""\
+version = 1
+[axes]
+torch = [{torch}]
+cuda = ["13.0"]
+archs = {archs}
+python = ["{plat_python}"]
+[packages.flash-attn]
+recipe = "flash-attn"
+versions = ["2.8.3.post2"]
+"""
+
+
+def _store(tmp_path: Path, name: str, archs: str, **kwargs: str) -> Path:
+    """A store (which holds its own index pages) with one fake build per cell of the matrix."""
+    root = tmp_path / name
+    root.mkdir()
+    plat = kwargs.pop("plat", "manylinux_2_28_x86_64")
+    for pc in planned(write_matrix(root, _matrix(archs, **kwargs))):
+        publish_build(root / "store", root / "dist", pc, plat=plat)
+    return root / "store"
+
+
+@pytest.fixture(scope="module")
+def torch_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Fake torch installs: one directory per kind, each meant for PYTHONPATH."""
+    base = tmp_path_factory.mktemp("torch")
+    kinds = {
+        "2.14-cu130": '__version__ = "2.14.1+cu130"\nfrom . import version\n',
+        "2.11-cu130": '__version__ = "2.11.0+cu130"\nfrom . import version\n',
+        "2.14-cu128": '__version__ = "2.14.1+cu128"\nfrom . import version\n',
+        "broken": 'raise OSError("libcudart.so.13: cannot open shared object file")\n',
+    }
+    out = {}
+    for kind, init in kinds.items():
+        pkg = base / kind / "torch"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text(init)
+        cuda = "12.8" if kind.endswith("cu128") else "13.0"
+        (pkg / "version.py").write_text(f"cuda = {cuda!r}\n")
+        out[kind] = base / kind
+    return out
+
+
+def doctor(index: Path | str, host: str, torch: Path | None, *extra: str):  # type: ignore[no-untyped-def]
+    env = {"PYTHONPATH": str(torch)} if torch else {}
+    return factory_cli("doctor", "--index", str(index), "--nvidia-smi-output", str(HOSTS / host), *extra, env=env)
+
+
+@pytest.fixture(scope="module")
+def sm100_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _store(tmp_path_factory.mktemp("idx"), "sm100", '[["10.0"]]')
+
+
+@pytest.fixture(scope="module")
+def sm90_and_sm100(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _store(tmp_path_factory.mktemp("idx"), "both", '[["9.0"], ["10.0"]]')
+
+
+def test_recorded_outputs_parse() -> None:
+    driver, gpus, note = parse_nvidia_smi((HOSTS / "h200.txt").read_text())
+    assert [(g.name, g.sm) for g in gpus] == [("NVIDIA H200", 90)] and driver and note is None
+    driver, gpus, _ = parse_nvidia_smi((HOSTS / "b200.txt").read_text())
+    assert len(gpus) == 8 and {g.sm for g in gpus} == {100}
+    assert [g.sm for g in parse_nvidia_smi((HOSTS / "rtx-pro-6000.txt").read_text())[1]] == [120]
+    driver, gpus, note = parse_nvidia_smi((HOSTS / "no-gpu.txt").read_text())
+    assert driver is None and gpus == () and note and "NVIDIA-SMI has failed" in note
+
+
+def test_driver_table() -> None:
+    assert driver_max_cuda("580.65.06") == "13.0"
+    assert driver_max_cuda("570.133.20") == "12.8"
+    assert driver_runs_cuda("580.95.05", "13.0")
+    assert not driver_runs_cuda("570.133.20", "13.0")
+    assert driver_runs_cuda("570.133.20", "12.9")  # minor-version compatibility within 12.x
+
+
+def test_b200_gets_the_variant_install_line(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
+    r = doctor(sm100_only, "b200.txt", torch_dirs["2.14-cu130"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    url = sm100_only.resolve().as_uri()
+    assert f"pip install --extra-index-url {url}/cu130-torch2.14/simple/ flash-attn\n" in r.stdout
+    assert "sm_100 (compute capability 10.0)" in r.stdout
+    assert "variant     cu130-torch2.14" in r.stdout
+
+
+def test_rtx_pro_6000_against_sm100_builds_says_why(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
+    r = doctor(sm100_only, "rtx-pro-6000.txt", torch_dirs["2.14-cu130"])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (f"the GPU is sm_120 ({RTX}) but the index only has sm_100 builds of flash-attn "
+            "for cu130-torch2.14") in r.stdout
+    assert "pip install" not in r.stdout
+
+
+def test_h200_picks_sm90_and_b200_is_pinned_past_pips_choice(
+    sm90_and_sm100: Path, torch_dirs: dict[str, Path]
+) -> None:
+    r = doctor(sm90_and_sm100, "h200.txt", torch_dirs["2.14-cu130"], "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["version"] == 1 and doc["host"]["gpus"][0]["sm"] == 90
+    (result,) = doc["results"]
+    assert "sm90" in result["wheel"]
+    # pip alone would take '+...sm90' (local segments compare as strings): that is right here.
+    assert result["install"].endswith("/cu130-torch2.14/simple/ flash-attn")
+
+    r = doctor(sm90_and_sm100, "b200.txt", torch_dirs["2.14-cu130"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    # ...and wrong for a B200, so the line pins the exact build.
+    assert "/cu130-torch2.14/simple/ flash-attn==2.8.3.post2+cu130torch2.14sm100\n" in r.stdout
+
+
+def test_no_gpu_picks_by_torch_with_a_warning(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
+    r = doctor(sm100_only, "no-gpu.txt", torch_dirs["2.14-cu130"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "gpu         none found (NVIDIA-SMI has failed" in r.stdout
+    assert "WARNING flash-attn: no NVIDIA GPU found" in r.stdout
+    assert "holds kernels for sm_100 only" in r.stdout
+    assert "/cu130-torch2.14/simple/ flash-attn\n" in r.stdout
+
+
+def test_other_torch_minor_and_cuda_say_why(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
+    r = doctor(sm100_only, "b200.txt", torch_dirs["2.11-cu130"])
+    assert r.returncode == 1
+    assert "torch is 2.11.0 but the index only has flash-attn for torch 2.14" in r.stdout
+    r = doctor(sm100_only, "b200.txt", torch_dirs["2.14-cu128"])
+    assert r.returncode == 1
+    assert ("torch 2.14.1 is built with CUDA 12.8 but the index only has cu130 builds of flash-attn "
+            "for torch 2.14") in r.stdout
+
+
+def test_old_driver_says_why(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
+    r = doctor(sm100_only, "h200-driver570.txt", torch_dirs["2.14-cu130"])
+    assert r.returncode == 1
+    assert "the NVIDIA driver 570.133.20 supports CUDA up to 12.8" in r.stdout
+    assert "(driver >= 580.65.06 needed)" in r.stdout
+
+
+def test_broken_or_missing_torch_does_not_crash_the_doctor(
+    sm100_only: Path, torch_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    r = doctor(sm100_only, "b200.txt", torch_dirs["broken"])
+    assert r.returncode == 1, r.stderr
+    assert "torch       not importable: OSError: libcudart.so.13" in r.stdout
+    assert "install torch first" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    # The interpreter itself dying while importing torch (a segfault, say) is reported too.
+    crash = tmp_path / "crash" / "torch"
+    crash.mkdir(parents=True)
+    (crash / "__init__.py").write_text("import os\nos._exit(139)\n")
+    r = doctor(sm100_only, "b200.txt", crash.parent)
+    assert r.returncode == 1, r.stderr
+    assert "exited with 139 while importing torch" in r.stdout
+
+
+def test_glibc_older_than_the_wheels_says_why(tmp_path: Path, torch_dirs: dict[str, Path]) -> None:
+    store = _store(tmp_path, "future", '[["10.0"]]', plat="manylinux_2_99_x86_64")
+    r = doctor(store, "b200.txt", torch_dirs["2.14-cu130"])
+    assert r.returncode == 1
+    assert "needs glibc >= 2.99" in r.stdout
+
+
+def test_http_index_gives_the_same_answer(sm90_and_sm100: Path, torch_dirs: dict[str, Path]) -> None:
+    for server in _serve(sm90_and_sm100):
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        r = doctor(url + "/simple/", "rtx-pro-6000.txt", torch_dirs["2.14-cu130"])
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "only has sm_90 and sm_100 builds of flash-attn for cu130-torch2.14" in r.stdout
+        r = doctor(url, "b200.txt", torch_dirs["2.14-cu130"])
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert (f"pip install --extra-index-url {url}/cu130-torch2.14/simple/ "
+                "flash-attn==2.8.3.post2+cu130torch2.14sm100\n") in r.stdout
+        r = factory_cli("doctor", "--index", url + "/nothing-here", "--nvidia-smi-output",
+                        str(HOSTS / "b200.txt"))
+        assert r.returncode == 11 and r.stderr.startswith("ERROR no index at")
+
+
+def _serve(root: Path) -> Iterator[http.server.ThreadingHTTPServer]:
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_without_index_reads_the_host_only(torch_dirs: dict[str, Path]) -> None:
+    r = factory_cli("doctor", "--nvidia-smi-output", str(HOSTS / "h200.txt"), "--json",
+                    env={"PYTHONPATH": str(torch_dirs["2.14-cu130"])})
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["results"] == [] and doc["host"]["variant"] == "cu130-torch2.14"
+    assert doc["host"]["torch"] == "2.14.1" and doc["host"]["torch_cuda"] == "13.0"
+    assert doc["host"]["glibc"] and doc["host"]["max_cuda"] == "13.0"
