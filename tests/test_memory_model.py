@@ -1,0 +1,237 @@
+"""The memory model: shipped seeds, fallback chain, peaks not means, atomic shared history."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from factory.cell import Cell
+from factory.errors import ConfigError
+from factory.memory_model import (
+    HISTORY_ENV,
+    INFERRED_MARGIN,
+    RECENT_PEAKS,
+    BuildMeasurement,
+    MemoryHistory,
+    ModelKey,
+    history_path,
+    object_key,
+    read_ninja_log,
+    shipped_history_path,
+)
+
+GB = 10**9
+
+
+def fa_cell(**over: object) -> Cell:
+    values: dict[str, object] = {
+        "package": "flash-attn", "version": "2.8.3.post2", "torch": "2.14.1", "cuda": "13.0",
+        "archs": (100,), "python": "3.11",
+    }
+    values.update(over)
+    return Cell(**values)  # type: ignore[arg-type]
+
+
+def doc(memory: list[dict[str, object]] | None = None, **defaults: object) -> dict[str, object]:
+    return {
+        "version": 1,
+        "defaults": defaults or {"*": {"per_arch_bytes": 5 * GB}},
+        "memory": memory or [],
+        "objects": [],
+    }
+
+
+def rec(peak: int, **key: object) -> dict[str, object]:
+    base: dict[str, object] = {"package": "p", "version": "1.0", "cuda": "13.0",
+                               "concurrent_archs": 1, "nvcc_threads": 1}
+    base.update(key)
+    return {**base, "recent_peaks": [peak], "builds": 1}
+
+
+def key(**over: object) -> ModelKey:
+    values: dict[str, object] = {"package": "p", "version": "1.0", "cuda": "13.0",
+                                 "concurrent_archs": 1, "nvcc_threads": 1}
+    values.update(over)
+    return ModelKey(**values)  # type: ignore[arg-type]
+
+
+def test_shipped_history_is_version_1_and_seeded_from_the_measurements() -> None:
+    data = json.loads(shipped_history_path().read_text())
+    assert data["version"] == 1
+    h = MemoryHistory.load(shipped_history_path())
+    est = h.estimate(ModelKey.for_cell(fa_cell(), 1), model_key="flash-attn")
+    assert est.exact
+    # FIELD-NOTES s.3: ~4.3-4.5 GB per job for one arch, 4.4 GB peak RSS for one sm_100 kernel.
+    assert 4.3 * GB <= est.per_job_bytes <= 4.7 * GB
+    two = h.estimate(ModelKey.for_cell(fa_cell(archs=(90, 100)), 2), model_key="flash-attn")
+    assert two.exact and two.per_job_bytes >= 2 * 4.5 * GB
+
+
+def test_shipped_object_times_are_the_16_job_log() -> None:
+    times = MemoryHistory.load(shipped_history_path()).object_times(fa_cell())
+    assert times is not None
+    assert len(times.seconds) == 73
+    assert round(sum(times.seconds.values())) == 16212
+    longest = max(times.seconds, key=lambda k: times.seconds[k])
+    assert longest == "csrc/flash_attn/src/flash_fwd_split_hdim64_fp16_sm80"
+
+
+def test_model_key_counts_archs_compiled_at_once() -> None:
+    four = fa_cell(archs=(80, 90, 100, 120))
+    assert ModelKey.for_cell(four, 4).concurrent_archs == 4
+    assert ModelKey.for_cell(four, 2).concurrent_archs == 2
+    assert ModelKey.for_cell(fa_cell(), 4).concurrent_archs == 1
+
+
+def test_exact_record_answers_with_its_peak() -> None:
+    h = MemoryHistory(doc([rec(3 * GB)]), path=None)
+    est = h.estimate(key())
+    assert est.exact and est.per_job_bytes == 3 * GB
+
+
+def test_other_threads_same_concurrency_is_used_without_margin() -> None:
+    h = MemoryHistory(doc([rec(3 * GB, nvcc_threads=4)]), path=None)
+    est = h.estimate(key())
+    assert not est.exact and est.per_job_bytes == 3 * GB
+
+
+def test_other_cuda_then_other_version_get_a_margin() -> None:
+    h = MemoryHistory(doc([rec(3 * GB, cuda="12.8")]), path=None)
+    est = h.estimate(key())
+    assert est.per_job_bytes == int(3 * GB * (1 + INFERRED_MARGIN))
+    assert "CUDA 12.8" in est.source
+    h = MemoryHistory(doc([rec(3 * GB, version="0.9", cuda="12.8")]), path=None)
+    assert "version 0.9" in h.estimate(key()).source
+
+
+def test_other_arch_count_scales_per_arch() -> None:
+    h = MemoryHistory(doc([rec(10 * GB, concurrent_archs=2, nvcc_threads=2)]), path=None)
+    est = h.estimate(key(concurrent_archs=3, nvcc_threads=3))
+    assert est.per_job_bytes == int(15 * GB * (1 + INFERRED_MARGIN))
+
+
+def test_unknown_package_falls_back_to_recipe_default_then_star() -> None:
+    h = MemoryHistory(doc(**{"torch-extension": {"per_arch_bytes": 2 * GB},
+                             "*": {"per_arch_bytes": 5 * GB}}), path=None)
+    assert h.estimate(key(), model_key="torch-extension").per_job_bytes == 2 * GB
+    assert h.estimate(key(concurrent_archs=2), model_key="nope").per_job_bytes == 10 * GB
+    assert "'*'" in h.estimate(key(), model_key="nope").source
+
+
+def test_no_default_at_all_is_a_config_error() -> None:
+    h = MemoryHistory({"version": 1, "defaults": {}, "memory": []}, path=None)
+    with pytest.raises(ConfigError):
+        h.estimate(key())
+
+
+def test_wrong_version_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "h.json"
+    p.write_text(json.dumps({"version": 2}))
+    with pytest.raises(ConfigError, match="version"):
+        MemoryHistory.load(p)
+
+
+def test_record_keeps_the_peak_of_recent_builds_not_the_mean(tmp_path: Path) -> None:
+    path = tmp_path / "h.json"
+    h = MemoryHistory.load(path)
+    cell = fa_cell(package="p", version="1.0")
+    for peak in (3 * GB, 5 * GB, 4 * GB):
+        h.record(BuildMeasurement(cell=cell, nvcc_threads=1, max_jobs=2, peak_job_bytes=peak))
+    k = ModelKey.for_cell(cell, 1)
+    assert MemoryHistory.load(path).estimate(k).per_job_bytes == 5 * GB
+    # The high peak ages out after RECENT_PEAKS lighter builds.
+    for _ in range(RECENT_PEAKS):
+        h.record(BuildMeasurement(cell=cell, nvcc_threads=1, max_jobs=2, peak_job_bytes=4 * GB))
+    assert MemoryHistory.load(path).estimate(k).per_job_bytes == 4 * GB
+
+
+def test_record_writes_a_versioned_file_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "h.json"
+    h = MemoryHistory.load(path)
+    h.record(BuildMeasurement(cell=fa_cell(), nvcc_threads=1, max_jobs=3,
+                              peak_job_bytes=6 * GB, object_seconds={"csrc/a": 1.5},
+                              source="test"))
+    data = json.loads(path.read_text())
+    assert data["version"] == 1
+    assert data["memory"][0]["peak_bytes"] == 6 * GB
+    assert data["objects"][0]["seconds"] == {"csrc/a": 1.5}
+    assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_user_file_overlays_shipped_and_starts_from_the_shipped_record(tmp_path: Path) -> None:
+    path = tmp_path / "h.json"
+    h = MemoryHistory.load(path)
+    k = ModelKey.for_cell(fa_cell(), 1)
+    shipped = h.estimate(k, model_key="flash-attn").per_job_bytes
+    h.record(BuildMeasurement(cell=fa_cell(), nvcc_threads=1, max_jobs=3, peak_job_bytes=GB))
+    # A light build does not talk the model below the shipped peaks it inherited.
+    assert MemoryHistory.load(path).estimate(k).per_job_bytes == shipped
+    h.record_oom(k, 9 * GB, "test oom")
+    again = MemoryHistory.load(path)
+    assert again.estimate(k).per_job_bytes == 9 * GB
+    assert "1 OOM" in again.estimate(k).source
+    # The shipped file itself is untouched.
+    assert MemoryHistory.load(shipped_history_path()).estimate(k).per_job_bytes == shipped
+
+
+def test_object_times_prefer_the_same_archs_and_cuda(tmp_path: Path) -> None:
+    path = tmp_path / "h.json"
+    h = MemoryHistory.load(path)
+    h.record(BuildMeasurement(cell=fa_cell(), nvcc_threads=1, max_jobs=2, peak_job_bytes=None,
+                              object_seconds={"csrc/x": 7.0}, source="sm100 build"))
+    assert MemoryHistory.load(path).object_times(fa_cell()).source == "sm100 build"  # type: ignore[union-attr]
+    other = MemoryHistory.load(path).object_times(fa_cell(archs=(90,)))
+    assert other is not None and "16jobs" in other.source
+
+
+def test_object_times_scale_with_arch_rounds() -> None:
+    times = MemoryHistory.load(shipped_history_path()).object_times(fa_cell())
+    assert times is not None
+    one = times.scaled(1, 1)["csrc/flash_attn/flash_api"]
+    assert times.scaled(4, 1)["csrc/flash_attn/flash_api"] == pytest.approx(4 * one)
+    assert times.scaled(4, 2)["csrc/flash_attn/flash_api"] == pytest.approx(2 * one)
+    assert times.scaled(4, 3)["csrc/flash_attn/flash_api"] == pytest.approx(2 * one)
+
+
+def test_concurrent_records_from_two_histories_keep_both(tmp_path: Path) -> None:
+    path = tmp_path / "shared.json"
+    a, b = MemoryHistory.load(path), MemoryHistory.load(path)
+    cells = [fa_cell(package=f"pkg{i}", version="1.0") for i in range(8)]
+
+    def work(h: MemoryHistory, mine: list[Cell]) -> None:
+        for c in mine:
+            h.record(BuildMeasurement(cell=c, nvcc_threads=1, max_jobs=1, peak_job_bytes=GB))
+
+    threads = [threading.Thread(target=work, args=(a, cells[:4])),
+               threading.Thread(target=work, args=(b, cells[4:]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    packages = {r["package"] for r in json.loads(path.read_text())["memory"]}
+    assert packages == {f"pkg{i}" for i in range(8)}
+
+
+def test_history_path_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(HISTORY_ENV, raising=False)
+    assert history_path() == shipped_history_path()
+    monkeypatch.setenv(HISTORY_ENV, str(tmp_path / "env.json"))
+    assert history_path() == tmp_path / "env.json"
+    assert history_path(tmp_path / "arg.json") == tmp_path / "arg.json"
+
+
+def test_object_key_normalises_build_and_source_paths() -> None:
+    assert object_key("/w/t/build/temp.linux-x86_64-cpython-311/csrc/a/b.o") == "csrc/a/b"
+    assert object_key("csrc/a/b.cuda.o") == "csrc/a/b"
+    assert object_key("csrc/a/b.cu") == "csrc/a/b"
+    assert object_key("./csrc/x.cpp") == "csrc/x"
+
+
+def test_read_ninja_log_last_entry_wins(tmp_path: Path) -> None:
+    log = tmp_path / ".ninja_log"
+    log.write_text("# ninja log v5\n0\t1000\t0\tbuild/temp.x/a.o\th\n"
+                   "5\t2505\t0\tbuild/temp.x/b.o\th\n0\t3000\t0\tbuild/temp.x/a.o\th\n")
+    assert read_ninja_log(log) == {"a": 3.0, "b": 2.5}

@@ -1,0 +1,212 @@
+"""The planner: fits the budget, most throughput, explains itself, refuses clearly, backs off on OOM."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from factory.budget import GIB, parse_size
+from factory.cell import Cell
+from factory.cli import main
+from factory.errors import PlanError
+from factory.matrix import PlannedCell, load_matrix
+from factory.memory_model import MemoryHistory, shipped_history_path
+from factory.planner import BuildPlan, list_schedule, longest_first, plan_after_oom, plan_build, plan_for
+
+REPO = Path(__file__).resolve().parents[1]
+FA_SM100 = "flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311"
+FA_ALL = "flash-attn-2.8.3.post2-torch2.14.1-cu130-sm80+sm90+sm100+sm120-cp311"
+EXT = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
+GB = 10**9
+
+
+@pytest.fixture(scope="module")
+def matrix():  # type: ignore[no-untyped-def]
+    return load_matrix(REPO / "matrix.toml")
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> MemoryHistory:
+    """The shipped seeds, with writes going to a temp file (tests never touch the shipped one)."""
+    return MemoryHistory.load(tmp_path / "history.json")
+
+
+def pc_of(matrix, cell_id: str) -> PlannedCell:  # type: ignore[no-untyped-def]
+    return matrix.find(cell_id)  # type: ignore[no-any-return]
+
+
+def test_acceptance_sm100_16g_16cpus_chooses_3_jobs_and_explains(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, FA_SM100), memory=parse_size("16g"), cpus=16, history=history)
+    assert (plan.max_jobs, plan.nvcc_threads) == (3, 1)
+    assert plan.predicted_peak_bytes <= 16 * GIB
+    assert plan.predicted_peak_bytes == 3 * plan.per_job_bytes + plan.headroom_bytes
+    assert "measured" in plan.per_job_source
+    text = " ".join(plan.reasons)
+    assert "memory allows 3 job(s)" in text and "16 CPU(s)" in text and "headroom" in text
+
+
+def test_acceptance_2g_refuses_naming_the_memory_needed(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(PlanError) as err:
+        plan_build(pc_of(matrix, FA_SM100), memory=parse_size("2g"), cpus=16, history=history)
+    msg = err.value.message
+    assert "\n" not in msg
+    assert "needs at least 6.2 GiB" in msg and "2.0 GiB" in msg
+
+
+def test_cpu_bound_plan_uses_every_core_and_no_more(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, FA_SM100), memory=512 * GIB, cpus=16, history=history)
+    assert (plan.max_jobs, plan.nvcc_threads) == (16, 1)
+
+
+def test_jobs_never_exceed_the_number_of_objects(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, FA_SM100), memory=4096 * GIB, cpus=256, history=history)
+    assert plan.max_jobs == 73
+
+
+@pytest.mark.parametrize(("memory", "cpus"), [(16, 4), (32, 8), (64, 32), (128, 16), (512, 128)])
+def test_four_arch_plans_respect_threads_cores_and_memory(matrix, history, memory: int, cpus: int) -> None:  # type: ignore[no-untyped-def]
+    pc = pc_of(matrix, FA_ALL)
+    plan = plan_build(pc, memory=memory * GIB, cpus=cpus, history=history)
+    assert 1 <= plan.nvcc_threads <= 4
+    assert plan.max_jobs * plan.nvcc_threads <= cpus
+    assert plan.predicted_peak_bytes <= memory * GIB
+    # Any plan with more parallelism would not fit: check the next job up.
+    assert (plan.max_jobs + 1) * plan.per_job_bytes + plan.headroom_bytes > memory * GIB or \
+        (plan.max_jobs + 1) * plan.nvcc_threads > cpus
+
+
+def test_threads_are_used_when_jobs_cannot_use_the_cores(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    # 4 archs, 4 cores, plenty of memory: 4 jobs x 1 thread and 2 x 2 and 1 x 4 all fill the
+    # cores; threads shorten the longest object, so the tail is shorter.
+    plan = plan_build(pc_of(matrix, FA_ALL), memory=256 * GIB, cpus=4, history=history)
+    assert plan.max_jobs * plan.nvcc_threads == 4
+
+
+def test_recipe_without_thread_support_gets_one_thread(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    pc = pc_of(matrix, EXT)
+    assert not pc.recipe.supports_threads()
+    plan = plan_build(pc, memory=8 * GIB, cpus=8, history=history)
+    assert plan.nvcc_threads == 1
+    assert plan.max_jobs >= 1
+    assert any("does not pass NVCC_THREADS" in r for r in plan.reasons)
+
+
+def test_plan_build_without_a_budget_detects_it(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, EXT), memory=None, cpus=None, history=history)
+    assert plan.cpus >= 1 and plan.memory_budget_bytes > 0
+
+
+def test_as_dict_is_json_and_has_the_contract_keys(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, FA_SM100), memory=16 * GIB, cpus=16, history=history)
+    d = json.loads(json.dumps(plan.as_dict()))
+    assert d["max_jobs"] == 3 and d["nvcc_threads"] == 1
+    for k in ("memory_budget_bytes", "cpus", "per_job_bytes", "per_job_source",
+              "predicted_peak_bytes", "headroom_bytes", "reasons"):
+        assert k in d
+
+
+def test_build_plan_is_frozen_and_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        BuildPlan(FA_SM100, 1, 1)  # type: ignore[misc]
+
+
+def test_list_schedule_reproduces_the_reference_numbers() -> None:
+    times = MemoryHistory.load(shipped_history_path()).object_times(Cell.from_id(FA_SM100))
+    assert times is not None
+    alphabetical = [times.seconds[k] for k in sorted(times.seconds)]
+    assert round(list_schedule(alphabetical, 16)) == 1179
+    assert round(list_schedule(longest_first(times.seconds.values()), 16)) == 1084
+
+
+def test_predicted_time_uses_longest_first(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, FA_SM100), memory=512 * GIB, cpus=16, history=history)
+    assert plan.predicted_seconds == pytest.approx(1083.8, abs=0.1)
+
+
+# -- OOM --------------------------------------------------------------------------------------
+
+def test_plan_after_oom_drops_jobs_and_records(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=32, history=history)
+    retry = plan_after_oom(plan, 64 * GIB, 1, history=history)
+    assert retry.max_jobs < plan.max_jobs
+    assert retry.attempt == 2
+    assert retry.per_job_bytes > plan.per_job_bytes
+    assert retry.predicted_peak_bytes <= plan.memory_budget_bytes
+    assert any("OOM-killed" in r for r in retry.reasons)
+    # The model learnt it: a fresh plan for the same cell starts lower.
+    again = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=32,
+                       history=MemoryHistory.load(history.path))
+    assert again.max_jobs <= retry.max_jobs
+
+
+def test_second_oom_at_least_halves(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, FA_SM100), memory=128 * GIB, cpus=64, history=history)
+    retry = plan_after_oom(plan, None, 2, history=history)
+    assert retry.max_jobs <= plan.max_jobs // 2
+
+
+def test_oom_at_one_job_drops_threads_then_refuses(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, FA_ALL), memory=12 * GIB, cpus=2, history=history)
+    # One job compiling two archs at once (what a tighter plan could have chosen).
+    key = dataclasses.replace(plan.model_key, nvcc_threads=2, concurrent_archs=2)
+    plan = dataclasses.replace(plan, max_jobs=1, nvcc_threads=2, model_key=key)
+    retry = plan_after_oom(plan, None, 1, history=history)
+    assert (retry.max_jobs, retry.nvcc_threads) == (1, 1)
+    assert retry.model_key.concurrent_archs == 1
+    with pytest.raises(PlanError, match="OOM-killed with one job"):
+        plan_after_oom(retry, None, retry.attempt, history=history)
+
+
+def test_oom_repeatedly_reaches_one_job_then_refuses(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=64, history=history)
+    jobs = [plan.max_jobs]
+    with pytest.raises(PlanError):
+        for attempt in range(1, 50):
+            plan = plan_after_oom(plan, None, attempt, history=history)
+            jobs.append(plan.max_jobs)
+    assert jobs == sorted(jobs, reverse=True) and jobs[-1] == 1
+    assert len(jobs) < 10
+
+
+# -- plan_for directly ----------------------------------------------------------------------
+
+def test_unknown_package_uses_the_star_default(history) -> None:  # type: ignore[no-untyped-def]
+    cell = Cell(package="mystery", version="1.0", torch="2.14.1", cuda="13.0", archs=(100,),
+                python="3.11")
+    plan = plan_for(cell, supports_threads=False, memory_model_key="", memory=32 * GIB, cpus=64,
+                    history=history)
+    assert "'*'" in plan.per_job_source
+    assert plan.predicted_seconds is None
+    assert plan.max_jobs == (32 * GIB - plan.headroom_bytes) // plan.per_job_bytes
+
+
+def test_zero_budget_is_refused(history) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(PlanError):
+        plan_for(Cell.from_id(FA_SM100), supports_threads=True, memory_model_key="flash-attn",
+                 memory=0, cpus=4, history=history)
+
+
+# -- the command ----------------------------------------------------------------------------
+
+def test_cli_plan_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc = main(["plan", FA_SM100, "--matrix", str(REPO / "matrix.toml"), "--memory", "16g",
+               "--cpus", "16", "--history", str(tmp_path / "h.json"), "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["version"] == 1 and out["max_jobs"] == 3 and out["nvcc_threads"] == 1
+
+
+def test_cli_plan_text_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", FA_SM100, "--matrix", str(REPO / "matrix.toml"), "--memory", "16g",
+                 "--cpus", "16"]) == 0
+    assert "MAX_JOBS=3 NVCC_THREADS=1" in capsys.readouterr().out
+    assert main(["plan", FA_SM100, "--matrix", str(REPO / "matrix.toml"), "--memory", "2g"]) == 6
+    err = capsys.readouterr().err
+    assert err.startswith("ERROR ") and "needs at least" in err
+
+
+def test_cli_plan_bad_size_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", FA_SM100, "--matrix", str(REPO / "matrix.toml"), "--memory", "lots"]) == 2
