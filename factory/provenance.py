@@ -29,12 +29,16 @@ SCHEMA_VERSION = 1
 SUFFIX = ".provenance.json"
 REDACTED = "***"
 
-# Environment variable names (and manifest keys) whose values are secrets. Matched anywhere in
-# the name: AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, TWINE_PASSWORD, HTTP_AUTHORIZATION, ...
+# Environment variable names whose values are secrets, matched anywhere in the name:
+# AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, TWINE_PASSWORD, HTTP_AUTHORIZATION, SSH_KEY, ... Broad on
+# purpose: a false match only hides a string that happens to equal that variable's value.
 SECRET_NAME_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|AUTH|CREDENTIAL", re.IGNORECASE)
-# Manifest keys that match the pattern above but hold no secret: the content key is a hash of
-# the cell, and "keys" of a dict are not values.
-_PUBLIC_KEYS = frozenset({"content_key", "memory_model_key"})
+# Manifest keys whose values are redacted whatever they hold. Narrower than the above, because
+# the manifest's own fields include hashes named like keys (content_key, model_key).
+SECRET_FIELD_RE = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|^KEY$",
+    re.IGNORECASE,
+)
 # Shorter values would scrub ordinary words ("1", "true") out of the manifest.
 _MIN_SECRET_LEN = 6
 _URL_USERINFO_RE = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/@:\s]*):(?P<pw>[^/@\s]+)@")
@@ -185,9 +189,8 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
 
 def scrub(value: Any, secrets: list[str], *, key: str | None = None) -> Any:
     """A copy of ``value`` with secrets replaced by ``***``."""
-    if key is not None and key not in _PUBLIC_KEYS and SECRET_NAME_RE.search(key) and isinstance(
-        value, (str, int, float)
-    ) and not isinstance(value, bool):
+    if (key is not None and SECRET_FIELD_RE.search(key) and isinstance(value, (str, int, float))
+            and not isinstance(value, bool)):
         return REDACTED
     if isinstance(value, Mapping):
         return {str(k): scrub(v, secrets, key=str(k)) for k, v in value.items()}

@@ -65,6 +65,7 @@ def test_secrets_never_reach_the_manifest(tmp_path: Path, cells) -> None:  # typ
                  "env": {"GITHUB_TOKEN": "ghp_abcdef123456", "HOME": "/home/builder", "API_KEY": "x"}},
     )
     doc["plan"]["reasons"] = ["token ghp_abcdef123456 leaked into a reason"]
+    doc["plan"]["model_key"] = "flash-attn/sm100"  # named like a key, but a public label
     text = write_manifest(tmp_path / "m.json", doc, env=env).read_text()
     for secret in env.values():
         if secret != "/home/builder":
@@ -75,6 +76,8 @@ def test_secrets_never_reach_the_manifest(tmp_path: Path, cells) -> None:  # typ
     assert data["builder"]["env"]["HOME"] == "/home/builder"
     assert data["log"].startswith("https://uploader:***@logs.example/")
     assert data["content_key"] == cells[0].content_key  # a hash, not a secret
+    assert data["plan"]["model_key"] == "flash-attn/sm100"
+    assert data["plan"]["reasons"] == ["token *** leaked into a reason"]
 
 
 def test_write_is_atomic_and_leaves_no_temp(tmp_path: Path, cells) -> None:  # type: ignore[no-untyped-def]

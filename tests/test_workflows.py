@@ -1,0 +1,135 @@
+"""The GitHub Actions workflows: actionlint finds nothing, and the parts the operations rely on
+are there (schedule, the missing-cells matrix, per-cell concurrency shared with one-off
+requests, secrets only through env)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ops_builds import REPO, factory_cli, planned, publish_build, write_matrix
+
+WORKFLOWS = REPO / ".github" / "workflows"
+FILES = sorted(WORKFLOWS.glob("*.yml"))
+
+
+def _actionlint() -> str:
+    exe = shutil.which("actionlint")
+    if exe is None:
+        pytest.fail("actionlint is not on PATH: 'pip install -e .[test]' installs it")
+    return exe
+
+
+def _lint(cwd: Path, *files: Path) -> list[dict[str, Any]]:
+    proc = subprocess.run([_actionlint(), "-no-color", "-format", "{{json .}}", *map(str, files)],
+                          cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: findings; anything else: actionlint failed
+    return list(json.loads(proc.stdout or "[]"))
+
+
+def _load(name: str) -> dict[str, Any]:
+    doc = yaml.safe_load((WORKFLOWS / name).read_text())
+    doc["on"] = doc.pop(True, doc.get("on"))  # YAML 1.1 reads the bare key `on` as true
+    return dict(doc)
+
+
+def test_the_three_workflows_exist() -> None:
+    assert {p.name for p in FILES} >= {"nightly.yml", "request.yml", "ci.yml"}
+
+
+def test_actionlint_finds_nothing() -> None:
+    findings = _lint(REPO, *FILES)
+    assert findings == [], "\n".join(f"{f['filepath']}:{f['line']}: {f['message']}" for f in findings)
+
+
+def test_actionlint_does_find_mistakes(tmp_path: Path) -> None:
+    # Guards the test above against a linter that silently checks nothing.
+    bad = tmp_path / ".github" / "workflows" / "bad.yml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: [self-hosted, mem-999g]\n"
+        "    steps:\n      - run: echo ${{ matrix.nope }}\n"
+    )
+    messages = " ".join(f["message"] for f in _lint(tmp_path, bad))
+    assert "mem-999g" in messages and "\"nope\" is not defined" in messages
+
+
+def test_nightly_builds_missing_cells_one_publisher_per_cell() -> None:
+    doc = _load("nightly.yml")
+    assert doc["on"]["schedule"][0]["cron"] and "workflow_dispatch" in doc["on"]
+    jobs = doc["jobs"]
+    matrix_run = " ".join(s.get("run", "") for s in jobs["matrix"]["steps"])
+    assert "matrix --missing --json --store" in matrix_run
+    build = jobs["build"]
+    assert build["needs"] == "matrix"
+    assert build["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.matrix.outputs.cells) }}"
+    assert build["runs-on"][0] == "self-hosted" and "${{ matrix.runner }}" in build["runs-on"]
+    assert build["concurrency"]["group"] == "factory-publish-${{ matrix.cell }}"
+    assert build["concurrency"]["cancel-in-progress"] is False
+    build_run = " ".join(s.get("run", "") for s in build["steps"])
+    assert 'factory build "$CELL" --publish --store "$FACTORY_STORE"' in build_run
+    index = jobs["index"]
+    assert set(index["needs"]) == {"matrix", "build"}
+    assert index["concurrency"]["group"] == "factory-index"
+    assert 'factory index rebuild --store "$FACTORY_STORE"' in " ".join(s.get("run", "") for s in index["steps"])
+
+
+def test_request_shares_the_per_cell_group_and_has_typed_inputs() -> None:
+    doc = _load("request.yml")
+    inputs = doc["on"]["workflow_dispatch"]["inputs"]
+    assert set(inputs) == {"spec", "torch", "cuda", "arch", "python"}
+    assert inputs["cuda"]["type"] == "choice" and "13.0" in inputs["cuda"]["options"]
+    assert inputs["python"]["type"] == "choice"
+    assert all(inputs[k]["type"] == "string" for k in ("spec", "torch", "arch"))
+    group = doc["jobs"]["request"]["concurrency"]["group"]
+    nightly_group = _load("nightly.yml")["jobs"]["build"]["concurrency"]["group"]
+    # The same name once the expression is filled in: the prefix before it must match.
+    assert group.split("${{")[0] == nightly_group.split("${{")[0] == "factory-publish-"
+    assert group.endswith("${{ needs.resolve.outputs.cell }}")
+
+
+def test_ci_runs_the_ci_script() -> None:
+    doc = _load("ci.yml")
+    assert {"push", "pull_request"} <= set(doc["on"])
+    assert any(".ci/run" in s.get("run", "") for s in doc["jobs"]["test"]["steps"])
+
+
+def _walk(node: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    if isinstance(node, dict):
+        return [x for k, v in node.items() for x in _walk(v, (*path, str(k)))]
+    if isinstance(node, list):
+        return [x for i, v in enumerate(node) for x in _walk(v, (*path, str(i)))]
+    return [(path, str(node))]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_secrets_only_through_env_never_in_scripts(path: Path) -> None:
+    doc = yaml.safe_load(path.read_text())
+    for where, value in _walk(doc):
+        if "secrets." in value:
+            assert where[-2] == "env", f"{path.name}: secret used outside env: at {'/'.join(where)}"
+        if where[-1] == "run":
+            assert "secrets." not in value and "AWS_SECRET_ACCESS_KEY" not in value
+
+
+def test_the_nightly_matrix_step_output(tmp_path: Path) -> None:
+    """What the matrix job feeds to fromJSON: the real CLI, then the runner labels."""
+    cells = planned(write_matrix(tmp_path))
+    store = tmp_path / "store"
+    publish_build(store, tmp_path / "dist", cells[0])
+    r = factory_cli("matrix", "--matrix", str(tmp_path / "matrix.toml"), "--missing", "--json",
+                    "--store", str(store))
+    assert r.returncode == 0, r.stderr
+    labelled = subprocess.run([sys.executable, "-m", "factory.ci", "runner-labels"], input=r.stdout,
+                              capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert labelled.returncode == 0, labelled.stderr
+    include = json.loads(labelled.stdout)["include"]
+    assert [e["cell"] for e in include] == [c.cell.id for c in cells[1:]]
+    assert {e["runner"] for e in include} == {"mem-256g"}  # flash-attn builders
