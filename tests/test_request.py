@@ -1,0 +1,199 @@
+"""`factory matrix --missing` and `factory request`: a store with some cells published lists
+exactly the rest; a published cell is answered from the store with no build; a missing one is
+built (the build function is faked here, except in the docker end-to-end test) and published."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from factory import cli
+from factory.matrix import PlannedCell
+
+from ops_builds import REPO, factory_cli, planned, publish_build, write_matrix
+
+SPEC = "flash-attn==2.8.3.post2"
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path, list[PlannedCell]]:
+    matrix = write_matrix(tmp_path)
+    cells = planned(matrix)
+    store = tmp_path / "store"
+    for i in (0, 3, 5, 10):
+        publish_build(store, tmp_path / f"dist{i}", cells[i])
+    return matrix, store, cells
+
+
+def _args(pc: PlannedCell) -> list[str]:
+    c = pc.cell
+    return [f"{c.package}=={c.version}", "--torch", c.torch, "--cuda", c.cuda,
+            "--arch", ",".join(f"{a // 10}.{a % 10}" for a in c.archs), "--python", c.python]
+
+
+def test_missing_lists_exactly_the_rest(setup: tuple[Path, Path, list[PlannedCell]]) -> None:
+    matrix, store, cells = setup
+    assert len(cells) == 12
+    r = factory_cli("matrix", "--matrix", str(matrix), "--missing", "--json", "--store", str(store))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    want = [pc.cell.id for i, pc in enumerate(cells) if i not in (0, 3, 5, 10)]
+    assert [c["id"] for c in doc["cells"]] == want
+    assert doc["include"] == [{"cell": cid} for cid in want]
+
+
+def test_published_cell_prints_the_install_line_without_building(
+    setup: tuple[Path, Path, list[PlannedCell]]
+) -> None:
+    matrix, store, cells = setup
+    pc = cells[3]
+    r = factory_cli("request", *_args(pc), "--matrix", str(matrix), "--store", str(store),
+                    "--index-url", "http://index.example:8080/")
+    assert r.returncode == 0, r.stderr
+    version = pc.wheel.split("-")[1]
+    assert r.stdout == (f"pip install --extra-index-url http://index.example:8080/{pc.cell.variant}/simple/ "
+                        f"flash-attn=={version}\n")
+    assert "already published, nothing to build" in r.stderr
+    # Without --index-url a local store names itself, as a file:// URL pip can read.
+    r = factory_cli("request", *_args(pc), "--matrix", str(matrix), "--store", str(store), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["built"] is False and doc["content_key"] == pc.content_key
+    assert doc["install"].startswith(f"pip install --extra-index-url {store.resolve().as_uri()}/")
+
+
+def test_rerun_of_a_published_cell_never_calls_the_build(
+    setup: tuple[Path, Path, list[PlannedCell]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix, store, cells = setup
+    import factory.build
+
+    def must_not_build(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("build_cells was called for a published cell")
+
+    monkeypatch.setattr(factory.build, "build_cells", must_not_build)
+    for pc in (cells[0], cells[10]):
+        code = cli.main(["request", *_args(pc), "--matrix", str(matrix), "--store", str(store)])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        assert out.out.strip().endswith(pc.wheel.split("-")[1])
+
+
+def test_missing_cell_is_built_with_publish_then_answered(
+    setup: tuple[Path, Path, list[PlannedCell]], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    matrix, store, cells = setup
+    import factory.build
+
+    calls: list[tuple[list[str], Any]] = []
+
+    def fake_build_cells(planned_cells: list[PlannedCell], *, matrix: Any, opts: Any, log: Any = None) -> list[Any]:
+        calls.append(([p.cell.id for p in planned_cells], opts))
+        for p in planned_cells:
+            publish_build(opts.store, tmp_path / "built", p)
+        return []
+
+    monkeypatch.setattr(factory.build, "build_cells", fake_build_cells)
+    pc = cells[1]
+    args = ["request", *_args(pc), "--matrix", str(matrix), "--store", str(store), "--index-url", "http://i"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr()
+    assert out.out == f"pip install --extra-index-url http://i/{pc.cell.variant}/simple/ flash-attn=={pc.wheel.split('-')[1]}\n"
+    assert "built and published" in out.err
+    ((ids, opts),) = calls
+    assert ids == [pc.cell.id] and opts.publish is True and opts.store == str(store)
+    # The second time it is in the store: no second build.
+    assert cli.main(args) == 0
+    assert len(calls) == 1
+
+
+def test_cuda12_cell_fails_in_one_line_without_building(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import factory.build
+
+    monkeypatch.setattr(factory.build, "build_cells", lambda *a, **k: pytest.fail("build called"))
+    args = ["request", SPEC, "--torch", "2.10.0", "--cuda", "12.8", "--arch", "10.0", "--python", "3.12",
+            "--matrix", str(REPO / "matrix.toml"), "--store", str(tmp_path / "store")]
+    r = factory_cli(*args)
+    assert r.returncode == 5, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines[-2].startswith("ERROR flash-attn-2.8.3.post2-torch2.10.0-cu128-sm100-cp312 needs the CUDA 12.8 "
+                                "builder image")
+    assert lines[-1].startswith("TIP ") and "Traceback" not in r.stderr
+    assert cli.main(args[:-2] + ["--store", str(tmp_path / "store"), "--runner", "local"]) == 5
+    assert "the local runner cannot use a builder image" in capsys.readouterr().err
+
+
+def test_bad_requests_are_usage_errors(tmp_path: Path) -> None:
+    base = ["--torch", "2.14.1", "--cuda", "13.0", "--arch", "10.0", "--python", "3.11",
+            "--store", str(tmp_path)]
+    r = factory_cli("request", "flash-attn>=2.8", *base)
+    assert r.returncode == 2 and "must pin exactly one version" in r.stderr
+    r = factory_cli("request", "flash-attn==2.8.3.post2", *base[:-2], "--store", "s3://bucket/prefix")
+    assert r.returncode == 2 and "--index-url" in r.stderr
+    r = factory_cli("request", "flash-attn==2.8.3.post2", *base[:4], "--arch", "12.0", "--cuda", "12.6",
+                    "--python", "3.11", "--store", str(tmp_path))
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("ERROR sm_120 needs CUDA >= 12.8")
+
+
+def test_yanked_only_build_is_reported(setup: tuple[Path, Path, list[PlannedCell]]) -> None:
+    matrix, store, cells = setup
+    from factory.publish import yank
+    from factory.store import open_store
+
+    yank(open_store(str(store)), cells[5].wheel, "bad kernels")
+    r = factory_cli("request", *_args(cells[5]), "--matrix", str(matrix), "--store", str(store))
+    assert r.returncode == 11 and "is yanked: bad kernels" in r.stderr
+
+
+def test_print_cell_for_the_request_workflow() -> None:
+    r = factory_cli("request", SPEC, "--torch", "2.10.0", "--cuda", "12.8", "--arch", "10.0",
+                    "--python", "3.12", "--print-cell", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["cell"] == "flash-attn-2.8.3.post2-torch2.10.0-cu128-sm100-cp312"
+    assert doc["runner"] == "mem-256g" and doc["variant"] == "cu128-torch2.10"
+
+
+def _docker_ready() -> str | None:
+    if shutil.which("docker") is None:
+        return "no docker"
+    if subprocess.run(["docker", "image", "inspect", "factory-base:bookworm"], capture_output=True).returncode:
+        return "no factory-base:bookworm image (docker/setup-host.sh makes it)"
+    if not (REPO / ".cache" / "factory" / "wheelhouse" / "cp311").is_dir():
+        return "no wheelhouse for cp311 (docker/setup-host.sh prepares it)"
+    return None
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_request_end_to_end_with_the_bundled_extension(tmp_path: Path) -> None:
+    """A real build in docker (about 1.5 min of nvcc on 2 cores), published, then answered from
+    the store by a second request that builds nothing."""
+    reason = _docker_ready()
+    if reason:
+        pytest.skip(reason)
+    args = ["request", "factory-example-ext==0.1.0", "--torch", "2.14.1", "--cuda", "13.0",
+            "--arch", "10.0", "--python", "3.11", "--store", str(tmp_path / "store"),
+            "--out", str(tmp_path / "dist"), "--matrix", str(REPO / "matrix.toml")]
+    first = factory_cli(*args, timeout=3000)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "built and published" in first.stderr
+    line = first.stdout.strip()
+    assert line.endswith("/cu130-torch2.14/simple/ factory-example-ext==0.1.0+cu130torch2.14sm100")
+    second = factory_cli(*args, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip() == line and "already published, nothing to build" in second.stderr
+    shown = factory_cli("show", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
+                        "--store", str(tmp_path / "store"), "--json")
+    assert shown.returncode == 0, shown.stderr
+    (manifest,) = json.loads(shown.stdout)["manifests"]
+    assert manifest["attempts"] and manifest["plan"]["max_jobs"] >= 1
