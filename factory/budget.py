@@ -118,7 +118,7 @@ def cgroup_memory_limit(cgroup_dir: Path) -> int | None:
 
 
 def cgroup_cpu_limit(cgroup_dir: Path) -> float | None:
-    """CPUs allowed by the CFS quota on exactly this directory (1.5 = 150 %), None when unlimited."""
+    """CPUs the CFS quota on exactly this directory allows (1.5 = 150 %); None: unlimited."""
     v2 = _v2_cpu(cgroup_dir)
     return v2 if v2 is not None else _v1_cpu(cgroup_dir)
 
@@ -235,7 +235,8 @@ def detect_budget(
     else:
         cpus = max(1, affinity)
         cpus_source = "CPU affinity of this process"
-    return Budget(memory_bytes=memory, cpus=cpus, memory_source=memory_source, cpus_source=cpus_source)
+    return Budget(memory_bytes=memory, cpus=cpus, memory_source=memory_source,
+                  cpus_source=cpus_source)
 
 
 def resolve_budget(memory: int | None, cpus: int | None, *, memory_label: str = "given",

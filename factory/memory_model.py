@@ -202,7 +202,8 @@ class MemoryHistory:
         return cls(doc, path=target, base=base)
 
     def as_document(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self._doc))  # a deep copy, JSON-clean
+        copy: dict[str, Any] = json.loads(json.dumps(self._doc))  # a deep copy, JSON-clean
+        return copy
 
     def save(self) -> None:
         if self.path is None:
@@ -288,7 +289,8 @@ class MemoryHistory:
                 if entry.get("package") != cell.package:
                     continue
                 ot = ObjectTimes(
-                    package=entry["package"], version=str(entry["version"]), cuda=str(entry["cuda"]),
+                    package=entry["package"], version=str(entry["version"]),
+                    cuda=str(entry["cuda"]),
                     archs=tuple(int(a) for a in entry["archs"]),
                     nvcc_threads=int(entry.get("nvcc_threads", 1)),
                     seconds={str(k): float(v) for k, v in entry["seconds"].items()},

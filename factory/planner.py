@@ -210,14 +210,16 @@ def _explain(cell: Cell, o: _Option, options: Sequence[_Option], *, memory: int,
         "the final link",
     ]
     by_memory = (memory - headroom) // o.per_job
-    limits = [f"memory allows {by_memory} job(s)", f"{cpus} CPU(s) allow {cpus // min(o.threads, archs)}"]
+    limits = [f"memory allows {by_memory} job(s)",
+              f"{cpus} CPU(s) allow {cpus // min(o.threads, archs)}"]
     if n_objects:
         limits.append(f"there are {n_objects} objects")
     out.append(f"at {o.threads} thread(s): " + ", ".join(limits) + f" -> {o.jobs} job(s)")
     if not supports_threads:
         out.append(f"nvcc threads fixed at 1: the {cell.package} recipe does not pass NVCC_THREADS")
     elif archs == 1:
-        out.append("nvcc threads 1: the cell compiles one arch, more threads would only cost memory")
+        out.append("nvcc threads 1: the cell compiles one arch, more threads would only "
+                   "cost memory")
     out.append(
         f"predicted peak {o.jobs} x {format_size(o.per_job)} + {format_size(headroom)} = "
         f"{format_size(o.peak)} <= {format_size(memory)}"
@@ -290,7 +292,8 @@ def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: in
         if threads <= 1:
             raise PlanError(
                 f"{plan.cell_id} was OOM-killed with one job and one nvcc thread under "
-                f"{format_size(budget)}: it needs more than {format_size(per_job + plan.headroom_bytes)}",
+                f"{format_size(budget)}: it needs more than "
+                f"{format_size(per_job + plan.headroom_bytes)}",
                 tip="raise --memory / the container's memory limit",
             )
         threads = 1

@@ -6,6 +6,11 @@ job from another. A job here is one child of ninja (the nvcc driver, or g++) wit
 it spawns (cicc, ptxas, cudafe++, cc1plus); its memory is the sum of their RSS, sampled
 periodically from /proc. Sampling can miss a short spike, so callers should treat the result
 as a lower bound and the model keeps the maximum of several builds.
+
+torch >= 2.14 prefixes ccache/sccache to the compilers when one is on PATH; with sccache the
+compilers run under its server, not under ninja, and this tree sees only thin clients. Build
+with TORCH_NO_COMPILER_WRAPPER=1 when measuring (and never record object times from a build
+that hit a compiler cache: they are not compile times).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The planner: fits the budget, most throughput, explains itself, refuses clearly, backs off on OOM."""
+"""The planner: fits the budget, most throughput, explains itself, refuses, backs off on OOM."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ from factory.cli import main
 from factory.errors import PlanError
 from factory.matrix import PlannedCell, load_matrix
 from factory.memory_model import MemoryHistory, shipped_history_path
-from factory.planner import BuildPlan, list_schedule, longest_first, plan_after_oom, plan_build, plan_for
+from factory.planner import (
+    BuildPlan,
+    list_schedule,
+    longest_first,
+    plan_after_oom,
+    plan_build,
+    plan_for,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 FA_SM100 = "flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311"
@@ -67,7 +74,9 @@ def test_jobs_never_exceed_the_number_of_objects(matrix, history) -> None:  # ty
 
 
 @pytest.mark.parametrize(("memory", "cpus"), [(16, 4), (32, 8), (64, 32), (128, 16), (512, 128)])
-def test_four_arch_plans_respect_threads_cores_and_memory(matrix, history, memory: int, cpus: int) -> None:  # type: ignore[no-untyped-def]
+def test_four_arch_plans_respect_threads_cores_and_memory(  # type: ignore[no-untyped-def]
+    matrix, history, memory: int, cpus: int
+) -> None:
     pc = pc_of(matrix, FA_ALL)
     plan = plan_build(pc, memory=memory * GIB, cpus=cpus, history=history)
     assert 1 <= plan.nvcc_threads <= 4
