@@ -76,7 +76,9 @@ def _canonical_minor(torch_minor: str) -> str:
 def parse_local(local: str) -> LocalTag:
     m = _LOCAL_RE.fullmatch(local.lower())
     if not m:
-        raise WheelError(f"local version {local!r} is not a factory tag (expected cuXYtorchA.B[smN])")
+        raise WheelError(
+            f"local version {local!r} is not a factory tag (expected cuXYtorchA.B[smN])"
+        )
     archs: tuple[int, ...] | None = None
     if m.group("archs"):
         archs = tuple(int(a) for a in m.group("archs").split("."))
@@ -101,7 +103,9 @@ def _parse_filename(filename: str):  # type: ignore[no-untyped-def]
 
 
 def variant_of_filename(filename: str) -> str | None:
-    """'flash_attn-2.8.3+cu130torch2.14sm100-cp311-...whl' -> 'cu130-torch2.14'; None if untagged."""
+    """'flash_attn-2.8.3+cu130torch2.14sm100-cp311-...whl' -> 'cu130-torch2.14'.
+
+    None when the wheel carries no factory tag."""
     _, version, _, _ = _parse_filename(filename)
     if version.local is None:
         return None
@@ -144,7 +148,9 @@ def cell_from_wheel_filename(
             raise WheelError(f"{filename}: tagged for torch {lt.torch_minor}, not torch {torch}")
     interps = sorted({t.interpreter for t in tags})
     if len(interps) != 1 or not re.fullmatch(r"cp3\d+", interps[0]):
-        raise WheelError(f"{filename}: expected one CPython tag like cp311, got {'.'.join(interps)}")
+        raise WheelError(
+            f"{filename}: expected one CPython tag like cp311, got {'.'.join(interps)}"
+        )
     try:
         return Cell(
             package=str(name),

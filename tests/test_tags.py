@@ -30,18 +30,29 @@ ARCH_SETS = [s for n in (1, 2, 3) for s in itertools.combinations(ARCHS, n)] + [
 
 
 def test_shape_follows_upstream_with_the_cuda_minor() -> None:
-    assert local_tag(cuda="13.0", torch_minor="2.14", archs=[100], default_archs=None) == "cu130torch2.14sm100"
-    assert local_tag(cuda="12.8", torch_minor="2.10", archs=[90, 100], default_archs=None) == "cu128torch2.10sm90.100"
+    assert (
+        local_tag(cuda="13.0", torch_minor="2.14", archs=[100], default_archs=None)
+        == "cu130torch2.14sm100"
+    )
+    assert (
+        local_tag(cuda="12.8", torch_minor="2.10", archs=[90, 100], default_archs=None)
+        == "cu128torch2.10sm90.100"
+    )
 
 
 def test_default_arch_set_gets_no_marker_and_reads_back_as_default() -> None:
-    tag = local_tag(cuda="12.8", torch_minor="2.10", archs=[120, 80, 100, 90], default_archs=FLASH.default_archs)
+    tag = local_tag(
+        cuda="12.8", torch_minor="2.10", archs=[120, 80, 100, 90], default_archs=FLASH.default_archs
+    )
     assert tag == "cu128torch2.10"
     assert parse_local(tag) == LocalTag(cuda="12.8", torch_minor="2.10", archs=None)
 
 
 def test_archs_are_written_sorted_and_once() -> None:
-    assert local_tag(cuda="13.0", torch_minor="2.14", archs=[100, 90, 100], default_archs=None) == "cu130torch2.14sm90.100"
+    assert (
+        local_tag(cuda="13.0", torch_minor="2.14", archs=[100, 90, 100], default_archs=None)
+        == "cu130torch2.14sm90.100"
+    )
 
 
 @pytest.mark.parametrize("bad", ["cu130torch2.14sm100.90", "cu130torch2.14sm90.90"])
@@ -61,7 +72,9 @@ def _all_combinations() -> list[tuple[str, str, tuple[int, ...]]]:
 
 
 @pytest.mark.parametrize("default_archs", [None, FLASH.default_archs])
-def test_round_trip_and_distinct_for_every_torch_cuda_archset(default_archs: tuple[int, ...] | None) -> None:
+def test_round_trip_and_distinct_for_every_torch_cuda_archset(
+    default_archs: tuple[int, ...] | None,
+) -> None:
     seen: dict[str, tuple[str, str, tuple[int, ...]]] = {}
     for minor, cuda, archs in _all_combinations():
         tag = local_tag(cuda=cuda, torch_minor=minor, archs=archs, default_archs=default_archs)
@@ -77,12 +90,19 @@ def test_round_trip_and_distinct_for_every_torch_cuda_archset(default_archs: tup
 
 
 @given(
-    cmaj=st.integers(10, 99), cmin=st.integers(0, 99), tmaj=st.integers(1, 9), tmin=st.integers(0, 40),
+    cmaj=st.integers(10, 99),
+    cmin=st.integers(0, 99),
+    tmaj=st.integers(1, 9),
+    tmin=st.integers(0, 40),
     archs=st.sets(st.sampled_from(ARCHS), min_size=1),
 )
 def test_round_trip_property(cmaj: int, cmin: int, tmaj: int, tmin: int, archs: set[int]) -> None:
-    tag = local_tag(cuda=f"{cmaj}.{cmin}", torch_minor=f"{tmaj}.{tmin}", archs=archs, default_archs=None)
-    assert parse_local(tag) == LocalTag(cuda=f"{cmaj}.{cmin}", torch_minor=f"{tmaj}.{tmin}", archs=tuple(sorted(archs)))
+    tag = local_tag(
+        cuda=f"{cmaj}.{cmin}", torch_minor=f"{tmaj}.{tmin}", archs=archs, default_archs=None
+    )
+    assert parse_local(tag) == LocalTag(
+        cuda=f"{cmaj}.{cmin}", torch_minor=f"{tmaj}.{tmin}", archs=tuple(sorted(archs))
+    )
 
 
 def test_cuda_minor_with_two_digits_stays_apart_from_one_digit() -> None:
@@ -105,7 +125,17 @@ def test_local_tag_refuses_what_would_not_round_trip(kwargs: dict[str, object], 
         local_tag(default_archs=None, **kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", ["cu12torch2.8", "cpu", "cu130torch2", "cu130torch2.14sm", "cu130torch2.14cxx11abiTRUE", "cu130torch2.14\n"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "cu12torch2.8",
+        "cpu",
+        "cu130torch2",
+        "cu130torch2.14sm",
+        "cu130torch2.14cxx11abiTRUE",
+        "cu130torch2.14\n",
+    ],
+)
 def test_parse_local_rejects_foreign_tags(bad: str) -> None:
     with pytest.raises(WheelError, match="not a factory tag"):
         parse_local(bad)
@@ -118,7 +148,14 @@ def test_torch_pin() -> None:
 @pytest.mark.parametrize("recipe", [FLASH, GENERIC])
 def test_filename_to_cell_round_trip(recipe: object) -> None:
     for archs in [(100,), (90, 100), FLASH.default_archs]:
-        cell = Cell(package="flash-attn", version="2.8.3.post2", torch="2.14.1", cuda="13.0", archs=archs, python="3.12")
+        cell = Cell(
+            package="flash-attn",
+            version="2.8.3.post2",
+            torch="2.14.1",
+            cuda="13.0",
+            archs=archs,
+            python="3.12",
+        )
         name = wheel_filename(cell, recipe, "manylinux_2_28_x86_64")  # type: ignore[arg-type]
         back = cell_from_wheel_filename(name, recipe.default_archs, torch="2.14.1")  # type: ignore[attr-defined]
         assert back == cell
@@ -129,7 +166,13 @@ def test_filename_to_cell_without_full_torch_reads_patch_zero() -> None:
     name = "factory_example_ext-0.1.0+cu130torch2.14sm100-cp311-cp311-manylinux_2_36_x86_64.whl"
     cell = cell_from_wheel_filename(name)
     assert (cell.package, cell.version, cell.torch, cell.cuda, cell.archs, cell.python) == (
-        "factory-example-ext", "0.1.0", "2.14.0", "13.0", (100,), "3.11")
+        "factory-example-ext",
+        "0.1.0",
+        "2.14.0",
+        "13.0",
+        (100,),
+        "3.11",
+    )
 
 
 def test_filename_to_cell_refuses_a_torch_of_another_minor() -> None:
@@ -154,4 +197,9 @@ def test_filename_to_cell_errors(name: str, match: str) -> None:
 
 def test_untagged_or_foreign_filenames_have_no_variant() -> None:
     assert variant_of_filename("flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl") is None
-    assert variant_of_filename("flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp311-cp311-linux_x86_64.whl") is None
+    assert (
+        variant_of_filename(
+            "flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
+        )
+        is None
+    )

@@ -1,0 +1,94 @@
+"""factory verify WHEEL... [--no-import] [--wheelhouse DIR] [--json] [--matrix PATH]"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError, VerifyError
+from ..matrix import Matrix, PlannedCell, default_matrix_path, load_matrix
+from ..verify import VerifyReport, verify_wheel
+from ._common import print_json
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "wheels", nargs="+", type=Path, metavar="WHEEL", help="wheel files to check"
+    )
+    parser.add_argument(
+        "--no-import", action="store_true", help="skip the clean-venv install and import"
+    )
+    parser.add_argument(
+        "--wheelhouse",
+        type=Path,
+        default=None,
+        help="where pip finds torch and the other dependencies, offline "
+        "(default: the matrix's settings.wheelhouse/<cp tag>)",
+    )
+    parser.add_argument("--allow-ptx", action="store_true", help="accept PTX next to the SASS")
+    parser.add_argument(
+        "--matrix",
+        type=Path,
+        default=None,
+        help="matrix file: a wheel it plans is checked against its cell",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _matrix(args: argparse.Namespace) -> Matrix | None:
+    """The matrix, when there is one: it turns a filename into the planned cell."""
+    if args.matrix is not None:
+        return load_matrix(args.matrix)  # asked for explicitly: its errors are the user's
+    path = default_matrix_path()
+    if not path.exists():
+        return None
+    try:
+        return load_matrix(path)
+    except ConfigError:
+        return None
+
+
+def _wheelhouse(args: argparse.Namespace, matrix: Matrix | None, wheel: Path) -> Path | None:
+    if args.wheelhouse is not None:
+        return Path(args.wheelhouse)
+    if matrix is None:
+        return None
+    base = Path(str(matrix.settings["wheelhouse"]))
+    if not base.is_absolute():
+        base = matrix.root / base
+    cp = wheel.name.split("-")[-3]  # the python tag: cp311
+    return base / cp if (base / cp).is_dir() else None
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix = _matrix(args)
+    planned: dict[str, PlannedCell] = {pc.wheel: pc for pc in matrix.cells} if matrix else {}
+    reports: list[VerifyReport] = []
+    echo = (lambda line: print(f"    {line}", file=sys.stderr)) if args.verbose else None
+    for wheel in args.wheels:
+        if not args.json:
+            print(f"verify {wheel.name}", flush=True)
+        report = verify_wheel(
+            wheel,
+            expected=planned.get(wheel.name),
+            import_check=not args.no_import,
+            wheelhouse=_wheelhouse(args, matrix, wheel),
+            raise_on_failure=False,
+            allow_ptx=args.allow_ptx,
+            echo=echo,
+        )
+        reports.append(report)
+        if not args.json:
+            for c in report.checks:
+                print(f"    {c.status:4}  {c.name:9}  {c.detail}", flush=True)
+    if args.json:
+        print_json({"wheels": [r.as_dict() for r in reports]})
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        raise VerifyError(
+            f"{len(failed)} of {len(reports)} wheel(s) failed verification: {failed[0].summary()}"
+        )
+    if not args.json:
+        print(f"{len(reports)} wheel(s) verified")
+    return 0
