@@ -1,0 +1,36 @@
+"""factory wheelhouse CELL [--matrix PATH] [--root DIR]"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ._common import add_matrix_arg, matrix_from_args
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cell", metavar="CELL", help="cell id ('factory matrix' lists them)")
+    add_matrix_arg(parser)
+    parser.add_argument("--root", type=Path, default=None,
+                        help="wheelhouse root (default: the matrix's settings.wheelhouse)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..wheelhouse import build_requirements, prepare_wheelhouse
+
+    matrix = matrix_from_args(args)
+    pc = matrix.find(args.cell)
+    root = args.root
+    if root is None:
+        root = Path(str(matrix.settings["wheelhouse"]))
+        if not root.is_absolute():
+            root = matrix.root / root
+    start = time.monotonic()
+    dest = prepare_wheelhouse(pc, root)
+    wheels = sorted(dest.glob("*.whl"))
+    size = sum(w.stat().st_size for w in wheels)
+    print(f"wheelhouse {dest}: {len(wheels)} wheels, {size / 2**30:.1f} GiB "
+          f"({time.monotonic() - start:.0f} s)")
+    print(f"    for {', '.join(build_requirements(pc))}")
+    return 0

@@ -1,0 +1,136 @@
+"""Every external command goes through here: find the program first, echo the command, capture
+its output, keep it in a log file, and show it in full when the step fails.
+
+A missing program is an EngineError (the host lacks a tool), a failing one is the ``error``
+class the caller names (BuildError by default): the CLI maps both to one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .errors import BuildError, EngineError, FactoryError
+
+# Which package brings a program, for the one-line tip when it is missing.
+INSTALL_TIPS = {
+    "docker": "apt-get install docker.io",
+    "dockerd": "apt-get install docker.io",
+    "debootstrap": "apt-get install debootstrap",
+    "tar": "apt-get install tar",
+    "cibuildwheel": "pip install cibuildwheel",
+    "nvcc": "install a CUDA toolkit or let 'factory' materialize one from PyPI",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CommandResult:
+    args: tuple[str, ...]
+    returncode: int
+    output: str  # stdout and stderr, interleaved as the program wrote them
+    seconds: float
+
+
+def verbose() -> bool:
+    """Stream subprocess output as it comes (the CLI's -v sets FACTORY_VERBOSE=1)."""
+    return os.environ.get("FACTORY_VERBOSE") == "1"
+
+
+def find_program(name: str, *, path: str | None = None) -> str:
+    """The absolute path of ``name``; EngineError with an install tip when it is absent."""
+    if os.sep in name:
+        if os.access(name, os.X_OK):
+            return name
+        raise EngineError(f"program {name} does not exist or is not executable")
+    found = shutil.which(name, path=path)
+    if found is None:
+        tip = INSTALL_TIPS.get(name)
+        raise EngineError(f"program {name!r} is not installed (not on PATH)", tip=tip)
+    return found
+
+
+def format_command(args: Sequence[str | os.PathLike[str]]) -> str:
+    return shlex.join(str(a) for a in args)
+
+
+def run_command(
+    args: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    log_path: Path | None = None,
+    check: bool = True,
+    echo: bool = True,
+    stream: bool | None = None,
+    timeout: float | None = None,
+    error: type[FactoryError] = BuildError,
+    what: str | None = None,
+) -> CommandResult:
+    """Run one command to completion.
+
+    ``env`` replaces the environment when given (callers start from ``os.environ`` on purpose).
+    The full output goes to ``log_path`` when given; on failure (``check``) it is printed in full
+    to stderr and ``error`` is raised with one line naming the step and the log.
+    """
+    argv = [str(a) for a in args]
+    argv[0] = find_program(argv[0], path=(env or os.environ).get("PATH"))
+    stream = verbose() if stream is None else stream
+    if echo:
+        print(f"+ {format_command(args)}", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    chunks: list[str] = []
+    log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
+    try:
+        if log:
+            log.write(f"+ {format_command(args)}\n")
+            log.flush()
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env=dict(env) if env is not None else None,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                text=True, errors="replace", bufsize=1,
+            )
+        except OSError as exc:
+            raise EngineError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+        assert proc.stdout is not None
+        # A timer, not a check between lines: a hung program may print nothing at all.
+        watchdog = threading.Timer(timeout, proc.kill) if timeout else None
+        if watchdog:
+            watchdog.start()
+        try:
+            for line in proc.stdout:
+                chunks.append(line)
+                if log:
+                    log.write(line)
+                if stream:
+                    sys.stderr.write(line)
+            returncode = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            if watchdog:
+                watchdog.cancel()
+    finally:
+        if log:
+            log.close()
+    result = CommandResult(
+        args=tuple(argv), returncode=returncode, output="".join(chunks),
+        seconds=time.monotonic() - start,
+    )
+    if check and returncode != 0:
+        if not stream and result.output:
+            sys.stderr.write(result.output if result.output.endswith("\n") else result.output + "\n")
+        name = what or Path(argv[0]).name
+        where = f" (log: {log_path})" if log_path else ""
+        raise error(f"{name} failed with exit code {returncode}{where}")
+    return result

@@ -1,0 +1,144 @@
+"""Shared, expensive things, made once per session and kept between sessions under .cache/:
+the docker engine, the offline base image, the cp311 wheelhouse (torch, ~3 GB), the CUDA 13.0
+toolkit from PyPI, and one build venv with torch installed (the runners reuse it like an OOM
+retry would). Set FACTORY_TEST_CACHE to put them elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_CELL = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FACTORY_TEST_CACHE", REPO / ".cache" / "factory"))
+
+
+def _engine_up() -> Any | None:
+    try:
+        from factory.engine import docker_client
+
+        return docker_client(timeout=30)
+    except Exception:
+        return None
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Any:
+    """A connected docker client; starts dockerd when it is installed and we are root."""
+    client = _engine_up()
+    if client is None and shutil.which("dockerd") and os.geteuid() == 0:
+        log = open(cache_root().parent / "dockerd.log" if cache_root().parent.is_dir()  # noqa: SIM115
+                   else os.devnull, "ab")
+        subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
+        for _ in range(60):
+            time.sleep(1)
+            client = _engine_up()
+            if client is not None:
+                break
+    if client is None:
+        pytest.skip("no docker engine: dockerd is not running and could not be started "
+                    "(needs docker.io and root)")
+    return client
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_engine: Any) -> str:
+    from factory.images import ensure_base_image
+
+    return ensure_base_image(work_dir=cache_root() / "work")
+
+
+@pytest.fixture(scope="session")
+def example_cell() -> Any:
+    from factory.matrix import load_matrix
+
+    return load_matrix(REPO / "matrix.toml").find(EXAMPLE_CELL)
+
+
+@pytest.fixture(scope="session")
+def wheelhouse_cp311(example_cell: Any) -> Path:
+    from factory.wheelhouse import prepare_wheelhouse
+
+    return prepare_wheelhouse(example_cell, cache_root() / "wheelhouse")
+
+
+@pytest.fixture(scope="session")
+def cuda13_home(example_cell: Any) -> Path:
+    from factory.toolkit import materialize_cuda_home
+
+    home = materialize_cuda_home(example_cell.toolchain, cache_root() / "toolkits")
+    assert home is not None
+    return home
+
+
+@pytest.fixture(scope="session")
+def build_requirements(example_cell: Any) -> tuple[str, ...]:
+    from factory.wheelhouse import build_requirements as reqs
+
+    return reqs(example_cell)
+
+
+@pytest.fixture(scope="session")
+def docker_venv_dir() -> Path:
+    """One venv for every docker build in the session (torch installs once, like a retry)."""
+    d = cache_root() / "test-venvs" / "docker-cp311"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.fixture
+def no_leftover_containers(docker_engine: Any) -> Iterator[None]:
+    """Fails a test that leaves a build container behind; removes it either way."""
+    from factory.runners.docker import LABEL
+
+    before = {c.id for c in docker_engine.containers.list(all=True, filters={"label": LABEL})}
+    yield
+    after = docker_engine.containers.list(all=True, filters={"label": LABEL})
+    left = [c for c in after if c.id not in before]
+    for c in left:
+        c.remove(force=True)
+    assert not left, f"build containers left behind: {[c.name for c in left]}"
+
+
+def write_tiny_cuda_ext(root: Path, *, torch_headers: bool) -> Path:
+    """A one-kernel CUDA extension. Without torch headers a compile takes seconds (cache tests);
+    with them, cc1plus needs a GB or more and about a minute (OOM and kill tests)."""
+    root.mkdir(parents=True, exist_ok=True)
+    if torch_headers:
+        kernel = (
+            "#include <torch/extension.h>\n"
+            "__global__ void twice(float* x, int64_t n) {\n"
+            "  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }\n"
+            "torch::Tensor run(torch::Tensor x) {\n"
+            "  twice<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), x.numel()); return x; }\n"
+            "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"run\", &run); }\n"
+        )
+    else:
+        kernel = (
+            "#include <Python.h>\n#include <cuda_runtime.h>\n"
+            "__global__ void twice(float* x, int n) {\n"
+            "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }\n"
+            "static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, \"_C\", nullptr, -1, nullptr};\n"
+            "PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&mod); }\n"
+        )
+    (root / "tiny.cu").write_text(kernel)
+    (root / "setup.py").write_text(
+        "from setuptools import setup\n"
+        "from torch.utils.cpp_extension import BuildExtension, CUDAExtension\n"
+        "setup(name='tiny-cuda-ext', version='0.1.0',\n"
+        "      ext_modules=[CUDAExtension('tiny_cuda_ext._C', ['tiny.cu'],\n"
+        "                                 extra_compile_args={'cxx': ['-std=c++20'], 'nvcc': ['-std=c++20']})],\n"
+        "      cmdclass={'build_ext': BuildExtension})\n"
+    )
+    return root

@@ -1,0 +1,91 @@
+"""The offline base image (debootstrap + docker import) and the builder Dockerfile."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from factory import images
+from factory.errors import EngineError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_platform_follows_the_base_glibc() -> None:
+    assert images.plat_for_image("factory-base:bookworm") == "manylinux_2_36_x86_64"
+    assert images.plat_for_image("quay.io/pypa/manylinux_2_28_x86_64:2025.01") == "manylinux_2_28_x86_64"
+
+
+def test_rootfs_cache_name_follows_the_package_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = images.rootfs_tarball(tmp_path, "bookworm")
+    monkeypatch.setattr(images, "BASE_PACKAGES", (*images.BASE_PACKAGES, "cmake"))
+    assert images.rootfs_tarball(tmp_path, "bookworm") != a
+
+
+def test_script_and_module_share_the_package_list_and_cache_name() -> None:
+    script = (REPO / "docker" / "make-base-image.sh").read_text()
+    assert f'packages="{",".join(images.BASE_PACKAGES)}"' in script
+    assert 'rootfs-$suite-$(echo "$packages" | sha256sum | cut -c1-12).tar' in script
+
+
+def test_engine_down_is_one_line_with_a_tip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(EngineError) as info:
+        images.ensure_base_image("factory-test-absent:1")
+    assert "not running" in info.value.message and "\n" not in info.value.message
+    assert info.value.tip
+
+
+def test_debootstrap_missing_is_an_engine_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(EngineError, match="debootstrap") as info:
+        images._debootstrap_tarball(tmp_path / "x.tar", suite="bookworm", mirror="http://invalid")
+    assert info.value.tip == "apt-get install debootstrap"
+
+
+@pytest.mark.docker
+def test_base_image_has_what_a_build_needs(docker_engine: Any, base_image: str) -> None:
+    out = docker_engine.containers.run(
+        base_image, ["sh", "-c", "python3 -c 'import venv, sys; print(sys.version_info[:2])' && g++ --version"],
+        network_disabled=True, remove=True,
+    ).decode()
+    assert "(3, 11)" in out and "g++" in out
+
+
+@pytest.mark.docker
+def test_second_call_is_fast_and_reimport_uses_the_cached_rootfs(docker_engine: Any, base_image: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_debootstrap(*a: Any, **k: Any) -> None:
+        raise AssertionError("the image exists: nothing to make")
+
+    monkeypatch.setattr(images, "_debootstrap_tarball", no_debootstrap)
+    assert images.ensure_base_image(base_image) == base_image
+
+
+@pytest.mark.docker
+def test_builder_dockerfile_builds_offline_on_the_base(docker_engine: Any, base_image: str) -> None:
+    tag = "factory-test-builder:bookworm"
+    try:
+        proc = subprocess.run(
+            ["docker", "build", "--network", "none", "-q", "-f", str(REPO / "docker" / "Dockerfile"),
+             "--build-arg", f"BASE={base_image}", "-t", tag, str(REPO / "docker")],
+            capture_output=True, text=True,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out = docker_engine.containers.run(tag, ["sh", "-c", "ls -d /factory/src /factory/cache && python3 -V"],
+                                           network_disabled=True, remove=True).decode()
+        assert "/factory/src" in out and "Python 3.11" in out
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+def test_cuda_dockerfile_is_parameterised_by_cuda_version() -> None:
+    text = (REPO / "docker" / "Dockerfile.cuda").read_text()
+    assert "ARG CUDA=12.8" in text and "ARG BASE=quay.io/pypa/manylinux_2_28_x86_64" in text
+    # the tag the toolchain gives the image source, and the packages torch extensions need
+    assert "factory-cuda:" in text
+    for pkg in ("cuda-nvcc-", "cuda-cudart-devel-", "cuda-cccl-", "libcublas-devel-", "libcusparse-devel-"):
+        assert pkg in text

