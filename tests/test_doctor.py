@@ -7,8 +7,10 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -225,3 +227,29 @@ def test_without_index_reads_the_host_only(torch_dirs: dict[str, Path]) -> None:
     assert doc["results"] == [] and doc["host"]["variant"] == "cu130-torch2.14"
     assert doc["host"]["torch"] == "2.14.1" and doc["host"]["torch_cuda"] == "13.0"
     assert doc["host"]["glibc"] and doc["host"]["max_cuda"] == "13.0"
+
+
+def _pip_picks(install_line: str, tmp_path: Path) -> str:
+    """The file real pip chooses for the doctor's line (offline: the index as the only index)."""
+    _, _, rest = install_line.partition("--extra-index-url ")
+    url, requirement = rest.split()
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--no-deps", "-q",
+         "--index-url", url, requirement, "--report", str(report)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (item,) = json.loads(report.read_text())["install"]
+    return urllib.parse.unquote(item["download_info"]["url"].rsplit("/", 1)[1])
+
+
+@pytest.mark.parametrize("host, sm", [("h200.txt", "sm90"), ("b200.txt", "sm100")])
+def test_real_pip_installs_what_the_doctor_chose(
+    sm90_and_sm100: Path, torch_dirs: dict[str, Path], tmp_path: Path, host: str, sm: str
+) -> None:
+    r = doctor(sm90_and_sm100, host, torch_dirs["2.14-cu130"], "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (result,) = json.loads(r.stdout)["results"]
+    assert f"torch2.14{sm}-" in result["wheel"]
+    assert _pip_picks(result["install"], tmp_path) == result["wheel"]
