@@ -1,0 +1,85 @@
+"""factory index rebuild|verify [--store STORE]"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import IndexError_
+from ._common import add_store_arg, print_json, store_from_args
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        choices=["rebuild", "verify"],
+        help="rebuild: regenerate every page from the store; verify: check every link and hash",
+    )
+    add_store_arg(parser)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="verify: trust the recorded sha256 of each wheel instead of re-hashing it",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..index import rebuild_index, verify_index
+    from ..store import open_store
+
+    store = open_store(store_from_args(args))
+    if args.action == "rebuild":
+        r = rebuild_index(store)
+        if args.json:
+            print_json(
+                {
+                    "store": store.url,
+                    "wheels": r.wheels,
+                    "projects": r.projects,
+                    "variants": r.variants,
+                    "pages_written": r.pages_written,
+                    "pages_unchanged": r.pages_unchanged,
+                    "pages_removed": r.pages_removed,
+                    "completed": list(r.completed),
+                    "seconds": round(r.seconds, 3),
+                }
+            )
+            return 0
+        for name in r.completed:
+            print(f"completed an interrupted publish: {name}")
+        print(
+            f"{store.url}: {r.wheels} wheel(s), {r.projects} project(s), {r.variants} variant(s); "
+            f"{r.pages_written} page(s) written, {r.pages_unchanged} unchanged, "
+            f"{r.pages_removed} removed in {r.seconds:.2f} s"
+        )
+        return 0
+    v = verify_index(store, deep=not args.quick)
+    if args.json:
+        print_json(
+            {
+                "store": store.url,
+                "ok": v.ok,
+                "wheels": v.wheels,
+                "pages": v.pages,
+                "links": v.links,
+                "problems": list(v.problems),
+                "pending": list(v.pending),
+            }
+        )
+    else:
+        for name in v.pending:
+            print(
+                f"pending {name}: uploaded but not committed ('factory index rebuild' completes it)"
+            )
+        for problem in v.problems:
+            print(f"problem {problem}")
+        print(
+            f"{store.url}: {v.wheels} wheel(s), {v.pages} page(s), {v.links} link(s) checked, "
+            f"{len(v.problems)} problem(s)"
+        )
+    if not v.ok:
+        raise IndexError_(
+            f"{len(v.problems)} problem(s) in the index of {store.url}",
+            tip="'factory index rebuild' regenerates the pages from the store",
+        )
+    return 0

@@ -1,0 +1,47 @@
+"""factory publish [--store STORE] WHEEL..."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ._common import add_store_arg, print_json, store_from_args
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_store_arg(parser)
+    parser.add_argument(
+        "wheels",
+        nargs="+",
+        type=Path,
+        metavar="WHEEL",
+        help="wheel files; a WHEEL.provenance.json next to one is uploaded with it",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..publish import publish
+    from ..store import open_store
+
+    store = open_store(store_from_args(args))
+    report = publish(store, args.wheels)
+    if args.json:
+        print_json(
+            {
+                "store": store.url,
+                "published": list(report.published),
+                "unchanged": list(report.unchanged),
+                "pages_changed": report.pages_changed,
+            }
+        )
+        return 0
+    for name in report.published:
+        print(f"published {name}")
+    for name in report.unchanged:
+        print(f"unchanged {name} (same bytes already published)")
+    print(
+        f"{store.url}: {len(report.published)} new, {len(report.unchanged)} unchanged, "
+        f"{report.pages_changed} page(s) rewritten"
+    )
+    return 0

@@ -1,0 +1,75 @@
+"""factory serve [--store STORE] [--host H] [--port P] [--htpasswd FILE] [--read-auth]"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from ..errors import UsageError
+from ._common import add_store_arg, store_from_args
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_store_arg(parser)
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)"
+    )
+    parser.add_argument(
+        "--htpasswd",
+        type=Path,
+        default=None,
+        help="htpasswd file (Apache format); without it uploads are refused",
+    )
+    parser.add_argument(
+        "--read-auth", action="store_true", help="reads need credentials from --htpasswd too"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..index import rebuild_index
+    from ..server import ServerConfig, make_server
+
+    spec = store_from_args(args)
+    if spec.startswith("s3://"):
+        raise UsageError(
+            "factory serve serves a local store",
+            tip="put a static host or CDN in front of the bucket (docs/INDEX.md)",
+        )
+    root = Path(spec)
+    if not (root / "simple").is_dir():
+        from ..store import open_store
+
+        rebuild_index(open_store(spec))  # an empty or never-indexed store still gets its pages
+    server = make_server(
+        ServerConfig(
+            store=root,
+            host=args.host,
+            port=args.port,
+            htpasswd=args.htpasswd,
+            read_auth=args.read_auth,
+        )
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    uploads = (
+        f"with credentials from {args.htpasswd}" if args.htpasswd else "disabled (no --htpasswd)"
+    )
+    print(
+        f"serving {root.absolute()} at {server.url}simple/"
+        f" (per variant: {server.url}<variant>/simple/)"
+    )
+    print(
+        f"    reads: {'credentials required' if args.read_auth else 'open'}; uploads: {uploads}; "
+        "unknown names: 404 (no fallback)",
+        flush=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

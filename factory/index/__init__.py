@@ -1,0 +1,8 @@
+"""The index: PEP 503/691 pages derived from the store, per variant and combined."""
+
+from __future__ import annotations
+
+from .verify import VerifyReport, verify_index
+from .writer import RebuildReport, rebuild_index, update_index
+
+__all__ = ["RebuildReport", "VerifyReport", "rebuild_index", "update_index", "verify_index"]

@@ -1,0 +1,157 @@
+"""Index pages as pure functions of the wheel entries: PEP 503 HTML and PEP 691 JSON.
+
+HTML carries ``#sha256=`` fragments, ``data-requires-python`` (escaped), ``data-core-metadata``
+and ``data-dist-info-metadata`` (PEP 658/714), ``data-yanked`` (PEP 592). JSON is API version
+1.1 (PEP 700: ``versions``, ``size``, ``upload-time``). Links are relative, so the same tree
+works from the embedded server, from S3 behind a CDN, or from ``file://``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable, Sequence
+from urllib.parse import quote
+
+from packaging.version import InvalidVersion, Version
+
+from ..store.base import FILES, WheelEntry
+
+API_VERSION = "1.1"
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+HTML_TYPE = "application/vnd.pypi.simple.v1+html"
+CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".json": JSON_TYPE}
+
+
+def simple_root(variant: str | None) -> str:
+    """The key prefix of an index: 'simple/' or 'cu130-torch2.14/simple/'."""
+    return f"{variant}/simple/" if variant else "simple/"
+
+
+def project_page_keys(project: str, variant: str | None) -> tuple[str, str]:
+    base = f"{simple_root(variant)}{project}/index"
+    return base + ".json", base + ".html"
+
+
+def root_page_keys(variant: str | None) -> tuple[str, str]:
+    base = f"{simple_root(variant)}index"
+    return base + ".json", base + ".html"
+
+
+TOP_KEYS = ("index.json", "index.html")
+
+
+def file_href(entry: WheelEntry, variant: str | None, suffix: str = "") -> str:
+    """Relative link from a project page to a file: pages sit 2 (or 3) levels below the root."""
+    up = "../../../" if variant else "../../"
+    return f"{up}{FILES}/{entry.project}/{quote(entry.filename + suffix, safe='')}"
+
+
+def _html_page(title: str, body: list[str]) -> bytes:
+    head = [
+        "<!DOCTYPE html>",
+        "<html>",
+        "<head>",
+        f'<meta name="pypi:repository-version" content="{API_VERSION}">',
+        f"<title>{html.escape(title)}</title>",
+        "</head>",
+        "<body>",
+    ]
+    return "\n".join([*head, *body, "</body>", "</html>", ""]).encode()
+
+
+def _sort_key(version: str) -> tuple[int, Version | str]:
+    try:
+        return (1, Version(version))
+    except InvalidVersion:
+        return (0, version)
+
+
+def project_html(project: str, entries: Sequence[WheelEntry], variant: str | None) -> bytes:
+    lines = [f"<h1>Links for {html.escape(project)}</h1>"]
+    for e in entries:
+        attrs = [f'href="{html.escape(file_href(e, variant))}#sha256={e.sha256}"']
+        if e.requires_python:
+            attrs.append(f'data-requires-python="{html.escape(e.requires_python, quote=True)}"')
+        attrs.append(f'data-core-metadata="sha256={e.metadata_sha256}"')
+        attrs.append(f'data-dist-info-metadata="sha256={e.metadata_sha256}"')
+        if e.yanked is not None:
+            attrs.append(f'data-yanked="{html.escape(e.yanked, quote=True)}"')
+        lines.append(f"<a {' '.join(attrs)}>{html.escape(e.filename)}</a><br>")
+    return _html_page(f"Links for {project}", lines)
+
+
+def project_json(project: str, entries: Sequence[WheelEntry], variant: str | None) -> bytes:
+    files = []
+    for e in entries:
+        files.append(
+            {
+                "filename": e.filename,
+                "url": file_href(e, variant),
+                "hashes": {"sha256": e.sha256},
+                "requires-python": e.requires_python,
+                "core-metadata": {"sha256": e.metadata_sha256},
+                "dist-info-metadata": {"sha256": e.metadata_sha256},
+                # PEP 691: a reason string, or true when yanked without one.
+                "yanked": (e.yanked or True) if e.yanked is not None else False,
+                "size": e.size,
+                "upload-time": e.uploaded,
+            }
+        )
+    doc = {
+        "meta": {"api-version": API_VERSION},
+        "name": project,
+        "versions": sorted({e.version for e in entries}, key=_sort_key),
+        "files": files,
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def root_html(projects: Iterable[str]) -> bytes:
+    return _html_page(
+        "Simple index",
+        [f'<a href="{quote(p)}/">{html.escape(p)}</a><br>' for p in sorted(projects)],
+    )
+
+
+def root_json(projects: Iterable[str]) -> bytes:
+    doc = {
+        "meta": {"api-version": API_VERSION},
+        "projects": [{"name": p} for p in sorted(projects)],
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def root_projects(data: bytes | None) -> set[str]:
+    """Project names from a root JSON page (empty when absent or unreadable)."""
+    if not data:
+        return set()
+    try:
+        return {str(p["name"]) for p in json.loads(data)["projects"]}
+    except (ValueError, KeyError, TypeError):
+        return set()
+
+
+def top_html(variants: Iterable[str]) -> bytes:
+    lines = [
+        "<h1>Package index</h1>",
+        '<p>Every variant: <a href="simple/">simple/</a></p>',
+        "<p>One variant each:</p>",
+    ]
+    lines += [
+        f'<a href="{quote(v)}/simple/">{html.escape(v)}/simple/</a><br>' for v in sorted(variants)
+    ]
+    return _html_page("Package index", lines)
+
+
+def top_json(variants: Iterable[str]) -> bytes:
+    return json.dumps({"version": 1, "variants": sorted(variants)}, separators=(",", ":")).encode()
+
+
+def top_variants(data: bytes | None) -> set[str]:
+    if not data:
+        return set()
+    try:
+        return {str(v) for v in json.loads(data)["variants"]}
+    except (ValueError, KeyError, TypeError):
+        return set()

@@ -1,0 +1,220 @@
+"""Writing the index pages: incrementally after a publish or yank, or all of them (rebuild).
+
+Pages are derived; the entries under ``files/`` are the truth. Every page is written with
+compare-and-swap in this order: read the page's token, then list the entries, then write only
+if the token is unchanged, else start over for that page. Any write that succeeds was computed
+from a listing taken after the previous write, and entries only ever get added, so a page can
+never lose a wheel another publisher committed, whatever the interleaving.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+from ..errors import ConflictError
+from ..store.base import Store, WheelEntry
+from . import pages
+
+_MAX_ATTEMPTS = 200
+
+Render = Callable[[], dict[str, bytes]]
+
+
+def _content_type(key: str) -> str:
+    return pages.CONTENT_TYPES[key[key.rindex(".") :]]
+
+
+def cas_write(store: Store, keys: Iterable[str], render: Render) -> int:
+    """Write ``render()[key]`` for each key with compare-and-swap; returns pages changed.
+
+    ``render`` is called after the tokens are read, so whatever it lists is at least as new.
+    """
+    pending = list(keys)
+    changed = 0
+    for attempt in range(_MAX_ATTEMPTS):
+        current = {k: store.read_with_token(k) for k in pending}
+        rendered = render()
+        retry = []
+        for key in pending:
+            data, token = current[key]
+            if data == rendered[key]:
+                continue
+            if store.put_if(key, rendered[key], token, content_type=_content_type(key)):
+                changed += 1
+            else:
+                retry.append(key)
+        if not retry:
+            return changed
+        pending = retry
+        time.sleep(random.uniform(0, min(0.2, 0.005 * (attempt + 1))))  # spread the writers
+    raise ConflictError(f"gave up writing {pending[0]} after {_MAX_ATTEMPTS} concurrent updates")
+
+
+def _project_keys(project: str, variants: Iterable[str | None]) -> list[str]:
+    return [k for v in variants for k in pages.project_page_keys(project, v)]
+
+
+def _project_renderer(store: Store, project: str, variants: Iterable[str | None]) -> Render:
+    variants = list(variants)
+
+    def render() -> dict[str, bytes]:
+        entries = store.wheels(project)
+        out: dict[str, bytes] = {}
+        for v in variants:
+            chosen = [e for e in entries if v is None or e.variant == v]
+            json_key, html_key = pages.project_page_keys(project, v)
+            out[json_key] = pages.project_json(project, chosen, v)
+            out[html_key] = pages.project_html(project, chosen, v)
+        return out
+
+    return render
+
+
+def _root_renderer(store: Store, variant: str | None, add: Iterable[str]) -> Render:
+    add = set(add)
+    json_key, html_key = pages.root_page_keys(variant)
+
+    def render() -> dict[str, bytes]:
+        names = pages.root_projects(store.read(json_key)) | add
+        return {json_key: pages.root_json(names), html_key: pages.root_html(names)}
+
+    return render
+
+
+def _top_renderer(store: Store, add: Iterable[str]) -> Render:
+    add = set(add)
+
+    def render() -> dict[str, bytes]:
+        names = pages.top_variants(store.read(pages.TOP_KEYS[0])) | add
+        return {pages.TOP_KEYS[0]: pages.top_json(names), pages.TOP_KEYS[1]: pages.top_html(names)}
+
+    return render
+
+
+def update_index(store: Store, touched: Iterable[WheelEntry]) -> int:
+    """Rewrite only the pages the given wheels appear on; returns the number of pages changed.
+
+    Project pages first, then the roots that link to them, so a link never points at a page
+    that is not there yet.
+    """
+    by_project: dict[str, set[str | None]] = defaultdict(set)
+    for e in touched:
+        by_project[e.project].add(None)
+        if e.variant:
+            by_project[e.project].add(e.variant)
+    changed = 0
+    for project, variants in sorted(by_project.items()):
+        ordered = sorted(variants, key=lambda v: v or "")
+        changed += cas_write(
+            store, _project_keys(project, ordered), _project_renderer(store, project, ordered)
+        )
+    by_variant: dict[str | None, set[str]] = defaultdict(set)
+    for project, variants in by_project.items():
+        for v in variants:
+            by_variant[v].add(project)
+    for v, projects in sorted(by_variant.items(), key=lambda kv: kv[0] or ""):
+        changed += cas_write(store, pages.root_page_keys(v), _root_renderer(store, v, projects))
+    new_variants = {v for v in by_variant if v}
+    if new_variants:
+        changed += cas_write(store, pages.TOP_KEYS, _top_renderer(store, new_variants))
+    return changed
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RebuildReport:
+    wheels: int
+    projects: int
+    variants: int
+    pages_written: int
+    pages_unchanged: int
+    pages_removed: int
+    completed: tuple[str, ...]  # wheels whose publish had stopped before its entry was written
+    seconds: float
+
+
+def rebuild_index(store: Store) -> RebuildReport:
+    """Regenerate every page from the store listing (no wheel is re-hashed)."""
+    from ..publish import commit_stored_wheel
+
+    started = time.perf_counter()
+    completed = tuple(commit_stored_wheel(store, key) for key in store.uncommitted_wheels())
+
+    # Tokens before the listing: see the module docstring.
+    existing = {o.key: store.read_with_token(o.key) for o in store.page_objects()}
+    entries = store.wheels()
+
+    by_project: dict[str, list[WheelEntry]] = defaultdict(list)
+    for e in entries:
+        by_project[e.project].append(e)
+    wanted: dict[str, bytes] = {}
+    variant_projects: dict[str, set[str]] = defaultdict(set)
+    for project, project_entries in by_project.items():
+        json_key, html_key = pages.project_page_keys(project, None)
+        wanted[json_key] = pages.project_json(project, project_entries, None)
+        wanted[html_key] = pages.project_html(project, project_entries, None)
+        per_variant: dict[str, list[WheelEntry]] = defaultdict(list)
+        for e in project_entries:
+            if e.variant:
+                per_variant[e.variant].append(e)
+        for v, chosen in per_variant.items():
+            variant_projects[v].add(project)
+            json_key, html_key = pages.project_page_keys(project, v)
+            wanted[json_key] = pages.project_json(project, chosen, v)
+            wanted[html_key] = pages.project_html(project, chosen, v)
+    roots: dict[str, bytes] = {}
+    root_sets: list[tuple[str | None, set[str]]] = [
+        (None, set(by_project)),
+        *variant_projects.items(),
+    ]
+    for root_variant, names in root_sets:
+        json_key, html_key = pages.root_page_keys(root_variant)
+        roots[json_key] = pages.root_json(names)
+        roots[html_key] = pages.root_html(names)
+    roots[pages.TOP_KEYS[0]] = pages.top_json(variant_projects)
+    roots[pages.TOP_KEYS[1]] = pages.top_html(variant_projects)
+
+    written = unchanged = 0
+    lost_race: list[str] = []
+    for key, data in [*wanted.items(), *roots.items()]:  # project pages before the roots
+        old, token = existing.get(key, (None, None))
+        if old == data:
+            unchanged += 1
+        elif store.put_if(key, data, token, content_type=_content_type(key)):
+            written += 1
+        else:
+            lost_race.append(key)
+    if lost_race:
+        # A publisher wrote these meanwhile; redo them the incremental way (fresh listing).
+        written += update_index(store, [e for e in entries if _on_pages(e, lost_race)])
+    removed = 0
+    for key in existing:
+        if key not in wanted and key not in roots and _is_page(key):
+            store.delete(key)
+            removed += 1
+    return RebuildReport(
+        wheels=len(entries),
+        projects=len(by_project),
+        variants=len(variant_projects),
+        pages_written=written,
+        pages_unchanged=unchanged,
+        pages_removed=removed,
+        completed=completed,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _is_page(key: str) -> bool:
+    return key.endswith(("/index.html", "/index.json")) or key in pages.TOP_KEYS
+
+
+def _on_pages(entry: WheelEntry, keys: list[str]) -> bool:
+    if any(
+        k in pages.TOP_KEYS or k.endswith("simple/index.html") or k.endswith("simple/index.json")
+        for k in keys
+    ):
+        return True
+    return any(f"/{entry.project}/index." in k for k in keys)
