@@ -15,17 +15,19 @@ ENGINE_TIP = (
 def docker_client(*, timeout: int = 120) -> Any:
     """A connected ``docker.DockerClient``; EngineError (one line + tip) when there is none."""
     try:
-        import docker
         from docker.errors import DockerException
+
+        import docker
     except ImportError:
         raise EngineError("the docker SDK is not installed", tip="pip install docker") from None
     try:
-        client = docker.from_env(timeout=timeout)
+        client = docker.from_env(timeout=timeout)  # type: ignore[attr-defined]
         client.ping()
     except DockerException as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EngineError(f"the docker engine is not running or not reachable ({reason})",
-                          tip=ENGINE_TIP) from None
+        raise EngineError(
+            f"the docker engine is not running or not reachable ({reason})", tip=ENGINE_TIP
+        ) from None
     return client
 
 

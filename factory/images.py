@@ -27,7 +27,15 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # What a build needs in the base: an interpreter that can make venvs and build C++ (torch's
 # extension builder calls g++ for .cpp files and as nvcc's host compiler). Keep in sync with
 # docker/make-base-image.sh, which shares the cached tarball.
-BASE_PACKAGES = ("python3", "python3-venv", "python3-dev", "python3-pip", "g++", "make", "ca-certificates")
+BASE_PACKAGES = (
+    "python3",
+    "python3-venv",
+    "python3-dev",
+    "python3-pip",
+    "g++",
+    "make",
+    "ca-certificates",
+)
 
 
 def plat_for_image(image: str) -> str:
@@ -62,7 +70,9 @@ def ensure_base_image(
         return name
     tarball = rootfs_tarball(work_dir, suite)
     if not tarball.is_file() or tarball.stat().st_size == 0:
-        _debootstrap_tarball(tarball, suite=suite, mirror=mirror or os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR))
+        _debootstrap_tarball(
+            tarball, suite=suite, mirror=mirror or os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR)
+        )
     repo, _, tag = name.rpartition(":") if ":" in name.split("/")[-1] else (name, "", "latest")
     print(f"+ docker import {tarball} {name}", file=sys.stderr, flush=True)
     start = time.monotonic()
@@ -70,7 +80,9 @@ def ensure_base_image(
 
     try:
         client.api.import_image_from_file(
-            str(tarball), repository=repo, tag=tag,
+            str(tarball),
+            repository=repo,
+            tag=tag,
             changes=["ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]'],
         )
     except APIError as exc:
@@ -94,9 +106,17 @@ def _debootstrap_tarball(tarball: Path, *, suite: str, mirror: str) -> None:
     root = Path(tempfile.mkdtemp(prefix="rootfs.", dir=tarball.parent))
     try:
         run_command(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-             suite, root, mirror],
-            log_path=log, error=EngineError, what="debootstrap",
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                suite,
+                root,
+                mirror,
+            ],
+            log_path=log,
+            error=EngineError,
+            what="debootstrap",
         )
         # Package lists and downloaded .debs are 100+ MB that no build needs.
         for junk in (root / "var/cache/apt/archives", root / "var/lib/apt/lists"):
@@ -104,8 +124,12 @@ def _debootstrap_tarball(tarball: Path, *, suite: str, mirror: str) -> None:
                 if item.is_file():
                     item.unlink()
         partial = tarball.with_suffix(".tar.partial")
-        run_command(["tar", "-C", root, "-cf", partial, "."], log_path=log, error=EngineError,
-                    what="tar of the root filesystem")
+        run_command(
+            ["tar", "-C", root, "-cf", partial, "."],
+            log_path=log,
+            error=EngineError,
+            what="tar of the root filesystem",
+        )
         os.replace(partial, tarball)
     finally:
         shutil.rmtree(root, ignore_errors=True)

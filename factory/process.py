@@ -94,9 +94,15 @@ def run_command(
             log.flush()
         try:
             proc = subprocess.Popen(
-                argv, cwd=cwd, env=dict(env) if env is not None else None,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                text=True, errors="replace", bufsize=1,
+                argv,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                bufsize=1,
             )
         except OSError as exc:
             raise EngineError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
@@ -124,12 +130,16 @@ def run_command(
         if log:
             log.close()
     result = CommandResult(
-        args=tuple(argv), returncode=returncode, output="".join(chunks),
+        args=tuple(argv),
+        returncode=returncode,
+        output="".join(chunks),
         seconds=time.monotonic() - start,
     )
     if check and returncode != 0:
         if not stream and result.output:
-            sys.stderr.write(result.output if result.output.endswith("\n") else result.output + "\n")
+            sys.stderr.write(
+                result.output if result.output.endswith("\n") else result.output + "\n"
+            )
         name = what or Path(argv[0]).name
         where = f" (log: {log_path})" if log_path else ""
         raise error(f"{name} failed with exit code {returncode}{where}")

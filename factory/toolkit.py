@@ -58,13 +58,20 @@ def materialize_cuda_home(toolchain: Toolchain, cache_dir: Path) -> Path | None:
         headers_req = f"cuda-toolkit[{','.join(HEADER_EXTRAS)}]>={maj}.{mnr},<{maj}.{int(mnr) + 1}"
         # The toolkit runs on the host or in the build image: any glibc >= 2.17 image will do.
         download_wheels(
-            list(toolchain.nvcc_requirements), downloads, python=f"{sys.version_info[0]}.{sys.version_info[1]}",
-            glibc_minor=28, no_deps=True, log_path=cache_dir / f"cuda-{toolchain.cuda}.download.log",
+            list(toolchain.nvcc_requirements),
+            downloads,
+            python=f"{sys.version_info[0]}.{sys.version_info[1]}",
+            glibc_minor=28,
+            no_deps=True,
+            log_path=cache_dir / f"cuda-{toolchain.cuda}.download.log",
         )
         full_wheels = set(downloads.glob("*.whl"))
         download_wheels(
-            [headers_req], downloads, python=f"{sys.version_info[0]}.{sys.version_info[1]}",
-            glibc_minor=28, log_path=cache_dir / f"cuda-{toolchain.cuda}.download.log",
+            [headers_req],
+            downloads,
+            python=f"{sys.version_info[0]}.{sys.version_info[1]}",
+            glibc_minor=28,
+            log_path=cache_dir / f"cuda-{toolchain.cuda}.download.log",
         )
         staging = Path(tmp) / "home"
         for wheel in sorted(downloads.glob("*.whl")):
@@ -91,7 +98,9 @@ def _unpack_component(wheel: Path, home: Path, *, headers_only: bool) -> None:
             rel = Path(*parts[2:])
             if headers_only and parts[2] != "include":
                 continue
-            if rel.parts[0] == ".metadata" or (len(rel.parts) > 1 and rel.parts[1] == "__pycache__"):
+            if rel.parts[0] == ".metadata" or (
+                len(rel.parts) > 1 and rel.parts[1] == "__pycache__"
+            ):
                 continue
             target = home / rel
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -147,8 +156,17 @@ def smoke_compile(cuda_home: Path, *, arch: int = 100, work: Path | None = None)
     obj = work / "smoke.o"
     env = {**os.environ, "PATH": f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     run_command(
-        [cuda_home / "bin" / "nvcc", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-c", src, "-o", obj],
-        env=env, error=ToolchainError, what="nvcc smoke compile",
+        [
+            cuda_home / "bin" / "nvcc",
+            f"-gencode=arch=compute_{arch},code=sm_{arch}",
+            "-c",
+            src,
+            "-o",
+            obj,
+        ],
+        env=env,
+        error=ToolchainError,
+        what="nvcc smoke compile",
     )
     return obj
 
@@ -157,4 +175,3 @@ def cuda_version_of(cuda_home: Path) -> str:
     """'13.0' for a CUDA_HOME, from nvcc --version."""
     v = nvcc_version(cuda_home / "bin" / "nvcc")
     return f"{v.major}.{v.minor}"
-

@@ -42,8 +42,11 @@ def platform_tags(glibc_minor: int = 28) -> list[str]:
     """pip download matches --platform tags exactly, so list every manylinux tag the image's glibc
     accepts, newest first: torch is manylinux_2_28, nccl manylinux_2_18, nvtx manylinux1, ..."""
     tags = [f"manylinux_2_{m}_x86_64" for m in range(glibc_minor, 4, -1)]
-    for legacy, minor in (("manylinux2014_x86_64", 17), ("manylinux2010_x86_64", 12),
-                          ("manylinux1_x86_64", 5)):
+    for legacy, minor in (
+        ("manylinux2014_x86_64", 17),
+        ("manylinux2010_x86_64", 12),
+        ("manylinux1_x86_64", 5),
+    ):
         if glibc_minor >= minor:
             tags.append(legacy)
     return tags
@@ -54,7 +57,9 @@ def glibc_minor_of(plat: str) -> int:
     m = re.search(r"manylinux_2_(\d+)_", plat)
     if m:
         return int(m.group(1))
-    return {"manylinux2014": 17, "manylinux2010": 12, "manylinux1": 5}.get(plat.split("_x86")[0], 28)
+    return {"manylinux2014": 17, "manylinux2010": 12, "manylinux1": 5}.get(
+        plat.split("_x86")[0], 28
+    )
 
 
 def build_requirements(pc: PlannedCell) -> tuple[str, ...]:
@@ -71,7 +76,9 @@ class _Request:
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(
+            json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        ).hexdigest()[:16]
 
 
 def _read_manifest(path: Path) -> dict[str, object]:
@@ -110,9 +117,25 @@ def download_wheels(
     maj, mnr = python.split(".")
     abi = f"cp{maj}{mnr}"
     args: list[str] = [
-        sys.executable, "-m", "pip", "download", "--disable-pip-version-check",
-        "--only-binary", ":all:", "--python-version", python, "--implementation", "cp",
-        "--abi", abi, "--abi", "abi3", "--abi", "none", "-d", str(dest),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--disable-pip-version-check",
+        "--only-binary",
+        ":all:",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        "--abi",
+        abi,
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+        "-d",
+        str(dest),
     ]
     for tag in platform_tags(glibc_minor):
         args += ["--platform", tag]
@@ -153,8 +176,12 @@ def prepare_wheelhouse(
     # torch from its own index when the cell needs a non-PyPI build (e.g. +cu128); its deps
     # (nvidia-*) are on that index too, the default index stays as a fallback for the rest.
     requests = [
-        _Request(requirements=(torch_req,), index=pc.toolchain.torch_index, python=cell.python,
-                 platforms=platforms),
+        _Request(
+            requirements=(torch_req,),
+            index=pc.toolchain.torch_index,
+            python=cell.python,
+            platforms=platforms,
+        ),
         _Request(requirements=others, index=None, python=cell.python, platforms=platforms),
     ]
     manifest_path = dest / MANIFEST
@@ -165,8 +192,12 @@ def prepare_wheelhouse(
         if isinstance(entry, dict) and all((dest / f).is_file() for f in entry.get("files", [])):
             continue
         files = download_wheels(
-            req.requirements, dest, python=cell.python, glibc_minor=glibc,
-            index_url=req.index, extra_index_urls=(default_index,) if req.index else (),
+            req.requirements,
+            dest,
+            python=cell.python,
+            glibc_minor=glibc,
+            index_url=req.index,
+            extra_index_urls=(default_index,) if req.index else (),
             log_path=dest / "download.log",
         )
         done[req.key] = {
@@ -178,6 +209,7 @@ def prepare_wheelhouse(
 
 
 # -- sdists -----------------------------------------------------------------------------------
+
 
 def _configured_index() -> str:
     """The index pip would use: PIP_INDEX_URL, else PyPI."""
@@ -206,7 +238,9 @@ def _open(url: str, accept: str) -> tuple[bytes, str]:
     parts = urllib.parse.urlsplit(url)
     headers = {"Accept": accept, "User-Agent": "cuda-wheel-factory"}
     if parts.username:
-        token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        token = (
+            f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        )
         headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
         netloc = parts.hostname or ""
         if parts.port:
@@ -226,13 +260,20 @@ def _open(url: str, accept: str) -> tuple[bytes, str]:
 def _redact(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.password:
-        return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{parts.hostname}"))
+        return urllib.parse.urlunsplit(
+            parts._replace(netloc=f"{parts.username}:***@{parts.hostname}")
+        )
     return url
 
 
 def _sdist_names(name: str, version: str) -> set[str]:
     # Old sdists keep the project's spelling (flash_attn-2.8.3.tar.gz), new ones normalize.
-    stems = {name, name.replace("-", "_"), canonicalize_name(name), canonicalize_name(name).replace("-", "_")}
+    stems = {
+        name,
+        name.replace("-", "_"),
+        canonicalize_name(name),
+        canonicalize_name(name).replace("-", "_"),
+    }
     return {f"{s}-{version}{ext}".lower() for s in stems for ext in (".tar.gz", ".zip")}
 
 
@@ -244,7 +285,9 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def fetch_sdist(name: str, version: str, sha256: str | None, dest: Path, *, index_url: str | None = None) -> Path:
+def fetch_sdist(
+    name: str, version: str, sha256: str | None, dest: Path, *, index_url: str | None = None
+) -> Path:
     """Download ``name==version``'s sdist from the index's simple API into ``dest``.
 
     Not ``pip download``: for an sdist pip runs setup.py to read metadata, and flash-attn's

@@ -38,17 +38,20 @@ def docker_engine() -> Any:
     """A connected docker client; starts dockerd when it is installed and we are root."""
     client = _engine_up()
     if client is None and shutil.which("dockerd") and os.geteuid() == 0:
-        log = open(cache_root().parent / "dockerd.log" if cache_root().parent.is_dir()  # noqa: SIM115
-                   else os.devnull, "ab")
-        subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
+        log_path = cache_root() / "dockerd.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
         for _ in range(60):
             time.sleep(1)
             client = _engine_up()
             if client is not None:
                 break
     if client is None:
-        pytest.skip("no docker engine: dockerd is not running and could not be started "
-                    "(needs docker.io and root)")
+        pytest.skip(
+            "no docker engine: dockerd is not running and could not be started "
+            "(needs docker.io and root)"
+        )
     return client
 
 
@@ -119,17 +122,19 @@ def write_tiny_cuda_ext(root: Path, *, torch_headers: bool) -> Path:
         kernel = (
             "#include <torch/extension.h>\n"
             "__global__ void twice(float* x, int64_t n) {\n"
-            "  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }\n"
+            "  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;\n"
+            "  if (i < n) x[i] *= 2; }\n"
             "torch::Tensor run(torch::Tensor x) {\n"
-            "  twice<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), x.numel()); return x; }\n"
-            "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"run\", &run); }\n"
+            "  twice<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), x.numel());\n"
+            "  return x; }\n"
+            'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }\n'
         )
     else:
         kernel = (
             "#include <Python.h>\n#include <cuda_runtime.h>\n"
             "__global__ void twice(float* x, int n) {\n"
             "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }\n"
-            "static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, \"_C\", nullptr, -1, nullptr};\n"
+            'static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};\n'
             "PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&mod); }\n"
         )
     (root / "tiny.cu").write_text(kernel)
@@ -138,7 +143,8 @@ def write_tiny_cuda_ext(root: Path, *, torch_headers: bool) -> Path:
         "from torch.utils.cpp_extension import BuildExtension, CUDAExtension\n"
         "setup(name='tiny-cuda-ext', version='0.1.0',\n"
         "      ext_modules=[CUDAExtension('tiny_cuda_ext._C', ['tiny.cu'],\n"
-        "                                 extra_compile_args={'cxx': ['-std=c++20'], 'nvcc': ['-std=c++20']})],\n"
+        "                                 extra_compile_args={'cxx': ['-std=c++20'],\n"
+        "                                                     'nvcc': ['-std=c++20']})],\n"
         "      cmdclass={'build_ext': BuildExtension})\n"
     )
     return root

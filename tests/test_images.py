@@ -16,10 +16,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_platform_follows_the_base_glibc() -> None:
     assert images.plat_for_image("factory-base:bookworm") == "manylinux_2_36_x86_64"
-    assert images.plat_for_image("quay.io/pypa/manylinux_2_28_x86_64:2025.01") == "manylinux_2_28_x86_64"
+    assert (
+        images.plat_for_image("quay.io/pypa/manylinux_2_28_x86_64:2025.01")
+        == "manylinux_2_28_x86_64"
+    )
 
 
-def test_rootfs_cache_name_follows_the_package_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rootfs_cache_name_follows_the_package_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a = images.rootfs_tarball(tmp_path, "bookworm")
     monkeypatch.setattr(images, "BASE_PACKAGES", (*images.BASE_PACKAGES, "cmake"))
     assert images.rootfs_tarball(tmp_path, "bookworm") != a
@@ -39,25 +44,31 @@ def test_engine_down_is_one_line_with_a_tip(monkeypatch: pytest.MonkeyPatch) -> 
     assert info.value.tip
 
 
-def test_debootstrap_missing_is_an_engine_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_debootstrap_missing_is_an_engine_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EngineError, match="debootstrap") as info:
         images._debootstrap_tarball(tmp_path / "x.tar", suite="bookworm", mirror="http://invalid")
     assert info.value.tip == "apt-get install debootstrap"
 
 
+def _run_offline(client: Any, image: str, script: str) -> str:
+    return str(client.containers.run(image, ["sh", "-c", script], network_disabled=True,
+                                     remove=True).decode())
+
+
 @pytest.mark.docker
 def test_base_image_has_what_a_build_needs(docker_engine: Any, base_image: str) -> None:
-    out = docker_engine.containers.run(
-        base_image, ["sh", "-c", "python3 -c 'import venv, sys; print(sys.version_info[:2])' && g++ --version"],
-        network_disabled=True, remove=True,
-    ).decode()
+    script = "python3 -c 'import venv, sys; print(sys.version_info[:2])' && g++ --version"
+    out = _run_offline(docker_engine, base_image, script)
     assert "(3, 11)" in out and "g++" in out
 
 
 @pytest.mark.docker
-def test_second_call_is_fast_and_reimport_uses_the_cached_rootfs(docker_engine: Any, base_image: str,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_second_call_is_fast_and_reimport_uses_the_cached_rootfs(
+    docker_engine: Any, base_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_debootstrap(*a: Any, **k: Any) -> None:
         raise AssertionError("the image exists: nothing to make")
 
@@ -70,13 +81,25 @@ def test_builder_dockerfile_builds_offline_on_the_base(docker_engine: Any, base_
     tag = "factory-test-builder:bookworm"
     try:
         proc = subprocess.run(
-            ["docker", "build", "--network", "none", "-q", "-f", str(REPO / "docker" / "Dockerfile"),
-             "--build-arg", f"BASE={base_image}", "-t", tag, str(REPO / "docker")],
-            capture_output=True, text=True,
+            [
+                "docker",
+                "build",
+                "--network",
+                "none",
+                "-q",
+                "-f",
+                str(REPO / "docker" / "Dockerfile"),
+                "--build-arg",
+                f"BASE={base_image}",
+                "-t",
+                tag,
+                str(REPO / "docker"),
+            ],
+            capture_output=True,
+            text=True,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        out = docker_engine.containers.run(tag, ["sh", "-c", "ls -d /factory/src /factory/cache && python3 -V"],
-                                           network_disabled=True, remove=True).decode()
+        out = _run_offline(docker_engine, tag, "ls -d /factory/src /factory/cache && python3 -V")
         assert "/factory/src" in out and "Python 3.11" in out
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
@@ -87,5 +110,11 @@ def test_cuda_dockerfile_is_parameterised_by_cuda_version() -> None:
     assert "ARG CUDA=12.8" in text and "ARG BASE=quay.io/pypa/manylinux_2_28_x86_64" in text
     # the tag the toolchain gives the image source, and the packages torch extensions need
     assert "factory-cuda:" in text
-    for pkg in ("cuda-nvcc-", "cuda-cudart-devel-", "cuda-cccl-", "libcublas-devel-", "libcusparse-devel-"):
+    for pkg in (
+        "cuda-nvcc-",
+        "cuda-cudart-devel-",
+        "cuda-cccl-",
+        "libcublas-devel-",
+        "libcusparse-devel-",
+    ):
         assert pkg in text

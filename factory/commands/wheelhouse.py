@@ -12,8 +12,12 @@ from ._common import add_matrix_arg, matrix_from_args
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cell", metavar="CELL", help="cell id ('factory matrix' lists them)")
     add_matrix_arg(parser)
-    parser.add_argument("--root", type=Path, default=None,
-                        help="wheelhouse root (default: the matrix's settings.wheelhouse)")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="wheelhouse root (default: the matrix's settings.wheelhouse)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +34,9 @@ def run(args: argparse.Namespace) -> int:
     dest = prepare_wheelhouse(pc, root)
     wheels = sorted(dest.glob("*.whl"))
     size = sum(w.stat().st_size for w in wheels)
-    print(f"wheelhouse {dest}: {len(wheels)} wheels, {size / 2**30:.1f} GiB "
-          f"({time.monotonic() - start:.0f} s)")
+    print(
+        f"wheelhouse {dest}: {len(wheels)} wheels, {size / 2**30:.1f} GiB "
+        f"({time.monotonic() - start:.0f} s)"
+    )
     print(f"    for {', '.join(build_requirements(pc))}")
     return 0

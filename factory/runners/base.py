@@ -1,0 +1,170 @@
+"""What a runner is: one Protocol, the job it runs and the result it reports.
+
+A runner takes a prepared source tree (the lead's build stage copied/unpacked it and applied the
+recipe's fixes) and turns it into a raw wheel under memory, CPU and process caps, with the
+network off. It measures what the planner needs (compiler peak memory, concurrency) and says
+plainly whether the build was killed for memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+# Inside paths are the same on every run: object files in build/ stay valid when an OOM retry
+# resumes, and compile commands (hence compile-cache keys) do not change between cells.
+INSIDE_ROOT = "/factory"
+INSIDE = {
+    "src": f"{INSIDE_ROOT}/src",
+    "out": f"{INSIDE_ROOT}/out",
+    "wheelhouse": f"{INSIDE_ROOT}/wheelhouse",
+    "cuda": f"{INSIDE_ROOT}/cuda",
+    "venv": f"{INSIDE_ROOT}/venv",
+    "cache": f"{INSIDE_ROOT}/cache",
+    "run": f"{INSIDE_ROOT}/run",
+    "log": f"{INSIDE_ROOT}/log",
+}
+
+LineCallback = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildJob:
+    cell_id: str
+    python: str = "3.11"
+    image: str | None = None  # docker / cibuildwheel image; unused by the local runner
+    src_dir: Path  # prepared, writable source tree; the build runs in it (build/ persists)
+    out_dir: Path  # the raw wheel lands here
+    wheelhouse: Path  # offline wheels for this Python (wheelhouse.prepare_wheelhouse)
+    cuda_home: Path | None  # None: the image has its own toolkit (CUDA_HOME from the image)
+    requirements: tuple[str, ...]  # installed offline before the build: torch==X, build deps
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the recipe's knobs
+    memory_limit_bytes: int | None = None  # None: uncapped (local runner must be told so)
+    cpus: float | None = None
+    pids_limit: int | None = 4096
+    log_path: Path  # the full build log, streamed as it is written
+    cache_dir: Path | None = None  # compile cache (sccache) shared by builds; None: off
+    cache_size: str = "20G"  # SCCACHE_CACHE_SIZE: the cache's bound
+    timeout: float | None = None  # seconds for the whole run; None: no limit
+    venv_dir: Path | None = (
+        None  # reused across retries; default: <src_dir>/../venv-<runner>-<cp tag>
+    )
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    def venv_for(self, runner: str) -> Path:
+        # Per runner: a venv made in the container (python at /factory/venv) is useless on the
+        # host and the other way round.
+        return self.venv_dir or self.src_dir.parent / f"venv-{runner}-{self.python_tag}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunResult:
+    exit_code: int
+    oom_killed: bool  # any process of the build was killed for memory (not just "exit != 0")
+    oom_kill_count: int | None  # the cgroup's oom_kill counter, when readable
+    wheel: Path | None  # the raw wheel in out_dir, when the build produced one
+    compile_peak_rss_bytes: int | None  # peak sum of RSS over compiler processes (sampled)
+    max_concurrent_compiles: int | None  # most compile jobs alive at one sample
+    cgroup_peak_bytes: int | None  # the cgroup's own peak (includes page cache!)
+    cgroup_anon_peak_bytes: int | None  # peak anonymous memory of the cgroup (sampled)
+    wall_seconds: float
+    objects_total: int | None  # from ninja's [N/M] lines
+    objects_built: int | None
+    log_path: Path
+    timed_out: bool = False
+    cache_hits: int | None = None  # sccache, when the compile cache was on
+    cache_misses: int | None = None
+    runner: str = ""
+    report: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # inside.py's raw report
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.wheel is not None and not self.oom_killed
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["wheel"] = str(self.wheel) if self.wheel else None
+        d["log_path"] = str(self.log_path)
+        return d
+
+
+class Runner(Protocol):
+    name: str
+
+    def run(self, job: BuildJob, *, on_line: LineCallback | None = None) -> RunResult:
+        """Build; never raises for a failed or OOM-killed build (the result says so), only for
+        a runner that cannot run at all (EngineError)."""
+        ...
+
+    def describe(self, job: BuildJob) -> dict[str, Any]:
+        """The exact settings the run would use (for --dry-run), without running anything."""
+        ...
+
+
+def prepare_run(job: BuildJob, *extra_dirs: Path) -> tuple[Path, Path]:
+    """Make the job's output dirs; return (a fresh private run dir, the report path).
+
+    The report sits next to the log (``<log>.report.json``) so it survives the run dir.
+    """
+    import tempfile
+
+    for d in (job.out_dir, job.log_path.parent, *extra_dirs):
+        d.mkdir(parents=True, exist_ok=True)
+    if job.cache_dir:
+        job.cache_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix=".factory-run-", dir=job.log_path.parent))
+    report_path = job.log_path.with_name(job.log_path.name + ".report.json")
+    report_path.unlink(missing_ok=True)
+    return run_dir, report_path
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """inside.py's report; {} when it never got to write one (killed, or failed to start)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def result_from_report(
+    *,
+    job: BuildJob,
+    report: Mapping[str, Any],
+    exit_code: int,
+    oom_killed: bool,
+    oom_kill_count: int | None,
+    cgroup_peak_bytes: int | None,
+    wall_seconds: float,
+    timed_out: bool,
+    runner: str,
+) -> RunResult:
+    """The runner-independent part of a result: the measurements inside.py reported."""
+    wheel_name = report.get("wheel")
+    wheel = job.out_dir / wheel_name if wheel_name and exit_code == 0 else None
+    return RunResult(
+        exit_code=exit_code,
+        oom_killed=oom_killed,
+        oom_kill_count=oom_kill_count,
+        wheel=wheel if wheel and wheel.is_file() else None,
+        compile_peak_rss_bytes=report.get("compile_peak_rss_bytes"),
+        max_concurrent_compiles=report.get("max_concurrent_compiles"),
+        cgroup_peak_bytes=cgroup_peak_bytes,
+        cgroup_anon_peak_bytes=report.get("cgroup_anon_peak_bytes"),
+        wall_seconds=round(wall_seconds, 1),
+        objects_total=report.get("objects_total"),
+        objects_built=report.get("objects_built"),
+        log_path=job.log_path,
+        timed_out=timed_out,
+        cache_hits=report.get("cache_hits"),
+        cache_misses=report.get("cache_misses"),
+        runner=runner,
+        report=dict(report),
+    )

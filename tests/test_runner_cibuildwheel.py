@@ -1,0 +1,83 @@
+"""The cibuildwheel runner: its configuration, and cibuildwheel's own reading of it. Official
+manylinux images cannot be pulled here, so no build runs."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from factory.errors import UsageError
+from factory.runners import BuildJob, get_runner
+from factory.runners.cibuildwheel import (
+    AUDITWHEEL_EXCLUDES,
+    CibuildwheelRunner,
+    cibuildwheel_environment,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _job(tmp: Path, *, cache: Path | None = None) -> BuildJob:
+    return BuildJob(
+        cell_id="flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp312",
+        python="3.12",
+        src_dir=REPO / "tests" / "example_ext",
+        out_dir=tmp / "out",
+        wheelhouse=tmp / "wh",
+        cuda_home=tmp / "cuda",
+        requirements=("torch==2.14.1", "setuptools", "ninja"),
+        env={"FLASH_ATTN_CUDA_ARCHS": "100", "MAX_JOBS": "4", "NVCC_THREADS": "1"},
+        memory_limit_bytes=16 << 30,
+        cpus=4,
+        pids_limit=4096,
+        log_path=tmp / "build.log",
+        cache_dir=cache,
+    )
+
+
+def test_configuration_carries_caps_offline_install_and_excludes(tmp_path: Path) -> None:
+    env = cibuildwheel_environment(_job(tmp_path))
+    assert env["CIBW_BUILD"] == "cp312-manylinux_x86_64"
+    engine = env["CIBW_CONTAINER_ENGINE"]
+    assert engine.startswith("docker; create_args: ")
+    args = shlex.split(engine.split("create_args:", 1)[1])
+    assert {
+        "--memory=16384m",
+        "--memory-swap=16384m",
+        "--cpus=4",
+        "--network=none",
+        "--pids-limit=4096",
+    } <= set(args)
+    assert f"--volume={(tmp_path / 'wh').resolve()}:/factory/wheelhouse:ro" in args
+    assert (
+        "pip install --no-index --find-links /factory/wheelhouse torch==2.14.1"
+        in env["CIBW_BEFORE_BUILD"]
+    )
+    assert "--no-build-isolation" in env["CIBW_BUILD_FRONTEND"]
+    assert "FLASH_ATTN_CUDA_ARCHS=100" in env["CIBW_ENVIRONMENT"]
+    assert "CUDA_HOME=/factory/cuda" in env["CIBW_ENVIRONMENT"]
+    assert "TORCH_NO_COMPILER_WRAPPER=1" in env["CIBW_ENVIRONMENT"]
+    for lib in AUDITWHEEL_EXCLUDES:
+        assert f"--exclude {shlex.quote(lib)}" in env["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]
+
+
+def test_cache_is_mounted_and_nvcc_wrapped(tmp_path: Path) -> None:
+    env = cibuildwheel_environment(_job(tmp_path, cache=tmp_path / "cc"))
+    assert ":/factory/cache:rw" in env["CIBW_CONTAINER_ENGINE"]
+    assert "PYTORCH_NVCC='sccache /factory/cuda/bin/nvcc'" in env["CIBW_ENVIRONMENT"]
+
+
+def test_cibuildwheel_reads_the_configuration(tmp_path: Path) -> None:
+    if shutil.which("cibuildwheel") is None:
+        pytest.skip("cibuildwheel is not installed (pip install '.[cibuildwheel]')")
+    runner = get_runner("cibuildwheel")
+    assert isinstance(runner, CibuildwheelRunner)
+    assert runner.print_build_identifiers(_job(tmp_path)) == ["cp312-manylinux_x86_64"]
+
+
+def test_unknown_runner_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="known: docker, local, cibuildwheel"):
+        get_runner("podman")
