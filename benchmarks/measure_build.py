@@ -39,6 +39,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--cell", help="cell id the measurement belongs to (for --record)")
     ap.add_argument("--record", type=Path, help="memory history file to update")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--log", type=Path, default=Path("measure_build.log"),
+                    help="where the whole build output goes (default: ./measure_build.log)")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="measure-") as tmp:
@@ -55,8 +57,12 @@ def main(argv: list[str]) -> int:
         with PeakSampler(proc.pid, interval=0.25) as sampler:
             out, _ = proc.communicate()
         wall = time.monotonic() - t0
+        args.log.write_bytes(out)
         if proc.returncode != 0:
-            sys.stdout.write(out.decode(errors="replace")[-4000:])
+            text = out.decode(errors="replace")
+            failed = text.find("FAILED:")
+            sys.stdout.write(text[failed : failed + 4000] if failed >= 0 else text[-4000:])
+            print(f"\nbuild failed (exit {proc.returncode}); whole log in {args.log}")
             return proc.returncode
         logs = list(tree.glob("build/temp*/.ninja_log"))
         seconds = read_ninja_log(logs[0]) if logs else {}

@@ -190,3 +190,39 @@ def test_real_ninja_starts_edges_in_the_rewritten_order(tmp_path: Path) -> None:
     log = [line.split("\t")[3] for line in (tmp_path / ".ninja_log").read_text().splitlines()
            if not line.startswith("#")]
     assert log == ["obj/b.o", "obj/d.o", "obj/e.o", "obj/c.o", "obj/a.o"]
+
+
+FAKE_NINJA = """#!/bin/sh
+# Stands in for ninja: reports a version, keeps the build.ninja it was given, compiles nothing.
+if [ "$1" = "--version" ]; then echo 1.13.2; exit 0; fi
+cp build.ninja "$FACTORY_SEEN_NINJA"
+exit 1
+"""
+
+
+def test_hook_with_real_torch_and_setuptools(tmp_path: Path) -> None:
+    """The whole path on the real stack: setuptools sorts the sources, torch writes
+    build.ninja, the hook reorders it before ninja runs. Skipped where torch is absent."""
+    pytest.importorskip("torch")
+    tree = tmp_path / "ext"
+    shutil.copytree(REPO / "tests" / "example_ext", tree,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    history = MemoryHistory.load(tmp_path / "h.json")
+    times = {"csrc/square": 90.0, "csrc/add": 10.0, "csrc/bindings": 50.0, "csrc/relu": 30.0,
+             "csrc/scale": 60.0}
+    history.record(BuildMeasurement(cell=Cell.from_id(EXT), nvcc_threads=1, max_jobs=1,
+                                    peak_job_bytes=None, object_seconds=times, source="unit"))
+    assert prepare_build_tree(tree, load_matrix(REPO / "matrix.toml").find(EXT), history).applied
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ninja").write_text(FAKE_NINJA)
+    (bin_dir / "ninja").chmod(0o755)
+    seen = tmp_path / "seen.ninja"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "FACTORY_SEEN_NINJA": str(seen), "TORCH_CUDA_ARCH_LIST": "10.0", "MAX_JOBS": "1",
+           "TORCH_NO_COMPILER_WRAPPER": "1"}
+    subprocess.run([sys.executable, "setup.py", "build_ext"], cwd=tree, env=env,
+                   capture_output=True, text=True)
+    assert seen.exists(), "torch never ran ninja"
+    assert [name.rsplit(".", 1)[0] for name in build_lines(seen.read_text())] == [
+        "square", "scale", "bindings", "relu", "add"]
