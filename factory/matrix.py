@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from .cell import Cell, parse_arch, parse_cuda, parse_python, parse_version
 from .errors import CellError, ConfigError
@@ -86,6 +87,11 @@ def _scalar_axis(value: Any, where: str, parse: Any) -> list[str]:
     for v in _as_list(value, where):
         if not isinstance(v, (str, int, float)) or isinstance(v, bool):
             raise ConfigError(f"{where} must hold version strings")
+        if isinstance(v, float):
+            # TOML reads 2.10 as the number 2.1: a version written as a float loses digits.
+            raise ConfigError(
+                f"{where}: {v} is a TOML number; quote versions (\"2.10\" reads as 2.1)"
+            )
         try:
             parse(str(v))
         except CellError as exc:
@@ -229,6 +235,10 @@ def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str, cell_axes: Ma
         elif axis == "cuda":
             if parse_cuda(str(want)) != parse_cuda(have):
                 return False
+        elif axis == "torch" and len(Version(str(want)).release) == 2:
+            # 'torch = "2.14"' means every 2.14.x, as the variant and the pin do.
+            if Version(str(have)).release[:2] != Version(str(want)).release:
+                return False
         elif str(want) != str(have):
             return False
     return True
@@ -323,6 +333,14 @@ def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Mat
             _check_keys(rule, RULE_KEYS, f"[[{kind}]] #{i + 1}")
             if "package" in rule and canonicalize_name(str(rule["package"])) not in packages:
                 raise ConfigError(f"[[{kind}]] #{i + 1} names unknown package {rule['package']!r}")
+            # Parse the rule's values now: a typo must fail here, not match nothing or crash later.
+            parsed = _parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
+            if kind == "include":
+                many = [a for a, v in parsed.items() if len(v) != 1]
+                if many:
+                    raise ConfigError(
+                        f"[[include]] #{i + 1} {many[0]} must be one value (one cell per include)"
+                    )
         rules[kind] = lst
 
     matrix = Matrix(

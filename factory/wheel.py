@@ -345,6 +345,8 @@ def rewrite_metadata(
 ) -> str:
     """Edit METADATA's header as text so every other field (and the body) stays byte-identical."""
     head, sep, body = text.partition("\n\n")
+    if not sep:  # no description: the header runs to the end (setuptools writes this)
+        head, sep = head.rstrip("\n"), "\n"
     fields: list[list[str]] = []
     for line in head.split("\n"):
         if line[:1] in (" ", "\t") and fields:

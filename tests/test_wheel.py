@@ -127,6 +127,17 @@ def test_rewrite_metadata_changes_only_version_and_torch() -> None:
     )
 
 
+def test_rewrite_metadata_without_a_body_keeps_the_pin_in_the_header() -> None:
+    text = "Metadata-Version: 2.4\nName: demo\nVersion: 0.1.0\nDynamic: requires-python\n"
+    out = rewrite_metadata(
+        text, version="0.1.0+x", drop_requirements=[], add_requirement="torch==2.14.*"
+    )
+    assert out == (
+        "Metadata-Version: 2.4\nName: demo\nVersion: 0.1.0+x\nDynamic: requires-python\n"
+        "Requires-Dist: torch==2.14.*\n"
+    )
+
+
 # -- finalize_wheel -------------------------------------------------------------------------------
 def test_finalize_tags_pins_rerecords_and_repairs(tmp_path: Path, sm90_so: Path) -> None:
     raw = ext_wheel(tmp_path / "raw", sm90_so, requires=["torch", "numpy>=1"])
