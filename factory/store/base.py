@@ -111,8 +111,10 @@ class Store(Protocol):
 
     def delete(self, key: str) -> None: ...
 
-    def list(self, prefix: str) -> Iterator[StoreObject]:
-        """Every object whose key starts with ``prefix``, in no particular order."""
+    def list(self, prefix: str, *, sizes: bool = True) -> Iterator[StoreObject]:
+        """Every object whose key starts with ``prefix``, in no particular order.
+
+        ``sizes=False`` lets a backend report size 0 where sizes cost extra (a stat each)."""
 
     def read_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]: ...
 
@@ -134,7 +136,7 @@ class StoreBase:
     def read(self, key: str) -> bytes | None:
         raise NotImplementedError
 
-    def list(self, prefix: str) -> Iterator[StoreObject]:
+    def list(self, prefix: str, *, sizes: bool = True) -> Iterator[StoreObject]:
         raise NotImplementedError
 
     def read_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]:
@@ -153,7 +155,7 @@ class StoreBase:
         prefix = f"{FILES}/{project}/" if project else f"{FILES}/"
         entry_keys: builtins.list[str] = []
         yank_keys: builtins.list[str] = []
-        for obj in self.list(prefix):
+        for obj in self.list(prefix, sizes=False):
             if obj.key.endswith(ENTRY_SUFFIX):
                 entry_keys.append(obj.key)
             elif obj.key.endswith(YANK_SUFFIX):
@@ -174,7 +176,7 @@ class StoreBase:
     def uncommitted_wheels(self) -> builtins.list[str]:
         """Keys of wheels whose entry is missing: a publisher stopped between upload and commit."""
         wheels, entries = set(), set()
-        for obj in self.list(f"{FILES}/"):
+        for obj in self.list(f"{FILES}/", sizes=False):
             if obj.key.endswith(".whl"):
                 wheels.add(obj.key)
             elif obj.key.endswith(ENTRY_SUFFIX):
@@ -183,7 +185,7 @@ class StoreBase:
 
     def published_content_keys(self) -> set[str]:
         """The ``content_key`` of every provenance manifest whose wheel is in the store."""
-        keys = [o.key for o in self.list(f"{FILES}/")]
+        keys = [o.key for o in self.list(f"{FILES}/", sizes=False)]
         present = set(keys)
         manifests = [
             k

@@ -43,7 +43,8 @@ class LocalStore(StoreBase):
     # -- reads --------------------------------------------------------------------------------
     def read(self, key: str) -> bytes | None:
         try:
-            return self.path(key).read_bytes()
+            with open(os.path.join(self.url, check_key(key)), "rb") as f:
+                return f.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
@@ -53,7 +54,7 @@ class LocalStore(StoreBase):
         data = self.read(key)
         return data, (None if data is None else _token(data))
 
-    def list(self, prefix: str) -> Iterator[StoreObject]:
+    def list(self, prefix: str, *, sizes: bool = True) -> Iterator[StoreObject]:
         # Walk only the directory the prefix names, then filter on the rest of it.
         base, _, _ = prefix.rpartition("/")
         start = self.root / base if base else self.root
@@ -74,6 +75,9 @@ class LocalStore(StoreBase):
                     if key.startswith(prefix) or prefix.startswith(key + "/"):
                         stack.append((Path(entry.path), key))
                 elif key.startswith(prefix):
+                    if not sizes:
+                        yield StoreObject(key=key, size=0)
+                        continue
                     try:
                         yield StoreObject(key=key, size=entry.stat(follow_symlinks=False).st_size)
                     except FileNotFoundError:  # deleted while listing (a page)

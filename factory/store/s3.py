@@ -83,7 +83,7 @@ class S3Store(StoreBase):
     def _read_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]:
         return parallel_reads(self, keys)
 
-    def list(self, prefix: str) -> Iterator[StoreObject]:
+    def list(self, prefix: str, *, sizes: bool = True) -> Iterator[StoreObject]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix
