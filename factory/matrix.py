@@ -27,6 +27,7 @@ TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "to
 PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", *AXES}
 SETTINGS_KEYS = {
     "store", "wheelhouse", "runner", "memory", "cpus", "base-image", "plat", "work-dir", "toolkit",
+    "images", "compile-cache",
 }
 RULE_KEYS = {"package", "version", *AXES, "reason"}
 
@@ -173,7 +174,32 @@ def wheel_filename(cell: Cell, recipe: Recipe, plat: str) -> str:
     return f"{dist}-{cell.version}+{local}-{cell.python_tag}-{cell.python_tag}-{plat}.whl"
 
 
-def default_plat(settings: Mapping[str, Any]) -> str:
+def base_image_for(settings: Mapping[str, Any], python: str | None = None) -> str:
+    """The builder image for a Python version: ``[settings.images]`` ("3.13" = "image"), else
+    ``base-image``. Versions that should share compiled kernels (the compile cache) need images
+    with one compiler and one set of system headers: one Debian release."""
+    images = settings.get("images") or {}
+    if python is not None:
+        want = parse_python(python)
+        for version, image in images.items():
+            if parse_python(str(version)) == want:
+                return str(image)
+    return str(settings.get("base-image", DEFAULT_SETTINGS["base-image"]))
+
+
+def _check_images(images: Any) -> None:
+    if not isinstance(images, dict):
+        raise ConfigError("[settings] images must be a table of Python version = image")
+    for version, image in images.items():
+        try:
+            parse_python(str(version))
+        except CellError as exc:
+            raise ConfigError(f"[settings.images]: {exc.message}") from None
+        if not isinstance(image, str) or not image:
+            raise ConfigError(f"[settings.images] {version!r} must name an image")
+
+
+def default_plat(settings: Mapping[str, Any], python: str | None = None) -> str:
     plat = str(settings.get("plat", "auto"))
     if plat != "auto":
         return plat
@@ -187,7 +213,7 @@ def default_plat(settings: Mapping[str, Any]) -> str:
             return f"manylinux_{major}_{minor}_{platform.machine()}"
     from .images import plat_for_image
 
-    return plat_for_image(str(settings.get("base-image", DEFAULT_SETTINGS["base-image"])))
+    return plat_for_image(base_image_for(settings, python))
 
 
 def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *, settings: Mapping[str, Any] | None = None, torch_indexes: Mapping[str, str] | None = None) -> PlannedCell:
@@ -212,7 +238,7 @@ def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *, set
         source=pkg.source,
         sha256=pkg.sha256,
         content_key=cell.content_key(pkg.recipe.revision),
-        wheel=wheel_filename(cell, pkg.recipe, default_plat(settings)),
+        wheel=wheel_filename(cell, pkg.recipe, default_plat(settings, cell.python)),
     )
 
 
@@ -273,6 +299,7 @@ def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Mat
         raise ConfigError("[settings] must be a table")
     _check_keys(raw_settings, SETTINGS_KEYS, "[settings]")
     settings.update(raw_settings)
+    _check_images(settings.get("images", {}))
 
     torch_indexes = data.get("torch-indexes", {})
     if not isinstance(torch_indexes, dict):

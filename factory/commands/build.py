@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     for o in outcomes:
         n = len(o.attempts)
         extra = f", {n} attempt(s)" if n else ""
+        if n and o.attempts[-1].get("cache_hits") is not None:
+            extra += f", compile cache {o.attempts[-1]['cache_hits']} hits/{o.attempts[-1]['cache_misses']} misses"
         log.detail(f"{o.status:8} {o.cell_id} ({o.seconds:.0f}s{extra}) {o.wheel.name if o.wheel else o.detail}")
     for cell_id, exc in failures:
         log.detail(f"failed   {cell_id}: {exc.message}")

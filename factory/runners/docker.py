@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..compile_cache import inside_config
 from ..engine import docker_client, image_exists
 from ..errors import EngineError
 from .base import (
@@ -110,7 +111,9 @@ def _default_python(image: str, python: str) -> str:
     if "manylinux" in image or "musllinux" in image:
         tag = "cp" + python.replace(".", "")
         return f"/opt/python/{tag}-{tag}/bin/python"
-    return "python3"
+    # python3.X, not python3: an image with a second interpreter (see factory.python_image)
+    # must build the cell's Python, and an image without it must fail, not build another.
+    return f"python{python}"
 
 
 class DockerRunner:
@@ -156,7 +159,8 @@ class DockerRunner:
             "report": f"{INSIDE['log']}/{job.log_path.name}.report.json",
             "env": dict(job.env),
             "cuda_home": INSIDE["cuda"] if job.cuda_home else None,
-            "cache": {"dir": INSIDE["cache"], "size": job.cache_size} if job.cache_dir else None,
+            "cache": {"dir": INSIDE["cache"], "size": job.cache_size,
+                      **inside_config(size=job.cache_size, normalize_paths=True)} if job.cache_dir else None,
             "watch_stdin": True,
             "read_cgroup": True,
             "sample_interval": 0.5,

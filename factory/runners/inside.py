@@ -327,7 +327,7 @@ def _clean_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _sccache_stats(sccache: str, env: dict[str, str]) -> dict[str, int]:
+def _sccache_stats(sccache: str, env: dict[str, str]) -> dict[str, Any]:
     try:
         out = subprocess.run(
             [sccache, "--show-stats", "--stats-format", "json"],
@@ -336,7 +336,8 @@ def _sccache_stats(sccache: str, env: dict[str, str]) -> dict[str, int]:
             text=True,
             timeout=60,
         ).stdout
-        stats = json.loads(out).get("stats", {})
+        doc = json.loads(out)
+        stats = doc.get("stats", {})
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return {}
 
@@ -351,6 +352,7 @@ def _sccache_stats(sccache: str, env: dict[str, str]) -> dict[str, int]:
         "cache_hits": total("cache_hits"),
         "cache_misses": total("cache_misses"),
         "compile_requests": total("compile_requests"),
+        "sccache": doc,  # the whole document: factory.compile_cache parses it per step
     }
 
 
@@ -445,6 +447,15 @@ def main(argv: list[str]) -> int:
             # torch's cpp_extension takes PYTORCH_NVCC verbatim as the ninja nvcc command;
             # newer torch also puts sccache in front of the C++ compiler when it is on PATH.
             extra["PYTORCH_NVCC"] = f"{sccache} {nvcc}"
+            # factory.compile_cache: the size bound and remote settings, and an nvcc wrapper that
+            # spells paths the same for every Python version (so cp311 and cp313 share kernels).
+            sccache_env.update(cache.get("env", {}))
+            extra.update(cache.get("env", {}))
+            wrapper = cache.get("nvcc_wrapper")
+            if wrapper:
+                Path(wrapper["path"]).write_text(wrapper["text"])
+                os.chmod(wrapper["path"], 0o755)
+                extra["PYTORCH_NVCC"] = wrapper["path"]
         else:
             # A ccache/sccache that happens to be on PATH must not change what is built.
             extra["TORCH_NO_COMPILER_WRAPPER"] = "1"

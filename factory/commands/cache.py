@@ -1,0 +1,84 @@
+"""factory cache stats|clear [--matrix PATH] [--json] [--force]"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import BuildError
+from ._common import add_matrix_arg, matrix_from_args, print_json
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action", choices=("stats", "clear"), help="stats: size and hits per cell; clear: empty it"
+    )
+    add_matrix_arg(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--force", action="store_true", help="clear even while builds are running")
+
+
+def _running_builds() -> list[str]:
+    """Build containers that may be writing to the cache right now (none when docker is absent)."""
+    try:
+        from ..engine import docker_client
+        from ..runners.docker import LABEL
+
+        client = docker_client(timeout=10)
+        return [
+            c.name for c in client.containers.list(filters={"label": LABEL, "status": "running"})
+        ]
+    except Exception:  # no engine, no SDK: nothing of ours can be running in it
+        return []
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import compile_cache
+    from ..compile_cache import cache_settings, disk_usage, recorded_builds
+    from ..logger import human_bytes
+
+    matrix = matrix_from_args(args)
+    settings = cache_settings(matrix.settings, root=matrix.root)
+    work = Path(str(matrix.settings["work-dir"]))
+    work = work if work.is_absolute() else matrix.root / work
+    if args.action == "clear":
+        running = _running_builds()
+        if running and not args.force:
+            raise BuildError(
+                f"{len(running)} build(s) running ({running[0]}); the cache is in use",
+                tip="wait for them, or use --force",
+            )
+        gone = compile_cache.clear(settings.dir)
+        if args.json:
+            print_json({"cleared": str(settings.dir), "files": gone.files, "bytes": gone.bytes})
+        else:
+            print(f"cleared {settings.dir}: {gone.files} file(s), {human_bytes(gone.bytes)}")
+        return 0
+    usage = disk_usage(settings.dir)
+    builds = recorded_builds(work)
+    if args.json:
+        print_json(
+            {
+                "cache": {
+                    **settings.as_dict(),
+                    "files": usage.files,
+                    "bytes": usage.bytes,
+                    "bound_bytes": compile_cache.size_bytes(settings.size),
+                },
+                "builds": builds,
+            }
+        )
+        return 0
+    print(f"cache    {settings.dir}")
+    print(f"size     {human_bytes(usage.bytes)} in {usage.files} file(s), bound {settings.size}")
+    if settings.remote:
+        r = settings.remote
+        print(f"remote   s3://{r.bucket}/{r.prefix}" + (f" at {r.endpoint}" if r.endpoint else ""))
+    if not builds:
+        print("no build with the cache on has been recorded under", work)
+    for b in builds:
+        steps = ", ".join(
+            f"{k} {v['hits']}/{v['hits'] + v['misses']}" for k, v in b["by_step"].items()
+        )
+        print(f"{b['cell']}: {b['hits']} hits, {b['misses']} misses ({steps})")
+    return 0

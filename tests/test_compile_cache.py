@@ -1,0 +1,392 @@
+"""The compile cache: settings, the nvcc wrapper, stats parsing; and one real sccache + nvcc run
+that proves a second Python version hits the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from factory import compile_cache
+from factory.compile_cache import (
+    CacheSettings,
+    RemoteCache,
+    cache_settings,
+    inside_config,
+    parse_size,
+    parse_stats,
+    size_bytes,
+)
+from factory.errors import ConfigError
+from factory.matrix import base_image_for, load_matrix
+
+# The shape of `sccache --show-stats --stats-format json` (0.16), from a real second compile whose
+# object missed but whose nvcc stages hit.
+STATS = {
+    "stats": {
+        "compile_requests": 2,
+        "cache_hits": {
+            "counts": {"CUBIN": 1, "PTX": 1, "CUDA (Device code)": 1},
+            "adv_counts": {"cubin [ptxas]": 1, "ptx [cicc]": 1, "cuda [cudafe++]": 1},
+        },
+        "cache_misses": {
+            "counts": {"CUDA": 2, "C++": 1, "PTX": 1, "CUBIN": 1, "CUDA (Device code)": 1},
+            "adv_counts": {
+                "cuda [nvcc]": 2,
+                "c++ [gcc]": 1,
+                "ptx [cicc]": 1,
+                "cubin [ptxas]": 1,
+                "cuda [cudafe++]": 1,
+            },
+        },
+        "cache_errors": {"counts": {}, "adv_counts": {}},
+    },
+    "cache_location": 'Local disk: "/factory/cache"',
+    "cache_size": 196688,
+    "max_cache_size": 21474836480,
+    "version": "0.16.0",
+}
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,want", [("20G", "20G"), ("500m", "500M"), ("10GiB", "10G"), ("4096", "4096")]
+)
+def test_parse_size_accepts_sccache_sizes(text: str, want: str) -> None:
+    assert parse_size(text) == want
+
+
+@pytest.mark.parametrize("text", ["", "0G", "-1G", "1.5G", "20X", "G"])
+def test_parse_size_rejects_others(text: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_size(text)
+
+
+def test_size_bytes() -> None:
+    assert size_bytes("20G") == 20 * 1024**3
+    assert size_bytes("512M") == 512 * 1024**2
+    assert size_bytes("4096") == 4096
+
+
+def test_cache_settings_defaults_next_to_work_dir(tmp_path: Path) -> None:
+    s = cache_settings({"work-dir": ".cache/factory/work"}, root=tmp_path)
+    assert s == CacheSettings(
+        dir=tmp_path / ".cache/factory/compile-cache", size="20G", remote=None
+    )
+
+
+def test_cache_settings_table(tmp_path: Path) -> None:
+    s = cache_settings(
+        {"work-dir": "w", "compile-cache": {"dir": "cc", "size": "5g"}}, root=tmp_path
+    )
+    assert (s.dir, s.size) == (tmp_path / "cc", "5G")
+    with pytest.raises(ConfigError, match="unknown key 'szie'"):
+        cache_settings({"compile-cache": {"szie": "5G"}}, root=tmp_path)
+
+
+def test_remote_cache_from_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FACTORY_S3_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    s = cache_settings(
+        {"store": "s3://wheels/index", "compile-cache": {"remote": "store"}}, root=tmp_path
+    )
+    assert s.remote == RemoteCache(
+        bucket="wheels",
+        prefix="index/compile-cache",
+        endpoint="http://127.0.0.1:9000",
+        region="eu-west-1",
+    )
+    env = s.remote.env()
+    assert env["SCCACHE_MULTILEVEL_CHAIN"] == "disk,s3"  # the local disk stays the first level
+    assert env["SCCACHE_S3_KEY_PREFIX"] == "index/compile-cache"
+    assert env["SCCACHE_S3_USE_SSL"] == "false"
+    with pytest.raises(ConfigError, match="s3://"):
+        cache_settings(
+            {"store": "index/store", "compile-cache": {"remote": "store"}}, root=tmp_path
+        )
+
+
+def test_inside_config_carries_the_bound_and_the_wrapper() -> None:
+    cfg = inside_config(size="8G", normalize_paths=True)
+    assert cfg["env"]["SCCACHE_CACHE_SIZE"] == "8G"
+    assert cfg["nvcc_wrapper"]["path"] == "/factory/run/nvcc-cached"
+    assert 'link="/factory/run/site-packages"' in cfg["nvcc_wrapper"]["text"]
+    assert "nvcc_wrapper" not in inside_config(size="8G", normalize_paths=False)
+
+
+def test_docker_job_turns_the_wrapper_on(tmp_path: Path) -> None:
+    from factory.runners.base import BuildJob
+    from factory.runners.docker import DockerRunner
+
+    job = BuildJob(
+        cell_id="c",
+        python="3.13",
+        image="factory-base:bookworm-py3.13",
+        src_dir=tmp_path,
+        out_dir=tmp_path / "o",
+        wheelhouse=tmp_path,
+        cuda_home=None,
+        requirements=(),
+        log_path=tmp_path / "l.log",
+        cache_dir=tmp_path / "cc",
+        cache_size="7G",
+    )
+    inside = DockerRunner(client=object()).inside_job(job)
+    assert inside["python"] == "python3.13"  # the cell's interpreter, not the image's python3
+    assert inside["cache"]["env"]["SCCACHE_CACHE_SIZE"] == "7G"
+    assert inside["cache"]["nvcc_wrapper"]["path"].startswith("/factory/run/")
+
+
+# -- images per Python version ---------------------------------------------------------------------
+
+MATRIX = """
+[settings]
+base-image = "factory-base:bookworm"
+[settings.images]
+"3.13" = "factory-base:trixie"
+[axes]
+torch = ["2.14.1"]
+cuda = ["13.0"]
+archs = [["10.0"]]
+python = ["3.11", "3.13"]
+[packages.factory-example-ext]
+recipe = "torch-extension"
+versions = ["0.1.0"]
+source = "."
+"""
+
+
+def test_images_per_python_version() -> None:
+    m = load_matrix(text=MATRIX)
+    assert base_image_for(m.settings, "3.13") == "factory-base:trixie"
+    assert base_image_for(m.settings, "cp313") == "factory-base:trixie"
+    assert base_image_for(m.settings, "3.11") == "factory-base:bookworm"
+    wheels = {pc.cell.python: pc.wheel for pc in m.cells}
+    # The wheel's platform tag follows the glibc of the cell's own image.
+    assert wheels["3.11"].endswith("manylinux_2_36_x86_64.whl")
+    assert wheels["3.13"].endswith("manylinux_2_41_x86_64.whl")
+
+
+def test_images_table_is_checked() -> None:
+    with pytest.raises(ConfigError, match="unparseable Python version"):
+        load_matrix(text=MATRIX.replace('"3.13" = "factory-base:trixie"', '"py3" = "x"'))
+
+
+def test_python_image_names() -> None:
+    from factory.python_image import parse_image
+
+    assert parse_image("factory-base:bookworm-py3.13") == ("bookworm", "3.13")
+    assert parse_image("factory-base:trixie") == ("trixie", None)
+
+
+# -- stats --------------------------------------------------------------------------------
+
+
+def test_parse_stats_counts_objects_and_steps() -> None:
+    s = parse_stats(json.dumps(STATS))
+    assert (s.hits, s.misses) == (3, 6)
+    assert (s.object_hits, s.object_misses) == (0, 3)  # cuda [nvcc] x2 and c++ [gcc]
+    assert s.by_step["ptx [cicc]"] == (1, 1)
+    assert s.max_cache_size == 20 * 1024**3
+    assert "cubin [ptxas] 1/2" in s.summary()
+
+
+def test_stats_from_a_report_without_the_cache() -> None:
+    assert compile_cache.stats_from_report({"exit_code": 0}) is None
+    assert compile_cache.stats_from_report({"sccache": STATS}) == parse_stats(STATS)
+
+
+def test_recorded_builds_reads_the_latest_report(tmp_path: Path) -> None:
+    logs = tmp_path / "cell-a" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "attempt-1.log.report.json").write_text(json.dumps({"sccache": STATS}))
+    (tmp_path / "cell-b" / "logs").mkdir(parents=True)  # never built with the cache
+    builds = compile_cache.recorded_builds(tmp_path)
+    assert [b["cell"] for b in builds] == ["cell-a"]
+    assert builds[0]["hits"] == 3
+
+
+def test_clear_empties_but_keeps_the_dir(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "x").write_bytes(b"12345")
+    (tmp_path / "y").write_bytes(b"1")
+    gone = compile_cache.clear(tmp_path)
+    assert (gone.files, gone.bytes) == (2, 6)
+    assert tmp_path.is_dir() and not any(tmp_path.iterdir())
+
+
+def test_cache_command_stats_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from factory.cli import main
+
+    text = MATRIX.replace(
+        "[settings.images]", '[settings.compile-cache]\nsize = "3G"\n[settings.images]'
+    )
+    (tmp_path / "matrix.toml").write_text(text)
+    assert main(["cache", "stats", "--json", "--matrix", str(tmp_path / "matrix.toml")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["version"] == 1
+    assert out["cache"]["size"] == "3G" and out["cache"]["bound_bytes"] == 3 * 1024**3
+
+
+# -- the nvcc wrapper ----------------------------------------------------------------------
+
+
+def _fake_tools(bin_dir: Path, site: Path) -> None:
+    """`python` that names ``site`` as site-packages and `sccache` that prints what it got."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "python").write_text(f"#!/bin/sh\necho {site}\n")
+    (bin_dir / "sccache").write_text('#!/bin/sh\nfor a do echo "$a"; done\n')
+    for f in ("python", "sccache"):
+        (bin_dir / f).chmod(0o755)
+
+
+def test_wrapper_spells_site_packages_through_the_link(tmp_path: Path) -> None:
+    site = tmp_path / "venv/lib/python3.13/site-packages"
+    site.mkdir(parents=True)
+    link = tmp_path / "run/site-packages"
+    link.parent.mkdir()
+    wrapper = tmp_path / "run/nvcc-cached"
+    wrapper.write_text(compile_cache.NVCC_WRAPPER.replace("@LINK@", str(link)))
+    wrapper.chmod(0o755)
+    _fake_tools(tmp_path / "bin", site)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "CUDA_HOME": "/opt/cuda"}
+    out = subprocess.run(
+        [str(wrapper), f"-I{site}/torch/include", "-I/usr/include/python3.13", "-c", "a b.cu"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert out == [
+        "/opt/cuda/bin/nvcc",
+        f"-I{link}/torch/include",
+        "-I/usr/include/python3.13",
+        "-c",
+        "a b.cu",
+    ]
+    assert os.readlink(link) == str(site)
+
+
+# -- integration: real sccache and nvcc ------------------------------------------------------------
+
+HEADER = """#pragma once
+#include <cstdio>
+// __FILE__ puts this header's path into the host code, as TORCH_CHECK does in ATen's headers.
+inline void report(int n) { std::printf("%s: n=%d\\n", __FILE__, n); }
+__device__ inline float twice(float x) { return 2.0f * x; }
+"""
+KERNEL = """#include <ext.h>
+__global__ void k(const float* a, float* o, long n) {
+  long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+  if (i < n) o[i] = twice(a[i]);
+}
+void launch(const float* a, float* o, long n) {
+  report((int)n);
+  k<<<(n + 255) / 256, 256>>>(a, o, n);
+}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin/nvcc").is_file():
+            return str(Path(home) / "bin/nvcc")
+    return None
+
+
+@pytest.mark.slow
+def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
+    sccache, nvcc = shutil.which("sccache"), _nvcc()
+    if not sccache or not nvcc:
+        pytest.skip("needs sccache and nvcc")
+    src = tmp_path / "src/k.cu"  # one source path, as /factory/src in every container
+    src.parent.mkdir()
+    src.write_text(KERNEL)
+    link = tmp_path / "run/site-packages"  # one link path, as /factory/run in every container
+    link.parent.mkdir()
+    wrapper = link.parent / "nvcc-cached"
+    wrapper.write_text(compile_cache.NVCC_WRAPPER.replace("@LINK@", str(link)))
+    wrapper.chmod(0o755)
+    base_env = {
+        "HOME": str(tmp_path),
+        "SCCACHE_DIR": str(tmp_path / "cache"),
+        "SCCACHE_CACHE_SIZE": "1G",
+        "SCCACHE_SERVER_PORT": str(_free_port()),
+        "SCCACHE_IDLE_TIMEOUT": "0",
+        "CUDA_HOME": str(Path(nvcc).resolve().parent.parent),
+    }
+    results = []
+    for version in ("3.11", "3.13"):
+        # Each version: its own venv (site-packages under lib/python3.X) and Python include dir.
+        site = tmp_path / f"venv{version}/lib/python{version}/site-packages"
+        (site / "ext/include").mkdir(parents=True)
+        (site / "ext/include/ext.h").write_text(HEADER)
+        pyinc = tmp_path / f"include/python{version}"
+        pyinc.mkdir(parents=True)
+        (pyinc / "Python.h").write_text(f'#define PY_VERSION "{version}"\n')
+        bin_dir = tmp_path / f"bin{version}"
+        _fake_tools(bin_dir, site)
+        (bin_dir / "sccache").unlink()  # the real one here
+        (bin_dir / "sccache").symlink_to(sccache)
+        if link.is_symlink():
+            link.unlink()  # a fresh run dir, as in a new container
+        env = {**base_env, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+        out = tmp_path / f"build/temp.cpython-{version.replace('.', '')}"
+        out.mkdir(parents=True)
+        try:
+            subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
+            subprocess.run(
+                [
+                    str(wrapper),
+                    "-MD",
+                    "-MF",
+                    f"{out}/k.o.d",
+                    f"-I{site}/ext/include",
+                    f"-I{pyinc}",
+                    "-c",
+                    str(src),
+                    "-o",
+                    f"{out}/k.o",
+                    "-O2",
+                    "-gencode=arch=compute_80,code=sm_80",
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+                cwd=tmp_path,
+            )
+            stats = subprocess.run(
+                [sccache, "--show-stats", "--stats-format", "json"],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        finally:
+            subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
+        results.append(compile_cache.parse_stats(stats))
+        assert (out / "k.o").is_file()
+    first, second = results
+    assert first.object_misses == 1 and first.object_hits == 0
+    # The second Python version: the whole object from the cache, nothing compiled again.
+    assert second.object_hits == 1 and second.misses == 0
+    assert second.max_cache_size == 1024**3  # the bound reached the server
+    k311 = (tmp_path / "build/temp.cpython-311/k.o").read_bytes()
+    k313 = (tmp_path / "build/temp.cpython-313/k.o").read_bytes()
+    assert k311 == k313
