@@ -516,7 +516,7 @@ def verify_wheel(
     checks, want_archs = _metadata_checks(info, expected, defaults)
     if expected is not None:
         want_archs = expected.cell.archs  # the plan decides, whatever the tag claims
-    checks.insert(0, check_archs(info, want_archs, allow_ptx=allow_ptx))
+    checks.append(check_archs(info, want_archs, allow_ptx=allow_ptx))
     if import_check:
         try:
             checks.append(check_import(info, wheelhouse=wheelhouse, echo=echo, log_path=log_path))

@@ -35,6 +35,7 @@ def sos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "sm90+ptx": compile_kernel_so(
             d / "k90ptx.so", "arch=compute_90,code=sm_90", "arch=compute_90,code=compute_90"
         ),
+        "ptx-only": compile_kernel_so(d / "ptx.so", "arch=compute_90,code=compute_90"),
         "sm90+sm100": compile_kernel_so(
             d / "k90_100.so", "arch=compute_90,code=sm_90", "arch=compute_100,code=sm_100"
         ),
@@ -71,13 +72,13 @@ def test_a_good_wheel_passes_every_check(tmp_path: Path, sos: dict[str, Path]) -
     report = verify_wheel(wheel, expected=pc, import_check=False)  # type: ignore[arg-type]
     assert report.ok, report.summary()
     assert [c.name for c in report.checks] == [
-        "archs",
         "filename",
         "metadata",
         "local-tag",
         "torch-pin",
         "platform",
         "record",
+        "archs",
         "import",
     ]
     assert report.check("archs").detail == "SASS sm_90 in 1 file(s), no PTX"
@@ -111,6 +112,13 @@ def test_ptx_fails_unless_allowed(tmp_path: Path, sos: dict[str, Path]) -> None:
     assert [c.name for c in report.failures] == ["archs"]
     assert "carries PTX sm_90" in report.check("archs").detail
     assert verify_wheel(wheel, expected=pc, import_check=False, allow_ptx=True).ok  # type: ignore[arg-type]
+
+
+def test_ptx_only_fails(tmp_path: Path, sos: dict[str, Path]) -> None:
+    wheel, pc = _final(tmp_path, sos["ptx-only"], (90,))
+    report = verify_wheel(wheel, expected=pc, import_check=False, raise_on_failure=False)  # type: ignore[arg-type]
+    detail = report.check("archs").detail
+    assert "has SASS none, wanted sm_90" in detail and "carries PTX sm_90" in detail
 
 
 def test_a_wheel_without_gpu_code_fails(tmp_path: Path) -> None:
