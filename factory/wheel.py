@@ -171,7 +171,16 @@ def analyse_wheel(path: Path) -> WheelInfo:
         wheel_meta = HeaderParser().parsestr(wheel_text)
         if not meta.get("Name") or not meta.get("Version"):
             raise WheelError(f"{path.name}: METADATA lacks Name or Version")
-        record_problems = _check_record(zf, files, dist_info)
+        try:
+            Version(str(meta["Version"]).strip())
+        except InvalidVersion:
+            raise WheelError(
+                f"{path.name}: METADATA Version {meta['Version']!r} is not PEP 440"
+            ) from None
+        try:
+            record_problems = _check_record(zf, files, dist_info)
+        except (zipfile.BadZipFile, OSError) as exc:  # a corrupt member (bad CRC, truncated)
+            raise WheelError(f"{path.name}: cannot read its files: {exc}") from None
     return WheelInfo(
         path=path,
         filename=path.name,

@@ -156,6 +156,34 @@ def test_finalize_tags_pins_rerecords_and_repairs(tmp_path: Path, sm90_so: Path)
     assert [p.name for p in (tmp_path / "out").iterdir()] == [pc.wheel], "no temp files left behind"
 
 
+def test_finalize_is_idempotent(tmp_path: Path, sm90_so: Path) -> None:
+    pc = planned()
+    once = finalize_wheel(
+        ext_wheel(tmp_path / "raw", sm90_so, requires=["torch"]), pc, tmp_path / "1"
+    )
+    twice = finalize_wheel(once, pc, tmp_path / "2")
+    assert twice.name == once.name == pc.wheel
+    assert (
+        analyse_wheel(twice).requires_dist
+        == analyse_wheel(once).requires_dist
+        == ("torch==2.14.*",)
+    )
+
+
+def test_analyse_refuses_a_version_that_is_not_pep440(tmp_path: Path) -> None:
+    path = make_wheel(tmp_path, files={"demo_ext/__init__.py": b""})
+    bad = tmp_path / "bad" / path.name
+    bad.parent.mkdir()
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(bad, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename.endswith("METADATA"):
+                data = data.replace(b"Version: 0.1.0", b"Version: one")
+            dst.writestr(item, data)
+    with pytest.raises(WheelError, match="not PEP 440"):
+        analyse_wheel(bad)
+
+
 def test_finalize_adds_a_pin_when_torch_is_not_required(tmp_path: Path, sm90_so: Path) -> None:
     raw = ext_wheel(tmp_path / "raw", sm90_so)
     info = analyse_wheel(finalize_wheel(raw, planned(), tmp_path / "out"))
