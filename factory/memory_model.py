@@ -329,15 +329,17 @@ class MemoryHistory:
             yield
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        with open(lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                if self.path.exists():
-                    self._doc = _checked(_read_document(self.path), str(self.path))
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        # Lock the directory, not the file: os.replace swaps the file's inode, so a lock on
+        # the file would not exclude a writer that opened the new one; and no lock file is
+        # left lying in the package or on the share.
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if self.path.exists():
+                self._doc = _checked(_read_document(self.path), str(self.path))
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
     def _add_peak(self, key: ModelKey, peak: int, source: str, *, oom: bool) -> None:
         records: list[dict[str, Any]] = self._doc.setdefault("memory", [])

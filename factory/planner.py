@@ -216,7 +216,8 @@ def _explain(cell: Cell, o: _Option, options: Sequence[_Option], *, memory: int,
         limits.append(f"there are {n_objects} objects")
     out.append(f"at {o.threads} thread(s): " + ", ".join(limits) + f" -> {o.jobs} job(s)")
     if not supports_threads:
-        out.append(f"nvcc threads fixed at 1: the {cell.package} recipe does not pass NVCC_THREADS")
+        out.append(f"nvcc threads fixed at 1: {cell.package}'s recipe does not pass "
+                   "NVCC_THREADS to nvcc")
     elif archs == 1:
         out.append("nvcc threads 1: the cell compiles one arch, more threads would only "
                    "cost memory")

@@ -103,6 +103,13 @@ def test_recipe_without_thread_support_gets_one_thread(matrix, history) -> None:
     assert any("does not pass NVCC_THREADS" in r for r in plan.reasons)
 
 
+def test_example_extension_uses_its_measured_peak(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_build(pc_of(matrix, EXT), memory=8 * GIB, cpus=4, history=history)
+    assert "measured" in plan.per_job_source
+    assert 1.5 * GB <= plan.per_job_bytes <= 3 * GB
+    assert plan.max_jobs == (8 * GIB - plan.headroom_bytes) // plan.per_job_bytes
+
+
 def test_plan_build_without_a_budget_detects_it(matrix, history) -> None:  # type: ignore[no-untyped-def]
     plan = plan_build(pc_of(matrix, EXT), memory=None, cpus=None, history=history)
     assert plan.cpus >= 1 and plan.memory_budget_bytes > 0
