@@ -122,7 +122,7 @@ class BuildMeasurement:
 def object_key(path: str) -> str:
     """A build output or source path -> a name stable across build trees.
 
-    '/tmp/x/build/temp.linux-x86_64-cpython-311/csrc/a/b.o' -> 'csrc/a/b'; 'csrc/a/b.cu' ->
+    '/src/x/build/temp.linux-x86_64-cpython-311/csrc/a/b.o' -> 'csrc/a/b'; 'csrc/a/b.cu' ->
     'csrc/a/b'. setuptools puts objects under build/temp.<platform>/ mirroring the sources.
     """
     parts = path.replace("\\", "/").replace("$ ", " ").split("/")
