@@ -208,7 +208,13 @@ class MemoryHistory:
     def save(self) -> None:
         if self.path is None:
             return
-        _atomic_write_json(self.path, self._doc)
+        try:
+            _atomic_write_json(self.path, self._doc)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write memory history {self.path}: {exc.strerror or exc}",
+                tip=f"point ${HISTORY_ENV} at a writable file",
+            ) from None
 
     # -- reading ------------------------------------------------------------------------------
     def _layers(self) -> list[Mapping[str, Any]]:
@@ -328,7 +334,10 @@ class MemoryHistory:
         if self.path is None:
             yield
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create {self.path.parent}: {exc.strerror or exc}") from None
         # Lock the directory, not the file: os.replace swaps the file's inode, so a lock on
         # the file would not exclude a writer that opened the new one; and no lock file is
         # left lying in the package or on the share.

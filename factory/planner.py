@@ -29,7 +29,7 @@ from typing import Any
 
 from .budget import format_size, resolve_budget
 from .cell import Cell
-from .errors import PlanError
+from .errors import ConfigError, PlanError
 from .matrix import PlannedCell
 from .memory_model import MemoryHistory, ModelKey, ObjectTimes
 
@@ -282,12 +282,17 @@ def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: in
         else usable / plan.max_jobs
     )
     per_job = int(max(plan.per_job_bytes * 1.25, proven))
-    history.record_oom(
-        plan.model_key, per_job,
-        f"OOM-killed at {plan.max_jobs} job(s) x {plan.nvcc_threads} thread(s) under "
-        f"{format_size(budget)}" + (f", peak {format_size(observed_peak_bytes)}"
-                                     if observed_peak_bytes else ""),
-    )
+    try:
+        history.record_oom(
+            plan.model_key, per_job,
+            f"OOM-killed at {plan.max_jobs} job(s) x {plan.nvcc_threads} thread(s) under "
+            f"{format_size(budget)}" + (f", peak {format_size(observed_peak_bytes)}"
+                                         if observed_peak_bytes else ""),
+        )
+        recorded = "recorded in the memory history"
+    except ConfigError as exc:
+        # The retry matters more than the record: go on, and say so in the cell report.
+        recorded = f"not recorded: {exc.message}"
     threads = plan.nvcc_threads
     if plan.max_jobs <= 1:
         if threads <= 1:
@@ -312,8 +317,7 @@ def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: in
     peak = jobs * per_job + plan.headroom_bytes
     reasons = plan.reasons + (
         f"attempt {attempt} was OOM-killed at {plan.max_jobs} job(s) x {plan.nvcc_threads} "
-        f"thread(s); per-job peak now taken as {format_size(per_job)} (recorded in the memory "
-        f"history)",
+        f"thread(s); per-job peak now taken as {format_size(per_job)} ({recorded})",
         f"retry {attempt + 1}: {jobs} job(s) x {threads} thread(s), predicted peak "
         f"{format_size(peak)}; finished objects are kept in the build directory",
     )

@@ -226,3 +226,14 @@ def test_cli_plan_text_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cli_plan_bad_size_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", FA_SM100, "--matrix", str(REPO / "matrix.toml"), "--memory", "lots"]) == 2
+
+
+def test_oom_retry_survives_an_unwritable_history(matrix, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # A history "inside" a regular file cannot be written, even by root.
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    history = MemoryHistory.load(blocker / "h.json")
+    plan = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=32, history=history)
+    retry = plan_after_oom(plan, None, 1, history=history)
+    assert retry.max_jobs < plan.max_jobs
+    assert any("not recorded: cannot create" in r for r in retry.reasons)
