@@ -129,7 +129,8 @@ def test_prepare_build_tree_without_times_changes_nothing(tmp_path: Path) -> Non
     tree.mkdir()
     (tree / "setup.py").write_text(SETUP_PY)
     pc = load_matrix(REPO / "matrix.toml").find(EXT)
-    order = prepare_build_tree(tree, pc, MemoryHistory.load(tmp_path / "empty.json"))
+    empty = MemoryHistory({"version": 1, "defaults": {}, "memory": [], "objects": []}, path=None)
+    order = prepare_build_tree(tree, pc, empty)
     assert not order.applied and "no per-object compile times" in order.reason
     assert (tree / "setup.py").read_text() == SETUP_PY
 
