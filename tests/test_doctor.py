@@ -4,12 +4,11 @@ as a directory and over HTTP. Always through the real CLI in a subprocess."""
 
 from __future__ import annotations
 
-import functools
-import http.server
+import contextlib
 import json
+import re
 import subprocess
 import sys
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 from factory.doctor import driver_max_cuda, driver_runs_cuda, parse_nvidia_smi
 
-from ops_builds import factory_cli, planned, publish_build, write_matrix
+from ops_builds import REPO, factory_cli, planned, publish_build, write_matrix
 
 HOSTS = Path(__file__).parent / "data" / "doctor"
 PY = f"3.{sys.version_info.minor}"
@@ -188,8 +187,8 @@ def test_glibc_older_than_the_wheels_says_why(tmp_path: Path, torch_dirs: dict[s
 
 
 def test_http_index_gives_the_same_answer(sm90_and_sm100: Path, torch_dirs: dict[str, Path]) -> None:
-    for server in _serve(sm90_and_sm100):
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    """Over HTTP from the project's own embedded server (`factory serve`)."""
+    with _serve(sm90_and_sm100) as url:
         r = doctor(url + "/simple/", "rtx-pro-6000.txt", torch_dirs["2.14-cu130"])
         assert r.returncode == 1, r.stdout + r.stderr
         assert "only has sm_90 and sm_100 builds of flash-attn for cu130-torch2.14" in r.stdout
@@ -202,21 +201,23 @@ def test_http_index_gives_the_same_answer(sm90_and_sm100: Path, torch_dirs: dict
         assert r.returncode == 11 and r.stderr.startswith("ERROR no index at")
 
 
-def _serve(root: Path) -> Iterator[http.server.ThreadingHTTPServer]:
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    handler = functools.partial(Quiet, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+@contextlib.contextmanager
+def _serve(store: Path) -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "factory", "serve", "--store", str(store), "--port", "0"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
     try:
-        yield server
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # "serving STORE at http://127.0.0.1:PORT/simple/ ..."
+        match = re.search(r"(http://127\.0\.0\.1:\d+)/simple/", first)
+        assert match, f"factory serve did not start: {first!r}"
+        yield match.group(1)
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        proc.terminate()
+        proc.wait(timeout=30)
+        if proc.stdout:
+            proc.stdout.close()
 
 
 def test_without_index_reads_the_host_only(torch_dirs: dict[str, Path]) -> None:
@@ -253,3 +254,28 @@ def test_real_pip_installs_what_the_doctor_chose(
     (result,) = json.loads(r.stdout)["results"]
     assert f"torch2.14{sm}-" in result["wheel"]
     assert _pip_picks(result["install"], tmp_path) == result["wheel"]
+
+
+def test_runs_the_hosts_nvidia_smi_with_the_query(tmp_path: Path, torch_dirs: dict[str, Path],
+                                                   sm100_only: Path) -> None:
+    """No recorded file: the doctor runs `nvidia-smi` from PATH (here a stand-in that prints the
+    recorded B200 output only when asked the expected query)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--query-gpu=name,compute_cap,driver_version" ] && [ "$2" = "--format=csv,noheader" ]; then\n'
+        f'  cat "{HOSTS / "b200.txt"}"\nelse\n  echo "unexpected arguments: $*" >&2; exit 2\nfi\n'
+    )
+    smi.chmod(0o755)
+    env = {"PYTHONPATH": str(torch_dirs["2.14-cu130"]), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    r = factory_cli("doctor", "--index", str(sm100_only), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "read from   nvidia-smi" in r.stdout and "NVIDIA B200, sm_100" in r.stdout
+    # Without nvidia-smi (and without a working NVML) the host has no GPU, and says so.
+    env["PATH"] = str(tmp_path / "empty")
+    r = factory_cli("doctor", "--index", str(sm100_only), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "gpu         none found (nvidia-smi not found" in r.stdout
+    assert "WARNING flash-attn: no NVIDIA GPU found" in r.stdout
