@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import BuildError, OOMError, PlanError
+from .errors import BuildError, OOMError, PlanError, VerifyError
 from .logger import Log, NinjaProgress, human_bytes
 from .matrix import Matrix, PlannedCell, base_image_for
 
@@ -279,14 +279,19 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
     log.step("wheel: local version tag, torch pin, auditwheel repair")
     out_dir = opts.out_dir if opts.out_dir.is_absolute() else Path.cwd() / opts.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    wheel = finalize_wheel(result.wheel, pc, out_dir)
+    post_log = work / "logs" / "wheel.log"
+    wheel = finalize_wheel(result.wheel, pc, out_dir, echo=log.detail if opts.verbose else None,
+                           log_path=post_log)
     log.step(f"verify {wheel.name}")
     report = verify_wheel(
         wheel, expected=pc, import_check=opts.verify_import,
         wheelhouse=_settings_path(matrix, "wheelhouse") / pc.cell.python_tag,
+        raise_on_failure=False, echo=log.detail if opts.verbose else None, log_path=post_log,
     )
-    for check in getattr(report, "checks", ()):
-        log.detail(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+    for check in report.checks:
+        log.detail(f"{check.status:4} {check.name}: {check.detail}")
+    if not report.ok:
+        raise VerifyError(f"{wheel.name}: {report.summary()}", tip=f"details: {post_log}")
     seconds = time.monotonic() - t0
     _write_provenance(matrix, pc, plan, wheel, attempts, result, seconds, opts)
     if opts.publish:
