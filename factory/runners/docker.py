@@ -159,8 +159,11 @@ class DockerRunner:
             "report": f"{INSIDE['log']}/{job.log_path.name}.report.json",
             "env": dict(job.env),
             "cuda_home": INSIDE["cuda"] if job.cuda_home else None,
-            "cache": {"dir": INSIDE["cache"], "size": job.cache_size,
-                      **inside_config(size=job.cache_size, normalize_paths=True)} if job.cache_dir else None,
+            "cache": (
+                {"dir": INSIDE["cache"], "size": job.cache_size,
+                 **inside_config(size=job.cache_size, normalize_paths=True)}
+                if job.cache_dir else None
+            ),
             "watch_stdin": True,
             "read_cgroup": True,
             "sample_interval": 0.5,

@@ -15,6 +15,8 @@ so no compiler outlives the factory process.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +359,71 @@ def _sccache_stats(sccache: str, env: dict[str, str]) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _venv_lock(venv: str | None) -> Iterator[None]:
+    """Builds that share a venv (two cells of one Python, a retry racing a stale run) must not
+    create it or pip-install into it at the same time."""
+    if not venv:
+        yield
+        return
+    Path(venv).mkdir(parents=True, exist_ok=True)
+    with open(Path(venv) / ".factory-lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _prepare_interpreter(
+    job: dict[str, Any], log: Log, report: dict[str, Any]
+) -> tuple[int, str, list[str]]:
+    """A venv (reused across retries) or the given interpreter as it is; then the requirements,
+    offline, skipped when a stamp says this set is installed (a retry saves the 40 s install).
+    Returns (exit code, python, PATH entries to put first)."""
+    python = job["python"]
+    venv = job.get("venv")
+    path_prefix: list[str] = []
+    if venv:
+        vpy = Path(venv) / "bin" / "python"
+        if not vpy.exists():
+            report["phase"] = "venv"
+            args = [python, "-m", "venv"]
+            if job.get("system_site_packages"):
+                args.append("--system-site-packages")
+            code = run_step([*args, venv], env=_clean_env({}), cwd=None, log=log)
+            if code != 0:
+                return code, python, path_prefix
+        python = str(vpy)
+        path_prefix.append(str(Path(venv) / "bin"))
+    reqs = list(job.get("requirements", []))
+    stamp = (Path(venv) if venv else Path(job["run_dir"])) / ".factory-requirements"
+    key = hashlib.sha256(json.dumps(sorted(reqs)).encode()).hexdigest()
+    if reqs and (not stamp.exists() or stamp.read_text().strip() != key):
+        report["phase"] = "install"
+        t0 = time.monotonic()
+        code = run_step(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--no-index",
+                "--find-links",
+                job["wheelhouse"],
+                *reqs,
+            ],
+            env=_clean_env({}),
+            cwd=None,
+            log=log,
+        )
+        report["install_seconds"] = round(time.monotonic() - t0, 1)
+        if code != 0:
+            return code, python, path_prefix
+        stamp.write_text(key + "\n")
+    return 0, python, path_prefix
+
+
 def main(argv: list[str]) -> int:
     job: dict[str, Any] = json.loads(Path(argv[1]).read_text())
     log = Log(job["log"])
@@ -375,49 +443,11 @@ def main(argv: list[str]) -> int:
     sccache: str | None = None
     sccache_env: dict[str, str] = {}
     try:
-        # 1. the interpreter: a venv (reused across retries) or the given one as it is.
-        python = job["python"]
-        venv = job.get("venv")
-        path_prefix: list[str] = []
-        if venv:
-            vpy = Path(venv) / "bin" / "python"
-            if not vpy.exists():
-                report["phase"] = "venv"
-                args = [python, "-m", "venv"]
-                if job.get("system_site_packages"):
-                    args.append("--system-site-packages")
-                code = run_step([*args, venv], env=_clean_env({}), cwd=None, log=log)
-                if code != 0:
-                    return code
-            python = str(vpy)
-            path_prefix.append(str(Path(venv) / "bin"))
-        # 2. requirements, offline; a stamp makes a retry skip the 40 s install.
-        reqs = list(job.get("requirements", []))
-        stamp_dir = Path(venv) if venv else Path(job["run_dir"])
-        stamp = stamp_dir / ".factory-requirements"
-        key = hashlib.sha256(json.dumps(sorted(reqs)).encode()).hexdigest()
-        if reqs and (not stamp.exists() or stamp.read_text().strip() != key):
-            report["phase"] = "install"
-            t0 = time.monotonic()
-            code = run_step(
-                [
-                    python,
-                    "-m",
-                    "pip",
-                    "install",
-                    "--no-index",
-                    "--find-links",
-                    job["wheelhouse"],
-                    *reqs,
-                ],
-                env=_clean_env({}),
-                cwd=None,
-                log=log,
-            )
-            report["install_seconds"] = round(time.monotonic() - t0, 1)
-            if code != 0:
-                return code
-            stamp.write_text(key + "\n")
+        # 1-2. the interpreter and the requirements (another build may share the venv: lock it).
+        with _venv_lock(job.get("venv")):
+            code, python, path_prefix = _prepare_interpreter(job, log, report)
+        if code != 0:
+            return code
         # 3. the build environment.
         cuda_home = job.get("cuda_home")
         extra = dict(job.get("env", {}))
