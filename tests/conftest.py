@@ -102,13 +102,14 @@ def docker_venv_dir() -> Path:
 
 @pytest.fixture
 def no_leftover_containers(docker_engine: Any) -> Iterator[None]:
-    """Fails a test that leaves a build container behind; removes it either way."""
-    from factory.runners.docker import LABEL
+    """Fails a test that leaves a build container of this process behind, and removes those.
+    Containers of other processes (other test runs, builds on this engine) are not ours."""
+    from factory.runners.docker import LABEL, OWNER_LABEL, owner_token
 
-    before = {c.id for c in docker_engine.containers.list(all=True, filters={"label": LABEL})}
+    me = owner_token()
     yield
-    after = docker_engine.containers.list(all=True, filters={"label": LABEL})
-    left = [c for c in after if c.id not in before]
+    left = [c for c in docker_engine.containers.list(all=True, filters={"label": LABEL})
+            if c.labels.get(OWNER_LABEL) == me]
     for c in left:
         c.remove(force=True)
     assert not left, f"build containers left behind: {[c.name for c in left]}"
