@@ -31,11 +31,14 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .budget import format_size
 from .cell import Cell
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .matrix import PlannedCell
 
 HISTORY_ENV = "FACTORY_MEMORY_HISTORY"
 HISTORY_VERSION = 1
@@ -451,3 +454,56 @@ def _atomic_write_json(path: Path, doc: Mapping[str, Any]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class CompileMeasurements(Protocol):
+    """What record_build reads from a runner's result (factory.runners.base.RunResult)."""
+
+    oom_killed: bool
+    compile_peak_rss_bytes: int | None  # peak of the summed RSS of all compiler processes
+    max_concurrent_compiles: int | None  # most compile jobs alive at one sample
+    cache_hits: int | None
+    log_path: Path
+
+
+class PlanShape(Protocol):
+    max_jobs: int
+    nvcc_threads: int
+
+
+def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, *,
+                 build_tree: Path | None = None, history: MemoryHistory | None = None) -> str:
+    """Fold one finished attempt into the history; returns a line for the build log.
+
+    Per-job peak: the compilers' peak summed RSS over the most jobs seen at once (a peak of
+    the sum, like the shipped 16-job figure). Object times: the build tree's .ninja_log, which
+    after an OOM resume holds every attempt's objects; skipped when a compile cache answered
+    (hits are not compile times). An OOM-killed attempt is recorded by plan_after_oom instead.
+    A history that cannot be written is reported, never fatal: the wheel matters more.
+    """
+    if result.oom_killed:
+        return "memory history: OOM attempt (recorded by the re-plan)"
+    peak = result.compile_peak_rss_bytes
+    jobs = result.max_concurrent_compiles
+    per_job = peak // jobs if peak and jobs else None
+    # build.py keeps the tree in <work>/src and logs in <work>/logs/attempt-N.log.
+    tree = build_tree if build_tree is not None else result.log_path.parent.parent / "src"
+    seconds: dict[str, float] = {}
+    if not result.cache_hits:
+        for log in sorted(tree.glob("build/temp*/.ninja_log")):
+            seconds.update(read_ninja_log(log))
+    if per_job is None and not seconds:
+        return "memory history: nothing measured"
+    history = history if history is not None else MemoryHistory.load()
+    measurement = BuildMeasurement(
+        cell=pc.cell, nvcc_threads=plan.nvcc_threads, max_jobs=plan.max_jobs,
+        peak_job_bytes=per_job, object_seconds=seconds,
+        source=f"factory build {_today()}, {plan.max_jobs} job(s) x {plan.nvcc_threads} "
+        "thread(s): peak compiler RSS / most jobs at once",
+    )
+    try:
+        history.record(measurement)
+    except ConfigError as exc:
+        return f"memory history: not recorded ({exc.message})"
+    got = f"{format_size(per_job)} per job" if per_job else "no memory figure"
+    return f"memory history {history.path}: {got}, {len(seconds)} object time(s)"

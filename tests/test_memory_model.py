@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -20,6 +21,7 @@ from factory.memory_model import (
     history_path,
     object_key,
     read_ninja_log,
+    record_build,
     shipped_history_path,
 )
 
@@ -235,3 +237,65 @@ def test_read_ninja_log_last_entry_wins(tmp_path: Path) -> None:
     log.write_text("# ninja log v5\n0\t1000\t0\tbuild/temp.x/a.o\th\n"
                    "5\t2505\t0\tbuild/temp.x/b.o\th\n0\t3000\t0\tbuild/temp.x/a.o\th\n")
     assert read_ninja_log(log) == {"a": 3.0, "b": 2.5}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FakeResult:
+    oom_killed: bool = False
+    compile_peak_rss_bytes: int | None = 12 * GB
+    max_concurrent_compiles: int | None = 3
+    cache_hits: int | None = None
+    log_path: Path = Path("nowhere/logs/attempt-1.log")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FakePlan:
+    max_jobs: int = 3
+    nvcc_threads: int = 1
+
+
+def _planned_ext():  # type: ignore[no-untyped-def]
+    from factory.matrix import load_matrix
+
+    repo = Path(__file__).resolve().parents[1]
+    return load_matrix(repo / "matrix.toml").find(
+        "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311")
+
+
+def _tree_with_log(root: Path) -> Path:
+    log = root / "src" / "build" / "temp.linux-x86_64-cpython-311" / ".ninja_log"
+    log.parent.mkdir(parents=True)
+    log.write_text("# ninja log v7\n0\t90000\t0\t/factory/src/build/temp.linux-x86_64-cpython-311"
+                   "/csrc/add.o\th\n")
+    return root / "src"
+
+
+def test_record_build_from_a_runner_result(tmp_path: Path) -> None:
+    tree = _tree_with_log(tmp_path / "work")
+    h = MemoryHistory.load(tmp_path / "h.json")
+    pc = _planned_ext()
+    line = record_build(pc, FakePlan(), FakeResult(
+        log_path=tmp_path / "work" / "logs" / "attempt-1.log"), history=h)
+    assert "per job" in line and "1 object time" in line
+    data = json.loads((tmp_path / "h.json").read_text())
+    assert data["memory"][0]["recent_peaks"][-1] == 4 * GB
+    assert data["objects"][0]["seconds"] == {"csrc/add": 90.0}
+    assert tree.exists()
+
+
+def test_record_build_skips_cached_times_and_oom_attempts(tmp_path: Path) -> None:
+    tree = _tree_with_log(tmp_path / "work")
+    h = MemoryHistory.load(tmp_path / "h.json")
+    pc = _planned_ext()
+    assert "OOM" in record_build(pc, FakePlan(), FakeResult(oom_killed=True), history=h)
+    assert not (tmp_path / "h.json").exists()
+    record_build(pc, FakePlan(), FakeResult(cache_hits=5), build_tree=tree, history=h)
+    assert json.loads((tmp_path / "h.json").read_text())["objects"] == []
+
+
+def test_record_build_never_fails_the_build(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    h = MemoryHistory.load(blocker / "h.json")
+    line = record_build(_planned_ext(), FakePlan(), FakeResult(), history=h)
+    assert line.startswith("memory history: not recorded")
