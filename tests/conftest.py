@@ -149,3 +149,12 @@ def write_tiny_cuda_ext(root: Path, *, torch_headers: bool) -> Path:
         "      cmdclass={'build_ext': BuildExtension})\n"
     )
     return root
+
+
+@pytest.fixture(autouse=True)
+def _memory_history_outside_the_repo(tmp_path_factory: pytest.TempPathFactory,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Builds run by tests record into a throwaway memory history, never the shipped one."""
+    if "FACTORY_MEMORY_HISTORY" not in os.environ:
+        monkeypatch.setenv("FACTORY_MEMORY_HISTORY",
+                           str(tmp_path_factory.getbasetemp() / "memory_history.json"))
