@@ -127,7 +127,6 @@ def plan_for(
     history: MemoryHistory,
     memory_source: str = "given",
     cpus_source: str = "given",
-    max_objects: int | None = None,
 ) -> BuildPlan:
     """The planner proper, on plain values (the simulator calls this too)."""
     if memory <= 0 or cpus <= 0:
@@ -135,7 +134,7 @@ def plan_for(
     archs = len(cell.archs)
     headroom = history.headroom_bytes(memory_model_key or cell.package)
     times = history.object_times(cell)
-    n_objects = max_objects or (len(times.seconds) if times else None)
+    n_objects = len(times.seconds) if times else None  # more jobs than objects never help
 
     options: list[_Option] = []
     smallest: _Option | None = None
