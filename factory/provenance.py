@@ -342,6 +342,8 @@ def published_builds(store: Any, project: str | None = None) -> list[PublishedBu
     keys = {o.key for o in store.list(prefix)}
     manifest_keys = sorted(k for k in keys if k.endswith(SUFFIX) and k[: -len(SUFFIX)] in keys)
     yanked = {e.key: e.yanked for e in store.wheels(project)}
+    # StoreBase._read_many reads in parallel where a read is a network round trip (S3); one
+    # manifest per wheel makes that the difference between a second and a minute.
     reader = getattr(store, "_read_many", None)
     blobs = reader(manifest_keys) if reader else [store.read(k) for k in manifest_keys]
     out = []
