@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import socket
 import tarfile
@@ -54,6 +55,14 @@ class BuildOutcome:
 def _settings_path(matrix: Matrix, key: str) -> Path:
     p = Path(str(matrix.settings[key]))
     return p if p.is_absolute() else matrix.root / p
+
+
+def load_history(matrix: Matrix, explicit: str | Path | None = None):  # type: ignore[no-untyped-def]
+    """--history, else $FACTORY_MEMORY_HISTORY, else the matrix's memory-history setting."""
+    from .memory_model import HISTORY_ENV, MemoryHistory
+
+    path = explicit or os.environ.get(HISTORY_ENV) or _settings_path(matrix, "memory-history")
+    return MemoryHistory.load(path)
 
 
 def cell_work_dir(matrix: Matrix, pc: PlannedCell) -> Path:
@@ -115,10 +124,10 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
 
 
 # -- one cell ------------------------------------------------------------------------------
-def _resolve_plan(pc: PlannedCell, opts: BuildOptions):  # type: ignore[no-untyped-def]
+def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: ignore[no-untyped-def]
     from .planner import plan_build
 
-    return plan_build(pc, memory=opts.memory, cpus=opts.cpus)
+    return plan_build(pc, memory=opts.memory, cpus=opts.cpus, history=history)
 
 
 def _requirements(pc: PlannedCell) -> tuple[str, ...]:
@@ -195,13 +204,15 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
             log.detail(f"already published (content key {pc.content_key}); nothing to build")
             return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
                                 detail="already published")
-    plan = _resolve_plan(pc, opts)
+    history = load_history(matrix)
+    plan = _resolve_plan(pc, opts, history)
     for reason in plan.reasons:
         log.detail(f"plan: {reason}")
     if opts.dry_run:
         info = describe_dry_run(matrix, pc, plan, opts, log)
         return BuildOutcome(cell_id=pc.cell.id, status="dry-run", detail=json.dumps(info))
 
+    from .memory_model import record_build
     from .planner import plan_after_oom
     from .runners import get_runner
     from .toolkit import materialize_cuda_home
@@ -213,12 +224,10 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
     prepare_wheelhouse(pc, _settings_path(matrix, "wheelhouse"))
     log.step("source tree")
     src = prepare_source(matrix, pc, work, log)
-    try:
-        from .critical_path import prepare_build_tree
+    from .critical_path import prepare_build_tree
 
-        prepare_build_tree(src, pc, None)
-    except ImportError:
-        pass
+    order = prepare_build_tree(src, pc, history)
+    log.detail(f"compile order: {order.as_dict()}")
     log.step(f"CUDA {pc.toolchain.cuda} toolkit from {pc.toolchain.nvcc_source}")
     cuda_home = materialize_cuda_home(pc.toolchain, _settings_path(matrix, "work-dir").parent / "toolkits")
     runner = get_runner(opts.runner)
@@ -253,12 +262,12 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
 
             stats = stats_from_report(result.report)
             log.detail(f"compile cache: {stats.summary() if stats else 'no stats (sccache did not report)'}")
-        _record_memory(pc, plan, result)
+        log.detail(record_build(pc, plan, result, build_tree=src, history=history))
         if result.oom_killed:
             log.step(f"attempt {attempt} was OOM-killed after {result.objects_built} object(s); "
                      "resuming with fewer jobs")
             try:
-                plan = plan_after_oom(plan, result.compile_peak_rss_bytes, attempt)
+                plan = plan_after_oom(plan, result.compile_peak_rss_bytes, attempt, history=history)
             except PlanError as exc:
                 raise OOMError(f"{pc.cell.id}: OOM-killed and no smaller plan is left: {exc.message}") from None
             continue
@@ -302,14 +311,6 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
         publish(open_store(opts.store or "index/store"), [wheel])
     return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
                         seconds=seconds)
-
-
-def _record_memory(pc: PlannedCell, plan: Any, result: Any) -> None:
-    try:
-        from .memory_model import record_build
-    except ImportError:
-        return
-    record_build(pc, plan, result)
 
 
 def _log_tail(path: Path, lines: int = 30) -> str:

@@ -27,6 +27,7 @@ TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "to
 PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", *AXES}
 SETTINGS_KEYS = {
     "store", "wheelhouse", "runner", "memory", "cpus", "base-image", "plat", "work-dir", "toolkit",
+    "memory-history",
     "images", "compile-cache",
 }
 RULE_KEYS = {"package", "version", *AXES, "reason"}
@@ -41,6 +42,9 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "base-image": "factory-base:bookworm",
     "plat": "auto",
     "toolkit": ["pypi", "image", "system"],  # where nvcc comes from, in order of preference
+    # builds record measured memory here (layered over the shipped defaults); share it between
+    # builders by pointing this (or $FACTORY_MEMORY_HISTORY) at a common file
+    "memory-history": ".cache/factory/memory_history.json",
 }
 
 

@@ -6,7 +6,8 @@ import argparse
 
 from ..budget import format_size, parse_size
 from ..errors import UsageError
-from ..memory_model import HISTORY_ENV, MemoryHistory
+from ..build import load_history
+from ..memory_model import HISTORY_ENV
 from ..planner import plan_build
 from ._common import add_matrix_arg, matrix_from_args, print_json
 
@@ -19,16 +20,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpus", type=int, default=None, metavar="N",
                         help="CPU budget (default: this cgroup's quota and CPU affinity)")
     parser.add_argument("--history", default=None, metavar="PATH",
-                        help=f"memory history file (default: ${HISTORY_ENV}, else the shipped one)")
+                        help=f"memory history file (default: ${HISTORY_ENV}, else the matrix's "
+                        "memory-history setting, layered over the shipped defaults)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.cpus is not None and args.cpus < 1:
         raise UsageError(f"--cpus must be at least 1, not {args.cpus}")
-    pc = matrix_from_args(args).find(args.cell)
+    matrix = matrix_from_args(args)
+    pc = matrix.find(args.cell)
     memory = parse_size(args.memory) if args.memory is not None else None
-    plan = plan_build(pc, memory=memory, cpus=args.cpus, history=MemoryHistory.load(args.history),
+    plan = plan_build(pc, memory=memory, cpus=args.cpus, history=load_history(matrix, args.history),
                       memory_label="--memory", cpus_label="--cpus")
     if args.json:
         print_json(plan.as_dict())
