@@ -6,7 +6,9 @@ This module only orchestrates; each step lives in its own module.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -14,7 +16,7 @@ import shutil
 import socket
 import tarfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -194,16 +196,21 @@ def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOpti
     return {"cell": pc.cell.id, "wheel": pc.wheel, "plan": plan.as_dict(), "container": container, "env": env}
 
 
+def _already_published(pc: PlannedCell, opts: BuildOptions) -> bool:
+    if not opts.store or opts.force:
+        return False
+    from .store import open_store
+
+    return pc.content_key in open_store(opts.store).published_content_keys()
+
+
 def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) -> BuildOutcome:
     t0 = time.monotonic()
     log.step(f"cell {pc.cell.id}")
-    if opts.store and not opts.force and not opts.dry_run:
-        from .store import open_store
-
-        if pc.content_key in open_store(opts.store).published_content_keys():
-            log.detail(f"already published (content key {pc.content_key}); nothing to build")
-            return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
-                                detail="already published")
+    if not opts.dry_run and _already_published(pc, opts):
+        log.detail(f"already published (content key {pc.content_key}); nothing to build")
+        return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
+                            detail="already published")
     history = load_history(matrix)
     plan = _resolve_plan(pc, opts, history)
     for reason in plan.reasons:
@@ -212,14 +219,40 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
         info = describe_dry_run(matrix, pc, plan, opts, log)
         return BuildOutcome(cell_id=pc.cell.id, status="dry-run", detail=json.dumps(info))
 
+    work = cell_work_dir(matrix, pc)
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    with _cell_lock(work, log):
+        if _already_published(pc, opts):  # by the builder we waited for
+            log.detail("published by the builder we waited for; nothing to build")
+            return BuildOutcome(cell_id=pc.cell.id, status="skipped",
+                                seconds=time.monotonic() - t0, detail="already published")
+        return _build_locked(matrix, pc, opts, log, plan=plan, history=history, work=work, t0=t0)
+
+
+@contextlib.contextmanager
+def _cell_lock(work: Path, log: Log) -> Iterator[None]:
+    """One builder per cell on this host: the build tree is shared (resume), so a second builder
+    waits for the first, then finds the cell published or resumes its objects."""
+    fd = os.open(work / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.detail("another builder holds this cell; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock, also when the process is killed
+
+
+def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, *, plan: Any,
+                  history: Any, work: Path, t0: float) -> BuildOutcome:
     from .memory_model import record_build
     from .planner import plan_after_oom
     from .runners import get_runner
     from .toolkit import materialize_cuda_home
     from .wheelhouse import prepare_wheelhouse
 
-    work = cell_work_dir(matrix, pc)
-    (work / "logs").mkdir(parents=True, exist_ok=True)
     log.step("wheelhouse (offline deps for the build)")
     prepare_wheelhouse(pc, _settings_path(matrix, "wheelhouse"))
     log.step("source tree")
