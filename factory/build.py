@@ -42,6 +42,7 @@ class BuildOptions:
     verify_import: bool = True
     cache: bool = False  # the shared compile cache
     verbose: bool = False
+    runner_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. local: mode
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -169,31 +170,33 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
     )
 
 
-def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOptions, log: Log) -> dict[str, Any]:
-    from .tags import local_tag
+def _planned_cuda_home(matrix: Matrix, pc: PlannedCell) -> Path | None:
+    """Where the toolkit will be, without making it (for --dry-run)."""
+    tc = pc.toolchain
+    if tc.nvcc_source == "system":
+        return Path(tc.system_path) if tc.system_path else None
+    if tc.nvcc_source == "pypi":
+        return _toolkits_dir(matrix) / f"cuda-{tc.cuda}"
+    return None
 
-    local = local_tag(
-        cuda=pc.cell.cuda, torch_minor=pc.cell.torch_minor, archs=pc.cell.archs,
-        default_archs=pc.recipe.default_archs,
-    )
-    env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
-    container = {
-        "runner": opts.runner,
-        "image": pc.toolchain.image or base_image_for(matrix.settings, pc.cell.python),
-        "mem_limit": plan.memory_budget_bytes,
-        "memswap_limit": plan.memory_budget_bytes,  # equal: no swap
-        "nano_cpus": int(plan.cpus * 1e9),
-        "network_disabled": True,
-        "pids_limit": 4096,
-        "mounts": {
-            "/src": "rw (the prepared source tree; build/ kept for resume)",
-            "/wheelhouse": "ro (torch and build deps, offline)",
-            "/opt/cuda": "ro (CUDA %s from %s)" % (pc.toolchain.cuda, pc.toolchain.nvcc_source),
-            "/out": "rw (raw wheel)",
-        },
-        "requirements": list(_requirements(pc)),
+
+def _toolkits_dir(matrix: Matrix) -> Path:
+    return _settings_path(matrix, "work-dir").parent / "toolkits"
+
+
+def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOptions) -> dict[str, Any]:
+    """The exact settings the runner would use, from the runner itself; nothing is run."""
+    from .runners import get_runner
+
+    work = cell_work_dir(matrix, pc)
+    job = _job(matrix, pc, plan, work=work, src=work / "src", cuda_home=_planned_cuda_home(matrix, pc),
+               attempt=1, opts=opts)
+    return {
+        "cell": pc.cell.id, "wheel": pc.wheel, "plan": plan.as_dict(),
+        "toolchain": pc.toolchain.as_dict(), "env": dict(job.env),
+        "requirements": list(job.requirements),
+        "runner": get_runner(opts.runner, **opts.runner_options).describe(job),
     }
-    return {"cell": pc.cell.id, "wheel": pc.wheel, "plan": plan.as_dict(), "container": container, "env": env}
 
 
 def _already_published(pc: PlannedCell, opts: BuildOptions) -> bool:
@@ -216,7 +219,7 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
     for reason in plan.reasons:
         log.detail(f"plan: {reason}")
     if opts.dry_run:
-        info = describe_dry_run(matrix, pc, plan, opts, log)
+        info = describe_dry_run(matrix, pc, plan, opts)
         return BuildOutcome(cell_id=pc.cell.id, status="dry-run", detail=json.dumps(info))
 
     work = cell_work_dir(matrix, pc)
@@ -262,8 +265,8 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     order = prepare_build_tree(src, pc, history)
     log.detail(f"compile order: {order.as_dict()}")
     log.step(f"CUDA {pc.toolchain.cuda} toolkit from {pc.toolchain.nvcc_source}")
-    cuda_home = materialize_cuda_home(pc.toolchain, _settings_path(matrix, "work-dir").parent / "toolkits")
-    runner = get_runner(opts.runner)
+    cuda_home = materialize_cuda_home(pc.toolchain, _toolkits_dir(matrix))
+    runner = get_runner(opts.runner, **opts.runner_options)
     if opts.runner == "docker" and pc.toolchain.image is None:
         from .python_image import ensure_builder_image
 

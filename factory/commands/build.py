@@ -28,6 +28,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-import-check", action="store_true", help="skip the clean-venv import check")
     parser.add_argument("--cache", action="store_true", help="use the shared compile cache (sccache)")
     parser.add_argument("--json", action="store_true", help="print outcomes (and dry-run details) as JSON")
+    parser.add_argument(
+        "--python-env", choices=("venv", "system-site", "existing"), default=None,
+        help="local runner: a fresh venv from the wheelhouse (default), a venv that sees the "
+        "interpreter's packages (a preinstalled torch), or the interpreter as it is",
+    )
+    parser.add_argument("--uncapped", action="store_true",
+                        help="local runner: run without a cgroup memory cap (where cgroups are not writable)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         runner=args.runner or str(matrix.settings["runner"]),
         memory=memory, cpus=cpus, out_dir=args.out, store=store, publish=args.publish,
         dry_run=args.dry_run, force=args.force, verify_import=not args.no_import_check,
-        cache=args.cache, verbose=args.verbose,
+        cache=args.cache, verbose=args.verbose, runner_options=_runner_options(args),
     )
     log = Log()
     if args.dry_run:
@@ -63,15 +70,7 @@ def run(args: argparse.Namespace) -> int:
             print()
         else:
             for d in details:
-                print(f"cell   {d['cell']}")
-                print(f"wheel  {d['wheel']}")
-                print(f"plan   MAX_JOBS={d['plan']['max_jobs']} NVCC_THREADS={d['plan']['nvcc_threads']}")
-                print("container")
-                for k, v in d["container"].items():
-                    print(f"  {k} = {v}")
-                print("environment")
-                for k, v in sorted(d["env"].items()):
-                    print(f"  {k}={v}")
+                _print_dry_run(d)
         return 0
     failures: list[tuple[str, FactoryError]] = []
     outcomes = []
@@ -100,3 +99,46 @@ def run(args: argparse.Namespace) -> int:
     if failures:
         return failures[0][1].exit_code
     return 0
+
+
+def _runner_options(args: argparse.Namespace) -> dict[str, object]:
+    opts: dict[str, object] = {}
+    if args.python_env:
+        opts["mode"] = args.python_env
+    if args.uncapped:
+        opts["uncapped"] = True
+    if opts and (args.runner or "") not in ("local", ""):
+        raise UsageError("--python-env and --uncapped apply to the local runner only")
+    return opts
+
+
+def _print_dry_run(d: dict[str, object]) -> None:
+    plan = d["plan"]
+    assert isinstance(plan, dict)
+    print(f"cell         {d['cell']}")
+    print(f"wheel        {d['wheel']}")
+    print(f"plan         MAX_JOBS={plan['max_jobs']} NVCC_THREADS={plan['nvcc_threads']} "
+          f"(predicted peak {plan['predicted_peak_bytes']} of {plan['memory_budget_bytes']} bytes)")
+    print(f"requirements {' '.join(d['requirements'])}  (installed offline from the wheelhouse)")
+    runner = d["runner"]
+    assert isinstance(runner, dict)
+    print(f"runner       {runner.get('runner')}")
+    for key, value in runner.items():
+        if key in ("runner", "inside_job"):
+            continue
+        if not isinstance(value, dict):
+            print(f"  {key} = {value}")
+            continue
+        print(key)
+        for k, v in value.items():
+            if k == "volumes" and isinstance(v, dict):
+                print("  volumes")
+                for host, bind in v.items():
+                    print(f"    {bind.get('bind')} <- {host} ({bind.get('mode')})")
+            else:
+                print(f"  {k} = {v}")
+    print("environment")
+    env = d["env"]
+    assert isinstance(env, dict)
+    for k, v in sorted(env.items()):
+        print(f"  {k}={v}")
