@@ -43,6 +43,11 @@ class BuildOptions:
     cache: bool = False  # the shared compile cache
     verbose: bool = False
     runner_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. local: mode
+    # Fixed parallelism instead of the planner's (what a person guessing MAX_JOBS does);
+    # used to show what the planner prevents.
+    max_jobs: int | None = None
+    nvcc_threads: int | None = None
+    attempts: int = MAX_ATTEMPTS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -128,9 +133,24 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
 
 # -- one cell ------------------------------------------------------------------------------
 def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: ignore[no-untyped-def]
+    from .budget import format_size
     from .planner import plan_build
 
-    return plan_build(pc, memory=opts.memory, cpus=opts.cpus, history=history)
+    plan = plan_build(pc, memory=opts.memory, cpus=opts.cpus, history=history)
+    if opts.max_jobs is None and opts.nvcc_threads is None:
+        return plan
+    jobs = opts.max_jobs or plan.max_jobs
+    threads = opts.nvcc_threads or plan.nvcc_threads
+    per_job = plan.per_job_bytes * min(threads, len(pc.cell.archs)) // max(1, plan.model_key.concurrent_archs)
+    peak = jobs * per_job + plan.headroom_bytes
+    verdict = "fits" if peak <= plan.memory_budget_bytes else "does NOT fit"
+    return dataclasses.replace(
+        plan, max_jobs=jobs, nvcc_threads=threads, predicted_peak_bytes=peak,
+        reasons=plan.reasons + (
+            f"OVERRIDDEN: MAX_JOBS={jobs} NVCC_THREADS={threads} fixed by hand; the model predicts "
+            f"{format_size(peak)}, which {verdict} the {format_size(plan.memory_budget_bytes)} budget",
+        ),
+    )
 
 
 def _requirements(pc: PlannedCell) -> tuple[str, ...]:
@@ -274,7 +294,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
 
     attempts: list[dict[str, Any]] = []
     result = None
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    for attempt in range(1, opts.attempts + 1):
         job = _job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=attempt, opts=opts)
         shutil.rmtree(job.out_dir, ignore_errors=True)
         job.out_dir.mkdir(parents=True)
@@ -315,7 +335,8 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
             )
         break
     else:
-        raise OOMError(f"{pc.cell.id}: still OOM-killed after {MAX_ATTEMPTS} attempts")
+        raise OOMError(f"{pc.cell.id}: OOM-killed in all {opts.attempts} attempt(s); "
+                       f"logs in {work / 'logs'}")
     assert result is not None and result.wheel is not None
 
     from .verify import verify_wheel

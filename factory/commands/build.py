@@ -33,6 +33,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="local runner: a fresh venv from the wheelhouse (default), a venv that sees the "
         "interpreter's packages (a preinstalled torch), or the interpreter as it is",
     )
+    parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
+                        help="fix MAX_JOBS instead of planning it (to reproduce a hand-picked value)")
+    parser.add_argument("--nvcc-threads", type=int, default=None, metavar="N", help="fix NVCC_THREADS")
+    parser.add_argument("--attempts", type=int, default=None, metavar="N",
+                        help="at most N attempts (OOM retries with fewer jobs); default 4")
     parser.add_argument("--uncapped", action="store_true",
                         help="local runner: run without a cgroup memory cap (where cgroups are not writable)")
 
@@ -42,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
 
     from ..build import BuildOptions, build_cell, build_cells, default_memory
 
+    for flag in ("max_jobs", "nvcc_threads", "attempts"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be at least 1, not {value}")
     matrix = matrix_from_args(args)
     if args.all == bool(args.cells):
         raise UsageError("give cell ids or --all (not both)", tip="'factory matrix' lists the cell ids")
@@ -60,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         memory=memory, cpus=cpus, out_dir=args.out, store=store, publish=args.publish,
         dry_run=args.dry_run, force=args.force, verify_import=not args.no_import_check,
         cache=args.cache, verbose=args.verbose, runner_options=_runner_options(args),
+        max_jobs=args.max_jobs, nvcc_threads=args.nvcc_threads,
+        **({"attempts": args.attempts} if args.attempts else {}),
     )
     log = Log()
     if args.dry_run:
