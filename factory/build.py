@@ -276,8 +276,12 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     from .toolkit import materialize_cuda_home
     from .wheelhouse import prepare_wheelhouse
 
-    log.step("wheelhouse (offline deps for the build)")
-    prepare_wheelhouse(pc, _settings_path(matrix, "wheelhouse"))
+    if opts.runner_options.get("mode") in ("system-site", "existing"):
+        # the interpreter already has torch (a GPU box with its own stack, no network)
+        log.step("wheelhouse skipped: the build uses the interpreter's own packages")
+    else:
+        log.step("wheelhouse (offline deps for the build)")
+        prepare_wheelhouse(pc, _settings_path(matrix, "wheelhouse"))
     log.step("source tree")
     src = prepare_source(matrix, pc, work, log)
     from .critical_path import prepare_build_tree
