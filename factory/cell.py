@@ -60,8 +60,8 @@ def parse_python(text: str) -> tuple[int, int]:
 def parse_version(text: str, what: str) -> Version:
     try:
         v = Version(str(text))
-    except InvalidVersion:
-        raise CellError(f"unparseable {what} version {text!r}") from None
+    except (InvalidVersion, ValueError):  # ValueError: a number longer than int() accepts
+        raise CellError(f"unparseable {what} version {str(text)[:80]!r}") from None
     if v.local is not None:
         raise CellError(f"{what} version {text!r} must not carry a local part (+...)")
     return v

@@ -173,9 +173,9 @@ def analyse_wheel(path: Path) -> WheelInfo:
             raise WheelError(f"{path.name}: METADATA lacks Name or Version")
         try:
             Version(str(meta["Version"]).strip())
-        except InvalidVersion:
+        except (InvalidVersion, ValueError):  # ValueError: a number longer than int() accepts
             raise WheelError(
-                f"{path.name}: METADATA Version {meta['Version']!r} is not PEP 440"
+                f"{path.name}: METADATA Version {str(meta['Version'])[:80]!r} is not PEP 440"
             ) from None
         try:
             record_problems = _check_record(zf, files, dist_info)
@@ -249,7 +249,11 @@ def _check_record(zf: zipfile.ZipFile, files: list[zipfile.ZipInfo], dist_info: 
         return ["RECORD is not UTF-8"]
     problems: list[str] = []
     listed: dict[str, tuple[str, str]] = {}
-    for row in csv.reader(io.StringIO(text)):
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:  # e.g. a newline inside an unquoted file name
+        return [f"RECORD is not valid CSV: {exc}"]
+    for row in rows:
         if not row:
             continue
         if len(row) != 3:
