@@ -40,7 +40,10 @@ def parse_size(text: str | int) -> int:
         raise UsageError(
             f"unparseable memory size {text!r}: use a number with k, m, g or t (e.g. '16g', '512M')"
         )
-    value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    try:
+        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    except OverflowError:  # more digits than a float holds: infinity
+        raise UsageError(f"memory size {str(text)[:80]!r} is out of range") from None
     if value <= 0:
         raise UsageError(f"memory size {text!r} must be positive")
     return value
