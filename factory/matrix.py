@@ -203,6 +203,53 @@ def _check_images(images: Any) -> None:
             raise ConfigError(f"[settings.images] {version!r} must name an image")
 
 
+_TEXT_SETTINGS = ("store", "wheelhouse", "work-dir", "runner", "base-image", "plat", "memory-history")
+
+
+def _check_settings(settings: dict[str, Any], root: Path) -> None:
+    """Types and values of [settings], checked now: a wrong one must fail here in one line, not
+    as a crash in the middle of a build."""
+    from .budget import parse_size
+    from .errors import FactoryError
+    from .runners import RUNNERS
+
+    for key in _TEXT_SETTINGS:
+        if not isinstance(settings.get(key), str) or not settings[key]:
+            raise ConfigError(f"[settings] {key} must be a non-empty string")
+    if settings["runner"] not in RUNNERS:
+        raise ConfigError(
+            f"[settings] runner {settings['runner']!r} is not one of {', '.join(RUNNERS)}"
+        )
+    memory = settings.get("memory")
+    if memory not in ("auto", ""):
+        try:
+            if isinstance(memory, bool) or not isinstance(memory, (str, int)):
+                raise ConfigError("must be \"auto\" or a size like \"16g\"")
+            parse_size(memory)
+        except FactoryError as exc:
+            raise ConfigError(f"[settings] memory: {exc.message}") from None
+    cpus = settings.get("cpus")
+    if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 0:
+        raise ConfigError("[settings] cpus must be a whole number, 0 or more (0: all)")
+    toolkit = settings.get("toolkit")
+    sources = [toolkit] if isinstance(toolkit, str) else toolkit
+    if not isinstance(sources, list) or not sources or not all(isinstance(t, str) for t in sources):
+        raise ConfigError("[settings] toolkit must be a list of pypi, image, system")
+    _check_images(settings.get("images", {}))
+    if "compile-cache" in settings:
+        from .compile_cache import cache_settings
+
+        cache = settings["compile-cache"]
+        if isinstance(cache, dict):  # the remote is checked where it is used (--store may set it)
+            cache = {k: v for k, v in cache.items() if k != "remote"}
+        try:
+            cache_settings({**settings, "compile-cache": cache}, root=root)
+        except ConfigError:
+            raise
+        except FactoryError as exc:  # an unparseable size
+            raise ConfigError(f"[settings] compile-cache: {exc.message}") from None
+
+
 def default_plat(settings: Mapping[str, Any], python: str | None = None) -> str:
     plat = str(settings.get("plat", "auto"))
     if plat != "auto":
@@ -289,6 +336,8 @@ def load_matrix(path: Path | None = None, *, text: str | None = None) -> Matrix:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"matrix is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses per nesting level
+        raise ConfigError("matrix is not valid TOML: arrays or tables nested too deeply") from None
     root = path.parent.resolve() if path else Path.cwd()
     return _build_matrix(data, path=path, root=root)
 
@@ -303,7 +352,7 @@ def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Mat
         raise ConfigError("[settings] must be a table")
     _check_keys(raw_settings, SETTINGS_KEYS, "[settings]")
     settings.update(raw_settings)
-    _check_images(settings.get("images", {}))
+    _check_settings(settings, root)
 
     torch_indexes = data.get("torch-indexes", {})
     if not isinstance(torch_indexes, dict):
