@@ -61,6 +61,12 @@ def _command_module(name: str):  # type: ignore[no-untyped-def]
         raise
 
 
+def _one_line(text: str) -> str:
+    """Escape what would break the one error line: argparse quotes user input raw, and a
+    newline or carriage return in an argument would otherwise start a line of its own."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("FACTORY_DEBUG") == "1"
@@ -75,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FactoryError as exc:
         if debug:
             raise
-        print(f"ERROR {exc.message}", file=sys.stderr)
+        print(f"ERROR {_one_line(exc.message)}", file=sys.stderr)
         if exc.tip:
             print(f"TIP {exc.tip}", file=sys.stderr)
         return exc.exit_code
@@ -87,5 +93,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: still one line unless --debug
         if debug:
             raise
-        print(f"ERROR internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", file=sys.stderr)
+        print(f"ERROR internal error: {type(exc).__name__}: {_one_line(str(exc))} (run with --debug for a traceback)", file=sys.stderr)
         return 70
