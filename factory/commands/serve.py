@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from ..index import rebuild_index
     from ..server import ServerConfig, make_server
 
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be 0-65535 (0: any free port), not {args.port}")
     spec = store_from_args(args)
     if spec.startswith("s3://"):
         raise UsageError(
