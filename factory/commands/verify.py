@@ -57,7 +57,10 @@ def _wheelhouse(args: argparse.Namespace, matrix: Matrix | None, wheel: Path) ->
     base = Path(str(matrix.settings["wheelhouse"]))
     if not base.is_absolute():
         base = matrix.root / base
-    cp = wheel.name.split("-")[-3]  # the python tag: cp311
+    parts = wheel.name.split("-")
+    if len(parts) < 5:
+        return None  # not a wheel name: verify says so
+    cp = parts[-3]  # the python tag: cp311
     return base / cp if (base / cp).is_dir() else None
 
 
