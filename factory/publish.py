@@ -81,9 +81,11 @@ def inspect_wheel(source: Path | bytes, filename: str | None = None) -> WheelInf
         raise WheelError(f"wheel filename too long ({len(name)} > {_MAX_FILENAME} characters)")
     try:
         check_key(name)
-        dist, version, _, _ = parse_wheel_filename(name)
+        dist, version, _, tags = parse_wheel_filename(name)
     except Exception:
         raise WheelError(f"invalid wheel filename {name[:80]!r}") from None
+    if not tags or any(not (t.interpreter and t.abi and t.platform) for t in tags):
+        raise WheelError(f"invalid wheel filename {name[:80]!r}: an empty tag")  # 'any..whl'
     project = canonicalize_name(dist)
     try:
         if isinstance(source, Path):
@@ -199,8 +201,12 @@ def publish(store: Store, wheels: Iterable[Path], *, update_pages: bool = True) 
     checked = []
     for path in wheels:
         path = Path(path)
-        if not path.is_file():
-            raise WheelError(f"{path}: no such file")
+        try:
+            is_file = path.is_file()
+        except OSError as exc:  # a name longer than the filesystem allows, a loop of links
+            raise WheelError(f"{str(path)[:120]}: {exc.strerror}") from None
+        if not is_file:
+            raise WheelError(f"{str(path)[:120]}: no such file")
         info = inspect_wheel(path)
         checked.append((path, info, _read_provenance(path, info)))
     published: list[str] = []
