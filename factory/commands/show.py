@@ -22,6 +22,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _from_file(path: Path) -> Manifest | None:
+    if not path.name:  # '', '.', '/': no file name to look for
+        return None
     if path.name.endswith(SUFFIX) and path.is_file():
         return read_manifest(path)
     side = path.with_name(path.name + SUFFIX)
