@@ -33,6 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="local runner: a fresh venv from the wheelhouse (default), a venv that sees the "
         "interpreter's packages (a preinstalled torch), or the interpreter as it is",
     )
+    parser.add_argument("--interpreter", default=None, metavar="PYTHON",
+                        help="local runner: the Python to build with (default: python3.X on PATH)")
     parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
                         help="fix MAX_JOBS instead of planning it (to reproduce a hand-picked value)")
     parser.add_argument("--nvcc-threads", type=int, default=None, metavar="N", help="fix NVCC_THREADS")
@@ -118,8 +120,10 @@ def _runner_options(args: argparse.Namespace) -> dict[str, object]:
         opts["mode"] = args.python_env
     if args.uncapped:
         opts["uncapped"] = True
+    if args.interpreter:
+        opts["interpreter"] = args.interpreter
     if opts and (args.runner or "") not in ("local", ""):
-        raise UsageError("--python-env and --uncapped apply to the local runner only")
+        raise UsageError("--python-env, --uncapped and --interpreter apply to the local runner only")
     return opts
 
 

