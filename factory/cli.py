@@ -93,5 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: still one line unless --debug
         if debug:
             raise
-        print(f"ERROR internal error: {type(exc).__name__}: {_one_line(str(exc))} (run with --debug for a traceback)", file=sys.stderr)
+        print(
+            f"ERROR internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+            "(run with --debug for a traceback)",
+            file=sys.stderr,
+        )
         return 70

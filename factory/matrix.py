@@ -203,7 +203,9 @@ def _check_images(images: Any) -> None:
             raise ConfigError(f"[settings.images] {version!r} must name an image")
 
 
-_TEXT_SETTINGS = ("store", "wheelhouse", "work-dir", "runner", "base-image", "plat", "memory-history")
+_TEXT_SETTINGS = (
+    "store", "wheelhouse", "work-dir", "runner", "base-image", "plat", "memory-history",
+)
 
 
 def _check_settings(settings: dict[str, Any], root: Path) -> None:
