@@ -60,7 +60,9 @@ stage() {  # stage NAME COMMAND...: time it, log it, record rc
   return $rc
 }
 
-build_args=(--matrix "$MATRIX" --runner local --python-env system-site --interpreter "$PY"
+# 'existing': the interpreter as it is. A venv made from a venv's python with
+# --system-site-packages would see the base Python's packages, not the torch stack.
+build_args=(--matrix "$MATRIX" --runner local --python-env existing --interpreter "$PY"
             --memory "$CAP" --cpus "$CPUS" --no-import-check --out "$ACCEPT_DIR/dist")
 
 run_all() {
@@ -98,8 +100,11 @@ publish_and_install() {
   trap 'kill $server 2>/dev/null' RETURN
   for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$PORT/simple/" >/dev/null && break; sleep 0.2; done
   rm -rf "$ACCEPT_DIR/target"
-  # a clean target: a new venv that sees only the machine's torch stack
-  "$PY" -m venv --system-site-packages "$ACCEPT_DIR/target"
+  # a clean target: a new venv that sees the machine's torch stack (through a .pth file, since
+  # that stack is itself a venv) and nothing else
+  "$PY" -m venv "$ACCEPT_DIR/target"
+  "$PY" -c 'import site; print(site.getsitepackages()[0])' \
+    >"$("$ACCEPT_DIR/target/bin/python" -c 'import site; print(site.getsitepackages()[0])')/machine-torch-stack.pth"
   PIP_CONFIG_FILE=/dev/null "$ACCEPT_DIR/target/bin/pip" install --no-cache-dir \
     --index-url "http://127.0.0.1:$PORT/cu130-torch2.11/simple/" \
     --extra-index-url "http://127.0.0.1:$PORT/simple/" flash-attn
