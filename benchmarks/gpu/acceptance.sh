@@ -98,7 +98,10 @@ publish_and_install() {
   factory serve --store "$store" --host 127.0.0.1 --port "$PORT" >"$ACCEPT_DIR/serve.log" 2>&1 &
   local server=$!
   trap 'kill $server 2>/dev/null' RETURN
-  for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$PORT/simple/" >/dev/null && break; sleep 0.2; done
+  for _ in $(seq 1 50); do
+    "$PY" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/simple/', timeout=2)" 2>/dev/null && break
+    sleep 0.2
+  done
   rm -rf "$ACCEPT_DIR/target"
   # a clean target: a new venv that sees the machine's torch stack (through a .pth file, since
   # that stack is itself a venv) and nothing else
@@ -141,17 +144,21 @@ status() {
   free -g | head -2
 }
 
-collect() {  # copy the results into $1 (flat, small files)
-  local dest=$1; mkdir -p "$dest"
-  cp "$ACCEPT_DIR"/{machine.txt,plan.json,stages.txt,memory_history.json} "$dest"/ 2>/dev/null
+collect() {  # the results, small files only, as one tarball $1/results.tgz
+  local dest=$1 tmp; tmp=$(mktemp -d); mkdir -p "$dest"
+  cp "$ACCEPT_DIR"/{machine.txt,plan.json,stages.txt,memory_history.json,run.log,serve.log} "$tmp"/ 2>/dev/null
   for f in naive planned publish sm100; do
-    [ -f "$ACCEPT_DIR/$f.log" ] && tail -c 200000 "$ACCEPT_DIR/$f.log" >"$dest/$f.log"
-    [ -f "$ACCEPT_DIR/$f.mem_used_mb.log" ] && cp "$ACCEPT_DIR/$f.mem_used_mb.log" "$dest/"
+    [ -f "$ACCEPT_DIR/$f.log" ] && tail -c 300000 "$ACCEPT_DIR/$f.log" >"$tmp/$f.log"
+    [ -f "$ACCEPT_DIR/$f.mem_used_mb.log" ] && cp "$ACCEPT_DIR/$f.mem_used_mb.log" "$tmp/"
   done
-  cp "$ACCEPT_DIR"/dist/*.provenance.json "$ACCEPT_DIR"/dist100/*.provenance.json "$dest"/ 2>/dev/null
-  ls -la "$ACCEPT_DIR"/dist "$ACCEPT_DIR"/dist100 >"$dest/wheels.txt" 2>&1
-  find .cache/factory/work/$CELL90/src/build -name .ninja_log -exec cp {} "$dest/sm90.ninja_log" \; 2>/dev/null
-  return 0
+  cp "$ACCEPT_DIR"/dist/*.provenance.json "$ACCEPT_DIR"/dist100/*.provenance.json "$tmp"/ 2>/dev/null
+  ls -la "$ACCEPT_DIR"/dist "$ACCEPT_DIR"/dist100 >"$tmp/wheels.txt" 2>&1
+  local w
+  for w in "$CELL90" "$CELL100"; do
+    find ".cache/factory/work/$w/src/build" -name .ninja_log -exec cp {} "$tmp/$w.ninja_log" \; 2>/dev/null
+    cp ".cache/factory/work/$w/logs/"*.log "$tmp/" 2>/dev/null
+  done
+  tar -C "$tmp" -czf "$dest/results.tgz" . && rm -rf "$tmp"
 }
 
 case "${1:-status}" in
