@@ -48,6 +48,9 @@ class BuildOptions:
     max_jobs: int | None = None
     nvcc_threads: int | None = None
     attempts: int = MAX_ATTEMPTS
+    run_stamp: str = dataclasses.field(
+        default_factory=lambda: datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -183,7 +186,8 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         memory_limit_bytes=plan.memory_budget_bytes,
         cpus=plan.cpus,
         pids_limit=4096,
-        log_path=work / "logs" / f"attempt-{attempt}.log",
+        # one log per run and attempt: a later run never overwrites an earlier one's log
+        log_path=work / "logs" / f"{opts.run_stamp}-attempt-{attempt}.log",
         cache_dir=cache.dir if cache else None,
         cache_size=cache.size if cache else DEFAULT_SIZE,
         timeout=None,
