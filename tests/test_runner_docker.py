@@ -167,8 +167,9 @@ def _compiling(container: Any) -> bool:
 
 
 @pytest.mark.slow
-def test_kill9_of_the_factory_leaves_no_container_and_no_compiler(
-    kit: Kit, tmp_path: Path, docker_engine: Any
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_killed_factory_leaves_no_container_and_no_compiler(
+    kit: Kit, tmp_path: Path, docker_engine: Any, sig: signal.Signals
 ) -> None:
     write_tiny_cuda_ext(tmp_path / "src", torch_headers=True)
     driver = tmp_path / "driver.py"
@@ -186,7 +187,7 @@ def test_kill9_of_the_factory_leaves_no_container_and_no_compiler(
     parent = subprocess.Popen([sys.executable, str(driver)], start_new_session=True)
     container = None
     try:
-        # Wait for a compiler inside this build's container, then kill the factory outright.
+        # Wait for a compiler inside this build's container, then kill the factory.
         for _ in range(1200):
             assert parent.poll() is None, "the build ended before it could be killed"
             mine = [c for c in docker_engine.containers.list(filters={"label": LABEL})
@@ -197,18 +198,22 @@ def test_kill9_of_the_factory_leaves_no_container_and_no_compiler(
                     break
             time.sleep(0.5)
         assert container is not None and _compiling(container), "no compiler ever ran"
-        os.kill(parent.pid, signal.SIGKILL)
+        os.kill(parent.pid, sig)
         parent.wait()
-        # The engine closes the container's stdin; inside.py kills the build and exits.
-        for _ in range(240):
-            container.reload()
-            if container.status != "running":
-                break
-            time.sleep(0.5)
-        assert container.status != "running", "the build kept running after the factory died"
-        # The next run's cleanup removes the stopped container.
-        assert container.name in cleanup_stale(docker_engine)
-        assert not docker_engine.containers.list(all=True, filters={"id": container.id})
+        if sig == signal.SIGTERM:
+            # SIGTERM unwinds like Ctrl-C: the runner removes its own container on the way out.
+            assert not docker_engine.containers.list(all=True, filters={"id": container.id})
+        else:
+            # The engine closes the container's stdin; inside.py kills the build and exits.
+            for _ in range(240):
+                container.reload()
+                if container.status != "running":
+                    break
+                time.sleep(0.5)
+            assert container.status != "running", "the build kept running after the factory died"
+            # The next run's cleanup removes the stopped container.
+            assert container.name in cleanup_stale(docker_engine)
+            assert not docker_engine.containers.list(all=True, filters={"id": container.id})
         assert not _container_pids(container.id)
     finally:
         if parent.poll() is None:
