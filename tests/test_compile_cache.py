@@ -8,6 +8,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -390,3 +392,88 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
     k311 = (tmp_path / "build/temp.cpython-311/k.o").read_bytes()
     k313 = (tmp_path / "build/temp.cpython-313/k.o").read_bytes()
     assert k311 == k313
+
+
+@pytest.mark.slow
+def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
+    """Two builders with their own disk caches and one S3 remote (moto on loopback): what the
+    first compiled, the second gets from S3."""
+    sccache, nvcc = shutil.which("sccache"), _nvcc()
+    if not sccache or not nvcc:
+        pytest.skip("needs sccache and nvcc")
+    pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        creds = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+        for _ in range(100):  # the server needs a moment to listen
+            try:
+                client.create_bucket(Bucket="wheels")
+                break
+            except Exception:
+                time.sleep(0.1)
+        remote = RemoteCache.from_store(
+            "s3://wheels/index", environ={"FACTORY_S3_ENDPOINT_URL": endpoint}
+        )
+        src = tmp_path / "k.cu"
+        src.write_text(KERNEL.replace("#include <ext.h>", HEADER))
+        results = []
+        for builder in ("a", "b"):
+            env = {
+                "HOME": str(tmp_path),
+                "PATH": f"{Path(nvcc).parent}:/usr/bin:/bin",
+                "SCCACHE_DIR": str(tmp_path / f"disk-{builder}"),
+                "SCCACHE_IDLE_TIMEOUT": "0",
+                "SCCACHE_SERVER_PORT": str(_free_port()),
+                **creds,
+                **remote.env(),
+            }
+            try:
+                subprocess.run(
+                    [sccache, "--start-server"], env=env, check=True, capture_output=True
+                )
+                subprocess.run(
+                    [
+                        sccache,
+                        nvcc,
+                        "-c",
+                        str(src),
+                        "-o",
+                        str(tmp_path / f"{builder}.o"),
+                        "-gencode=arch=compute_80,code=sm_80",
+                    ],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
+                out = subprocess.run(
+                    [sccache, "--show-stats", "--stats-format", "json"],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            finally:
+                subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
+            results.append(parse_stats(out))
+        keys = [o["Key"] for o in client.list_objects_v2(Bucket="wheels").get("Contents", [])]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    first, second = results
+    assert first.object_misses == 1
+    assert second.object_hits == 1 and second.misses == 0  # builder b's disk was empty
+    assert keys and all(k.startswith("index/compile-cache/") for k in keys)
