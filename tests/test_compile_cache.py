@@ -312,6 +312,25 @@ def _nvcc() -> str | None:
     return None
 
 
+def _compile_in_a_fresh_server(
+    sccache: str, argv: list[str], env: dict[str, str], *, cwd: Path
+) -> compile_cache.CacheStats:
+    """One compile in its own sccache server (as one build container has), and its stats."""
+    try:
+        subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
+        subprocess.run(argv, env=env, check=True, capture_output=True, cwd=cwd)
+        out = subprocess.run(
+            [sccache, "--show-stats", "--stats-format", "json"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
+    return parse_stats(out)
+
+
 @pytest.mark.slow
 def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
     sccache, nvcc = shutil.which("sccache"), _nvcc()
@@ -351,38 +370,21 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
         env = {**base_env, "PATH": f"{bin_dir}:/usr/bin:/bin"}
         out = tmp_path / f"build/temp.cpython-{version.replace('.', '')}"
         out.mkdir(parents=True)
-        try:
-            subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
-            subprocess.run(
-                [
-                    str(wrapper),
-                    "-MD",
-                    "-MF",
-                    f"{out}/k.o.d",
-                    f"-I{site}/ext/include",
-                    f"-I{pyinc}",
-                    "-c",
-                    str(src),
-                    "-o",
-                    f"{out}/k.o",
-                    "-O2",
-                    "-gencode=arch=compute_80,code=sm_80",
-                ],
-                env=env,
-                check=True,
-                capture_output=True,
-                cwd=tmp_path,
-            )
-            stats = subprocess.run(
-                [sccache, "--show-stats", "--stats-format", "json"],
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        finally:
-            subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
-        results.append(compile_cache.parse_stats(stats))
+        argv = [
+            str(wrapper),
+            "-MD",
+            "-MF",
+            f"{out}/k.o.d",
+            f"-I{site}/ext/include",
+            f"-I{pyinc}",
+            "-c",
+            str(src),
+            "-o",
+            f"{out}/k.o",
+            "-O2",
+            "-gencode=arch=compute_80,code=sm_80",
+        ]
+        results.append(_compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
         assert (out / "k.o").is_file()
     first, second = results
     assert first.object_misses == 1 and first.object_hits == 0
@@ -441,34 +443,16 @@ def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
                 **creds,
                 **remote.env(),
             }
-            try:
-                subprocess.run(
-                    [sccache, "--start-server"], env=env, check=True, capture_output=True
-                )
-                subprocess.run(
-                    [
-                        sccache,
-                        nvcc,
-                        "-c",
-                        str(src),
-                        "-o",
-                        str(tmp_path / f"{builder}.o"),
-                        "-gencode=arch=compute_80,code=sm_80",
-                    ],
-                    env=env,
-                    check=True,
-                    capture_output=True,
-                )
-                out = subprocess.run(
-                    [sccache, "--show-stats", "--stats-format", "json"],
-                    env=env,
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                ).stdout
-            finally:
-                subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
-            results.append(parse_stats(out))
+            argv = [
+                sccache,
+                nvcc,
+                "-c",
+                str(src),
+                "-o",
+                str(tmp_path / f"{builder}.o"),
+                "-gencode=arch=compute_80,code=sm_80",
+            ]
+            results.append(_compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
         keys = [o["Key"] for o in client.list_objects_v2(Bucket="wheels").get("Contents", [])]
     finally:
         server.terminate()
