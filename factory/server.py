@@ -156,6 +156,9 @@ class IndexServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: pip and uv reuse connections
+    # Headers and body go out in two writes; with Nagle's algorithm the second waits for the
+    # client's delayed ACK of the first: 40 ms on every keep-alive request.
+    disable_nagle_algorithm = True
     server_version = "factory-index"
     timeout = 60  # idle keep-alive connections give their thread back
     server: IndexServer
