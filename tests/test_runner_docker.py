@@ -211,10 +211,17 @@ def test_killed_factory_leaves_no_container_and_no_compiler(
                     break
                 time.sleep(0.5)
             assert container.status != "running", "the build kept running after the factory died"
+            assert not _container_pids(container.id), "build processes outlived the factory"
             # The next run's cleanup removes the stopped container.
             assert container.name in cleanup_stale(docker_engine)
             assert not docker_engine.containers.list(all=True, filters={"id": container.id})
         assert not _container_pids(container.id)
+        if sig == signal.SIGKILL:
+            # ... and the next run resumes: the same source tree builds to the end.
+            result = DockerRunner().run(kit.job(tmp_path, tmp_path / "src"))
+            assert result.exit_code == 0 and result.wheel is not None, (
+                result.log_path.read_text()[-3000:]
+            )
     finally:
         if parent.poll() is None:
             parent.kill()
