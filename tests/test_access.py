@@ -168,7 +168,11 @@ class _Refuses(BaseHTTPRequestHandler):
 def test_no_credential_in_a_store_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """S3 refusing the upload: the one-line error names the operation, not the keys, and the
     secret key itself never goes over the wire (SigV4 signs with it)."""
+    import boto3
+
     access_key = "AKIA" + SECRET[-16:].upper()
+    # boto3's default session keeps the first credentials it resolved: make a fresh one.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     wheel = make_wheel(tmp_path, "demo", "1.0")
