@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -146,7 +147,9 @@ def run_build(matrix: Path, python: str, image: str, dist: Path) -> BuildMeasure
     ]
     print("+", " ".join(cmd), flush=True)
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    # The builds' memory records go next to the benchmark, not into the shipped history.
+    env = {**os.environ, "FACTORY_MEMORY_HISTORY": str(BENCH / "memory_history.json")}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     seconds = time.monotonic() - t0
     sys.stderr.write(proc.stderr[-3000:])
     if proc.returncode != 0:

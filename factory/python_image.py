@@ -12,6 +12,7 @@ every kernel object. It also keeps every Python's wheels on one manylinux tag.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -26,7 +27,7 @@ SOURCE_SUITES = {"3.11": "bookworm", "3.13": "trixie"}
 # release's build deps, the source from Debian's archive, a plain (no PGO) build, altinstall so
 # python3 stays the release's own interpreter.
 BUILD_SCRIPT = r"""set -eu
-echo "deb-src http://deb.debian.org/debian {source_suite} main" \
+echo "deb-src {mirror} {source_suite} main" \
     > /etc/apt/sources.list.d/python-source.list
 apt-get update -q
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends xz-utils \
@@ -81,7 +82,10 @@ def build_python_image(base: str, name: str, *, python: str) -> str:
     from docker.errors import APIError, ContainerError
 
     client = docker_client()
-    script = BUILD_SCRIPT.format(source_suite=source_suite, python=python)
+    from .images import DEBIAN_MIRROR
+
+    mirror = os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR)  # as the base image's debootstrap
+    script = BUILD_SCRIPT.format(mirror=mirror, source_suite=source_suite, python=python)
     print(
         f"+ build CPython {python} (Debian {source_suite} source) into {base} -> {name}",
         file=sys.stderr,
