@@ -463,6 +463,7 @@ class CompileMeasurements(Protocol):
     compile_peak_rss_bytes: int | None  # peak of the summed RSS of all compiler processes
     max_concurrent_compiles: int | None  # most compile jobs alive at one sample
     cache_hits: int | None
+    objects_built: int | None  # objects compiled in this attempt (ninja's [N/M] lines)
     log_path: Path
 
 
@@ -486,6 +487,10 @@ def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, 
     peak = result.compile_peak_rss_bytes
     jobs = result.max_concurrent_compiles
     per_job = peak // jobs if peak and jobs else None
+    if not result.objects_built:
+        # a resumed build with every object already there only links: its small peak says
+        # nothing about a compile job, and would drag the model down
+        per_job = None
     # build.py keeps the tree in <work>/src and logs in <work>/logs/attempt-N.log.
     tree = build_tree if build_tree is not None else result.log_path.parent.parent / "src"
     seconds: dict[str, float] = {}

@@ -245,6 +245,7 @@ class FakeResult:
     compile_peak_rss_bytes: int | None = 12 * GB
     max_concurrent_compiles: int | None = 3
     cache_hits: int | None = None
+    objects_built: int | None = 4
     log_path: Path = Path("nowhere/logs/attempt-1.log")
 
 
@@ -291,6 +292,17 @@ def test_record_build_skips_cached_times_and_oom_attempts(tmp_path: Path) -> Non
     assert not (tmp_path / "h.json").exists()
     record_build(pc, FakePlan(), FakeResult(cache_hits=5), build_tree=tree, history=h)
     assert json.loads((tmp_path / "h.json").read_text())["objects"] == []
+
+
+def test_record_build_ignores_the_peak_of_a_link_only_resume(tmp_path: Path) -> None:
+    # Seen on a GPU machine: a resumed build whose objects were all there only linked, and its
+    # 0.2 GB peak went into the model as a per-job figure.
+    h = MemoryHistory.load(tmp_path / "h.json")
+    line = record_build(_planned_ext(), FakePlan(), FakeResult(
+        compile_peak_rss_bytes=GB // 5, max_concurrent_compiles=1, objects_built=None,
+        log_path=tmp_path / "work" / "logs" / "attempt-1.log"), history=h)
+    assert line == "memory history: nothing measured"
+    assert not (tmp_path / "h.json").exists()
 
 
 def test_record_build_never_fails_the_build(tmp_path: Path) -> None:
