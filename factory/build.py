@@ -26,6 +26,8 @@ from .logger import Log, NinjaProgress, human_bytes
 from .matrix import Matrix, PlannedCell, base_image_for
 
 MAX_ATTEMPTS = 4
+# Fault injection for tests: the first attempt is OOM-killed once this many objects are done.
+FAULT_OOM_ENV = "FACTORY_FAULT_OOM_AFTER"
 SOURCE_MARKER = ".factory-source.json"
 
 
@@ -136,11 +138,21 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
 
 # -- one cell ------------------------------------------------------------------------------
 def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: ignore[no-untyped-def]
-    from .budget import format_size
+    from .budget import format_size, resolve_budget
     from .planner import plan_build
 
-    plan = plan_build(pc, memory=opts.memory, cpus=opts.cpus, history=history)
-    if opts.max_jobs is None and opts.nvcc_threads is None:
+    fixed = opts.max_jobs is not None or opts.nvcc_threads is not None
+    try:
+        plan = plan_build(pc, memory=opts.memory, cpus=opts.cpus, history=history)
+    except PlanError:
+        if not fixed:
+            raise
+        # a hand-picked plan runs even where the planner would refuse: that is its point
+        budget = resolve_budget(opts.memory, opts.cpus).memory_bytes
+        plan = plan_build(pc, memory=1 << 50, cpus=opts.cpus, history=history)
+        plan = dataclasses.replace(plan, memory_budget_bytes=budget, reasons=(
+            f"the planner refuses a budget of {format_size(budget)} for this cell",))
+    if not fixed:
         return plan
     jobs = opts.max_jobs or plan.max_jobs
     threads = opts.nvcc_threads or plan.nvcc_threads
@@ -172,6 +184,8 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         default_archs=pc.recipe.default_archs,
     )
     env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
+    if attempt == 1 and os.environ.get(FAULT_OOM_ENV):
+        env[FAULT_OOM_ENV] = os.environ[FAULT_OOM_ENV]  # tests: a real OOM kill mid-build
     cache = cache_settings(matrix.settings, root=matrix.root) if opts.cache else None
     return BuildJob(
         cell_id=pc.cell.id,
@@ -274,7 +288,7 @@ def _cell_lock(work: Path, log: Log) -> Iterator[None]:
 
 def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, *, plan: Any,
                   history: Any, work: Path, t0: float) -> BuildOutcome:
-    from .memory_model import record_build
+    from .memory_model import MemoryHistory, record_build
     from .planner import plan_after_oom
     from .runners import get_runner
     from .toolkit import materialize_cuda_home
@@ -331,7 +345,12 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
             log.step(f"attempt {attempt} was OOM-killed after {result.objects_built} object(s); "
                      "resuming with fewer jobs")
             try:
-                plan = plan_after_oom(plan, result.compile_peak_rss_bytes, attempt, history=history)
+                # A hand-picked plan's OOM says the hand was wrong, not the model: keep it out
+                # of the history (seen: a MAX_JOBS=5 demo raised the estimate past a cap the
+                # planner's own plan fits).
+                hand_picked = opts.max_jobs is not None or opts.nvcc_threads is not None
+                plan = plan_after_oom(plan, result.compile_peak_rss_bytes, attempt,
+                                      history=MemoryHistory.scratch() if hand_picked else history)
             except PlanError as exc:
                 raise OOMError(f"{pc.cell.id}: OOM-killed and no smaller plan is left: {exc.message}") from None
             continue

@@ -204,6 +204,11 @@ class MemoryHistory:
         doc = _read_document(target) if target.exists() else _empty_document()
         return cls(doc, path=target, base=base)
 
+    @classmethod
+    def scratch(cls) -> MemoryHistory:
+        """A history that remembers nothing (path None: save does nothing)."""
+        return cls(_empty_document(), path=None)
+
     def as_document(self) -> dict[str, Any]:
         copy: dict[str, Any] = json.loads(json.dumps(self._doc))  # a deep copy, JSON-clean
         return copy

@@ -24,6 +24,27 @@ def cache_root() -> Path:
     return Path(os.environ.get("FACTORY_TEST_CACHE", REPO / ".cache" / "factory"))
 
 
+def write_example_matrix(path: Path, *, work_dir: Path, store: Path | None = None) -> Path:
+    """A matrix with the bundled example cell only, sharing the session's wheelhouse."""
+    store_line = f'store = "{store}"\n' if store else ""
+    path.write_text(f"""\
+version = 1
+[settings]
+{store_line}wheelhouse = "{cache_root() / 'wheelhouse'}"
+work-dir = "{work_dir}"
+[axes]
+torch = ["2.14.1"]
+cuda = ["13.0"]
+archs = [["10.0"]]
+python = ["3.11"]
+[packages.factory-example-ext]
+recipe = "torch-extension"
+versions = ["0.1.0"]
+source = "{REPO / 'tests' / 'example_ext'}"
+""")
+    return path
+
+
 def _engine_up() -> Any | None:
     try:
         from factory.engine import docker_client

@@ -167,29 +167,13 @@ def _isolated_matrix(tmp_path: Path) -> Path:
     """The bundled extension's cell with its own work directory, so a build another test or
     person runs for the same cell cannot share its tree; the slow shared parts (wheelhouse,
     CUDA toolkit) are reused from the test cache."""
-    from conftest import cache_root
+    from conftest import cache_root, write_example_matrix
 
     cache = tmp_path / "cache"
     cache.mkdir()
     if (cache_root() / "toolkits").is_dir():
         (cache / "toolkits").symlink_to(cache_root() / "toolkits")
-    path = tmp_path / "matrix.toml"
-    path.write_text(f"""\
-version = 1
-[settings]
-wheelhouse = "{cache_root() / 'wheelhouse'}"
-work-dir = "{cache / 'work'}"
-[axes]
-torch = ["2.14.1"]
-cuda = ["13.0"]
-archs = [["10.0"]]
-python = ["3.11"]
-[packages.factory-example-ext]
-recipe = "torch-extension"
-versions = ["0.1.0"]
-source = "{REPO / 'tests' / 'example_ext'}"
-""")
-    return path
+    return write_example_matrix(tmp_path / "matrix.toml", work_dir=cache / "work")
 
 
 def _docker_ready() -> str | None:

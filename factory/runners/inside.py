@@ -506,11 +506,15 @@ def main(argv: list[str]) -> int:
             sampler.roots.update(_sccache_servers(sccache_env["SCCACHE_SERVER_PORT"]))
         progress = {"built": 0, "total": 0}
 
+        fault = _OomFault.from_env(extra, sampler, log)
+
         def on_line(text: str) -> None:
             m = NINJA_PROGRESS.match(text.strip())
             if m:
                 progress["built"] = max(progress["built"], int(m.group(1)))
                 progress["total"] = max(progress["total"], int(m.group(2)))
+                if fault is not None:
+                    fault.maybe_fire(progress["built"])
 
         def on_start(pid: int) -> None:
             sampler.roots.add(pid)
@@ -542,6 +546,9 @@ def main(argv: list[str]) -> int:
         )
         if sampler.is_alive():
             sampler.stop()
+        if fault is not None:
+            fault.stop()
+            report["fault_oom_fired"] = fault.fired
         report["build_seconds"] = round(time.monotonic() - t0, 1)
         report["compile_peak_rss_bytes"] = sampler.peak_rss
         report["max_concurrent_compiles"] = sampler.peak_jobs
@@ -577,6 +584,51 @@ def main(argv: list[str]) -> int:
         tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, job["report"])
         log.line(f"factory: exit {report['exit_code']} after {report['wall_seconds']} s")
+
+
+class _OomFault:
+    """Fault injection for tests (FACTORY_FAULT_OOM_AFTER=N in the build's env): once N
+    objects are done, make the running compilers the OOM killer's first choice and fill
+    memory until the cgroup kills them: a real OOM kill in the middle of a real build, so a
+    test can check that the retry keeps the finished objects."""
+
+    def __init__(self, after: int, sampler: Sampler, log: Log) -> None:
+        self.after = after
+        self.sampler = sampler
+        self.log = log
+        self.fired = False
+        self.hog: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str], sampler: Sampler, log: Log) -> _OomFault | None:
+        value = env.pop("FACTORY_FAULT_OOM_AFTER", None)
+        return cls(int(value), sampler, log) if value else None
+
+    def maybe_fire(self, built: int) -> None:
+        if self.fired or built < self.after:
+            return
+        self.fired = True
+        table = _proc_table()
+        victims = [p for p in _descendants(table, self.sampler.roots) if table[p][1] in COMPILERS]
+        for pid in victims:
+            try:
+                with open(f"/proc/{pid}/oom_score_adj", "w") as fh:
+                    fh.write("1000")
+            except OSError:
+                pass
+        self.log.line(f"factory: fault injection: OOM after {built} object(s), "
+                      f"{len(victims)} compiler process(es) marked")
+        # touched pages (b"x" * n), not calloc'd ones, so the cgroup really fills up
+        self.hog = subprocess.Popen(
+            [sys.executable, "-c",
+             "import time\nb = []\nwhile True:\n    b.append(b'x' * (32 << 20))\n    time.sleep(0.01)"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        if self.hog is not None and self.hog.poll() is None:
+            self.hog.kill()
+            self.hog.wait()
 
 
 def _which(name: str, path: str) -> str | None:
