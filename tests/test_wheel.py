@@ -11,7 +11,7 @@ import pytest
 from wheel_fixtures import compile_kernel_so, example_raw_wheel, ext_wheel, make_wheel, planned
 
 from factory.errors import WheelError
-from factory.programs import find_program
+from factory.process import find_program
 from factory.wheel import analyse_wheel, finalize_wheel, rewrite_metadata
 
 
