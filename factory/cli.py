@@ -38,7 +38,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="factory", description=__doc__)
+    parser = _Parser(
+        prog="factory",
+        description="Prebuilt CUDA wheels from a build matrix, served from a private index: "
+        "matrix -> cell -> plan -> build -> wheel -> verify -> publish -> index.",
+    )
     parser.add_argument("--version", action="version", version=f"factory {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("-v", "--verbose", action="store_true", help="stream subprocess output")
