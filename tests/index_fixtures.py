@@ -124,3 +124,13 @@ def uv_bin() -> str:
 
 def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "factory", *args]
+
+
+def write_htpasswd(path: Path, user: str, password: str) -> Path:
+    """An htpasswd file with one user, as `htpasswd` or passlib would write it."""
+    from passlib.apache import HtpasswdFile
+
+    ht = HtpasswdFile(str(path), new=True, default_scheme="sha256_crypt")
+    ht.set_password(user, password)
+    ht.save()
+    return path

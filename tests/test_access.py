@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from index_fixtures import cli
+from index_fixtures import cli, write_htpasswd
 from index_wheels import make_wheel, variant_wheel
 
 from factory.cli import main
@@ -67,13 +67,7 @@ def _upload_body(wheel: Path) -> tuple[bytes, str]:
 
 @pytest.fixture
 def htpasswd(tmp_path: Path) -> Path:
-    from passlib.apache import HtpasswdFile
-
-    path = tmp_path / "htpasswd"
-    ht = HtpasswdFile(str(path), new=True, default_scheme="sha256_crypt")
-    ht.set_password("uploader", SECRET)
-    ht.save()
-    return path
+    return write_htpasswd(tmp_path / "htpasswd", "uploader", SECRET)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from index_fixtures import cli
+from index_fixtures import cli, write_htpasswd
 from index_wheels import make_wheel, variant_wheel
 
 from factory.index import verify_index
@@ -88,13 +88,7 @@ def _upload(
 
 @pytest.fixture
 def htpasswd(tmp_path: Path) -> Path:
-    from passlib.apache import HtpasswdFile
-
-    path = tmp_path / "htpasswd"
-    ht = HtpasswdFile(str(path), new=True, default_scheme="sha256_crypt")
-    ht.set_password("uploader", PASSWORD)
-    ht.save()
-    return path
+    return write_htpasswd(tmp_path / "htpasswd", "uploader", PASSWORD)
 
 
 @pytest.fixture
