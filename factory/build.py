@@ -54,6 +54,10 @@ class BuildOptions:
         default_factory=lambda: datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     )
 
+    @property
+    def hand_picked(self) -> bool:
+        return self.max_jobs is not None or self.nvcc_threads is not None
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BuildOutcome:
@@ -141,18 +145,17 @@ def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: i
     from .budget import format_size, resolve_budget
     from .planner import plan_build
 
-    fixed = opts.max_jobs is not None or opts.nvcc_threads is not None
     try:
         plan = plan_build(pc, memory=opts.memory, cpus=opts.cpus, history=history)
     except PlanError:
-        if not fixed:
+        if not opts.hand_picked:
             raise
         # a hand-picked plan runs even where the planner would refuse: that is its point
         budget = resolve_budget(opts.memory, opts.cpus).memory_bytes
         plan = plan_build(pc, memory=1 << 50, cpus=opts.cpus, history=history)
         plan = dataclasses.replace(plan, memory_budget_bytes=budget, reasons=(
             f"the planner refuses a budget of {format_size(budget)} for this cell",))
-    if not fixed:
+    if not opts.hand_picked:
         return plan
     jobs = opts.max_jobs or plan.max_jobs
     threads = opts.nvcc_threads or plan.nvcc_threads
@@ -348,9 +351,10 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                 # A hand-picked plan's OOM says the hand was wrong, not the model: keep it out
                 # of the history (seen: a MAX_JOBS=5 demo raised the estimate past a cap the
                 # planner's own plan fits).
-                hand_picked = opts.max_jobs is not None or opts.nvcc_threads is not None
-                plan = plan_after_oom(plan, result.compile_peak_rss_bytes, attempt,
-                                      history=MemoryHistory.scratch() if hand_picked else history)
+                plan = plan_after_oom(
+                    plan, result.compile_peak_rss_bytes, attempt,
+                    history=MemoryHistory.scratch() if opts.hand_picked else history,
+                )
             except PlanError as exc:
                 raise OOMError(f"{pc.cell.id}: OOM-killed and no smaller plan is left: {exc.message}") from None
             continue
