@@ -178,6 +178,13 @@ class _Handler(BaseHTTPRequestHandler):
         content_type: str = "text/plain; charset=utf-8",
         headers: dict[str, str] | None = None,
     ) -> None:
+        # Count before answering: a client that has its answer must find it counted.
+        if status == 404:
+            self.server.stats.add(not_found=1)
+        elif status >= 500:
+            self.server.stats.add(server_errors=1)
+        if self.command != "HEAD":
+            self.server.stats.add(bytes_sent=len(body))
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -186,11 +193,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
-            self.server.stats.add(bytes_sent=len(body))
-        if status == 404:
-            self.server.stats.add(not_found=1)
-        elif status >= 500:
-            self.server.stats.add(server_errors=1)
 
     def _text(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         self._send(status, (message + "\n").encode(), headers=headers)

