@@ -134,6 +134,8 @@ class Sampler(threading.Thread):
         self.peak_jobs = 0
         self.peak_anon: int | None = None
         self.samples = 0
+        self.oom_stopped = False
+        self._oom_base: int | None = None
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -162,7 +164,22 @@ class Sampler(threading.Thread):
             anon = self.cgroup.anon()
             if anon is not None:
                 self.peak_anon = max(self.peak_anon or 0, anon)
+            self._stop_on_oom_kill()
         self.samples += 1
+
+    def _stop_on_oom_kill(self) -> None:
+        """At the first OOM kill, stop the whole build: ninja would wait for the other jobs,
+        and under a cap they had just outgrown they thrash for minutes instead of finishing
+        (seen with five jobs under 3-4 GiB). The retry resumes with fewer jobs anyway."""
+        assert self.cgroup is not None
+        kills = self.cgroup.oom_kills()
+        if kills is None:
+            return
+        if self._oom_base is None:
+            self._oom_base = kills
+        elif kills > self._oom_base and not self.oom_stopped:
+            self.oom_stopped = True
+            _kill_current()
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -554,6 +571,7 @@ def main(argv: list[str]) -> int:
         report["max_concurrent_compiles"] = sampler.peak_jobs
         report["cgroup_anon_peak_bytes"] = sampler.peak_anon
         report["samples"] = sampler.samples
+        report["stopped_at_oom_kill"] = sampler.oom_stopped
         report["objects_built"] = progress["built"] or None
         report["objects_total"] = progress["total"] or None
         after = [p for p in out_dir.glob("*.whl") if before.get(p.name) != p.stat().st_mtime]
