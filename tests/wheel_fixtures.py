@@ -214,4 +214,7 @@ def example_raw_wheel() -> Path:
     os.replace(built, raw_dir / built.name)
     shutil.rmtree(tmp_out, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
+    # The wheel is cached; its 5 GB venv is not worth keeping (a CI disk holds little more than
+    # the wheelhouse, one build venv and one verify venv at a time).
+    shutil.rmtree(venv, ignore_errors=True)
     return raw_dir / built.name

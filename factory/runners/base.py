@@ -9,7 +9,9 @@ plainly whether the build was killed for memory.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,18 +50,37 @@ class BuildJob:
     cache_dir: Path | None = None  # compile cache (sccache) shared by builds; None: off
     cache_size: str = "20G"  # SCCACHE_CACHE_SIZE: the cache's bound
     timeout: float | None = None  # seconds for the whole run; None: no limit
-    venv_dir: Path | None = (
-        None  # reused across retries; default: <src_dir>/../venv-<runner>-<cp tag>
-    )
+    venv_dir: Path | None = None  # this exact venv; else one under venv_root, else per cell
+    venv_root: Path | None = None  # venvs shared by every build with the same environment
 
     @property
     def python_tag(self) -> str:
         return "cp" + self.python.replace(".", "")
 
     def venv_for(self, runner: str) -> Path:
-        # Per runner: a venv made in the container (python at /factory/venv) is useless on the
-        # host and the other way round.
-        return self.venv_dir or self.src_dir.parent / f"venv-{runner}-{self.python_tag}"
+        """Where the build's venv lives (made once, reused by retries and by other cells).
+
+        Per runner: a venv made in the container (python at /factory/venv) is useless on the host
+        and the other way round. Under ``venv_root`` the name holds a key of everything that
+        decides the venv's content, so cells with the same torch share one (a torch install is
+        about 5 GB) and a different set never lands in a venv another build is using.
+        """
+        if self.venv_dir is not None:
+            return self.venv_dir
+        if self.venv_root is not None:
+            return self.venv_root / shared_venv_name(
+                runner, self.python, self.image, self.requirements
+            )
+        return self.src_dir.parent / f"venv-{runner}-{self.python_tag}"
+
+
+def shared_venv_name(
+    runner: str, python: str, image: str | None, requirements: Sequence[str]
+) -> str:
+    """``<runner>-<cp tag>-<key>``: the key covers the interpreter's source and the requirements."""
+    doc = json.dumps([runner, python, image or "", sorted(requirements)])
+    key = hashlib.sha256(doc.encode()).hexdigest()[:12]
+    return f"{runner}-cp{python.replace('.', '')}-{key}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
