@@ -37,12 +37,13 @@ SIZE_RE = re.compile(r"^[1-9][0-9]*[KMGT]?$")
 INSIDE_CACHE = "/factory/cache"
 INSIDE_SITE_LINK = "/factory/run/site-packages"
 WRAPPER_NAME = "nvcc-cached"
+CXX_WRAPPER_NAME = "cxx-cached"
 
-# nvcc through sccache, with the venv's site-packages spelled through one fixed link. Every
-# Python version then compiles a kernel with the same command and the same preprocessed text.
-# The link is made on first use, atomically (ninja starts several nvcc at once).
-NVCC_WRAPPER = r"""#!/bin/sh
-# Written by factory.compile_cache: nvcc through sccache with one spelling of site-packages.
+# A compiler through sccache, with the venv's site-packages spelled through one fixed link. Every
+# Python version then compiles an object with the same command and the same preprocessed text.
+# The link is made on first use, atomically (ninja starts several compilers at once).
+_CACHED_COMPILER = r"""#!/bin/sh
+# Written by factory.compile_cache: @WHAT@ through sccache with one spelling of site-packages.
 set -eu
 link="@LINK@"
 if [ ! -e "$link" ]; then
@@ -58,8 +59,17 @@ for arg do
     esac
     set -- "$@" "$arg"
 done
-exec sccache "${CUDA_HOME:+$CUDA_HOME/bin/}nvcc" "$@"
+exec sccache @COMPILER@ "$@"
 """
+NVCC_WRAPPER = _CACHED_COMPILER.replace("@WHAT@", "nvcc").replace(
+    "@COMPILER@", '"${CUDA_HOME:+$CUDA_HOME/bin/}nvcc"'
+)
+# The host C++ compiler for .cpp objects (torch's ninja file takes it from $CXX): the extension's
+# own C++ (flash_api.cpp, op registrations) reads torch's headers from site-packages as well.
+# FACTORY_HOST_CXX is the compiler the build would have used without the cache.
+CXX_WRAPPER = _CACHED_COMPILER.replace("@WHAT@", "the C++ compiler").replace(
+    "@COMPILER@", '"${FACTORY_HOST_CXX:-c++}"'
+)
 
 
 def parse_size(text: str) -> str:
@@ -79,7 +89,9 @@ def size_bytes(size: str) -> int:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RemoteCache:
-    """sccache's S3 backend, placed under the store's own bucket and prefix."""
+    """The remote cache under the store's own bucket and prefix. Factory builds reach it from the
+    host (``factory.remote_cache``: pull before, push after; the containers have no network);
+    ``env()`` configures sccache's own S3 backend for a builder that has network."""
 
     bucket: str
     prefix: str
@@ -185,9 +197,14 @@ def inside_config(
         env.update(remote.env())
     config: dict[str, Any] = {"env": env}
     if normalize_paths:
+        run_dir = INSIDE_SITE_LINK.rsplit("/", 1)[0]
         config["nvcc_wrapper"] = {
-            "path": f"{INSIDE_SITE_LINK.rsplit('/', 1)[0]}/{WRAPPER_NAME}",
+            "path": f"{run_dir}/{WRAPPER_NAME}",
             "text": NVCC_WRAPPER.replace("@LINK@", INSIDE_SITE_LINK),
+        }
+        config["cxx_wrapper"] = {
+            "path": f"{run_dir}/{CXX_WRAPPER_NAME}",
+            "text": CXX_WRAPPER.replace("@LINK@", INSIDE_SITE_LINK),
         }
     return config
 

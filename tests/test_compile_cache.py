@@ -120,7 +120,10 @@ def test_inside_config_carries_the_bound_and_the_wrapper() -> None:
     assert cfg["env"]["SCCACHE_CACHE_SIZE"] == "8G"
     assert cfg["nvcc_wrapper"]["path"] == "/factory/run/nvcc-cached"
     assert 'link="/factory/run/site-packages"' in cfg["nvcc_wrapper"]["text"]
-    assert "nvcc_wrapper" not in inside_config(size="8G", normalize_paths=False)
+    assert cfg["cxx_wrapper"]["path"] == "/factory/run/cxx-cached"
+    assert 'link="/factory/run/site-packages"' in cfg["cxx_wrapper"]["text"]
+    plain = inside_config(size="8G", normalize_paths=False)
+    assert "nvcc_wrapper" not in plain and "cxx_wrapper" not in plain
 
 
 def test_docker_job_turns_the_wrapper_on(tmp_path: Path) -> None:
@@ -249,15 +252,21 @@ def _fake_tools(bin_dir: Path, site: Path) -> None:
         (bin_dir / f).chmod(0o755)
 
 
-def test_wrapper_spells_site_packages_through_the_link(tmp_path: Path) -> None:
-    site = tmp_path / "venv/lib/python3.13/site-packages"
+def _wrapper_setup(tmp_path: Path, text: str, python: str) -> tuple[Path, Path, Path]:
+    """A venv's site-packages, the run dir's link and the wrapper; fake python and sccache."""
+    site = tmp_path / f"venv/lib/python{python}/site-packages"
     site.mkdir(parents=True)
     link = tmp_path / "run/site-packages"
     link.parent.mkdir()
-    wrapper = tmp_path / "run/nvcc-cached"
-    wrapper.write_text(compile_cache.NVCC_WRAPPER.replace("@LINK@", str(link)))
+    wrapper = tmp_path / "run/wrapper"
+    wrapper.write_text(text.replace("@LINK@", str(link)))
     wrapper.chmod(0o755)
     _fake_tools(tmp_path / "bin", site)
+    return site, link, wrapper
+
+
+def test_wrapper_spells_site_packages_through_the_link(tmp_path: Path) -> None:
+    site, link, wrapper = _wrapper_setup(tmp_path, compile_cache.NVCC_WRAPPER, "3.13")
     env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "CUDA_HOME": "/opt/cuda"}
     out = subprocess.run(
         [str(wrapper), f"-I{site}/torch/include", "-I/usr/include/python3.13", "-c", "a b.cu"],
@@ -274,6 +283,21 @@ def test_wrapper_spells_site_packages_through_the_link(tmp_path: Path) -> None:
         "a b.cu",
     ]
     assert os.readlink(link) == str(site)
+
+
+@pytest.mark.parametrize("host_cxx", [None, "g++-12"])
+def test_cxx_wrapper_runs_the_builds_own_compiler_through_the_link(
+    tmp_path: Path, host_cxx: str | None
+) -> None:
+    site, link, wrapper = _wrapper_setup(tmp_path, compile_cache.CXX_WRAPPER, "3.11")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+    if host_cxx:
+        env["FACTORY_HOST_CXX"] = host_cxx
+    out = subprocess.run(
+        [str(wrapper), "-MMD", f"-I{site}/torch/include", "-c", "ops.cpp"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    assert out == [host_cxx or "c++", "-MMD", f"-I{link}/torch/include", "-c", "ops.cpp"]
 
 
 # -- integration: real sccache and nvcc ------------------------------------------------------------

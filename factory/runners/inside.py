@@ -503,6 +503,14 @@ def main(argv: list[str]) -> int:
                 Path(wrapper["path"]).write_text(wrapper["text"])
                 os.chmod(wrapper["path"], 0o755)
                 extra["PYTORCH_NVCC"] = wrapper["path"]
+            cxx_wrapper = cache.get("cxx_wrapper")
+            if cxx_wrapper:
+                Path(cxx_wrapper["path"]).write_text(cxx_wrapper["text"])
+                os.chmod(cxx_wrapper["path"], 0o755)
+                extra["FACTORY_HOST_CXX"] = extra.get("CXX") or os.environ.get("CXX") or "c++"
+                extra["CXX"] = cxx_wrapper["path"]
+                # the wrapper calls sccache itself: torch must not put another in front
+                extra["TORCH_NO_COMPILER_WRAPPER"] = "1"
         else:
             # A ccache/sccache that happens to be on PATH must not change what is built.
             extra["TORCH_NO_COMPILER_WRAPPER"] = "1"

@@ -1,13 +1,25 @@
-#include <torch/extension.h>
+// The operators, registered with torch's dispatcher (TORCH_LIBRARY), not with pybind11: no
+// Python headers anywhere, so this object, like the kernels, is the same for every Python
+// version and a compile cache shares it across cp311..cp313 builds. Python reaches the ops as
+// torch.ops.factory_example_ext.* once the library is loaded (see __init__.py).
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
 
-at::Tensor add_cuda(torch::Tensor a, torch::Tensor b);
-torch::Tensor scale_cuda(torch::Tensor a, double s);
-torch::Tensor relu_cuda(torch::Tensor a);
-torch::Tensor square_cuda(torch::Tensor a);
+at::Tensor add_cuda(at::Tensor a, at::Tensor b);
+at::Tensor scale_cuda(at::Tensor a, double s);
+at::Tensor relu_cuda(at::Tensor a);
+at::Tensor square_cuda(at::Tensor a);
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("add", &add_cuda, "a + b");
-  m.def("scale", &scale_cuda, "a * s");
-  m.def("relu", &relu_cuda, "max(a, 0)");
-  m.def("square", &square_cuda, "a * a");
+TORCH_LIBRARY(factory_example_ext, m) {
+  m.def("add(Tensor a, Tensor b) -> Tensor");
+  m.def("scale(Tensor a, float s) -> Tensor");
+  m.def("relu(Tensor a) -> Tensor");
+  m.def("square(Tensor a) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(factory_example_ext, CUDA, m) {
+  m.impl("add", &add_cuda);
+  m.impl("scale", &scale_cuda);
+  m.impl("relu", &relu_cuda);
+  m.impl("square", &square_cuda);
 }
