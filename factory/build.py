@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import BuildError, OOMError, PlanError, VerifyError
+from .errors import BuildError, FactoryError, OOMError, PlanError, VerifyError
 from .logger import Log, NinjaProgress, human_bytes
 from .matrix import Matrix, PlannedCell, base_image_for
 
@@ -185,7 +185,7 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
     env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
     if attempt == 1 and os.environ.get(FAULT_OOM_ENV):
         env[FAULT_OOM_ENV] = os.environ[FAULT_OOM_ENV]  # tests: a real OOM kill mid-build
-    cache = cache_settings(matrix.settings, root=matrix.root) if opts.cache else None
+    cache = cache_settings(matrix.settings, root=matrix.root, store=opts.store) if opts.cache else None
     return BuildJob(
         cell_id=pc.cell.id,
         python=pc.cell.python,
@@ -318,55 +318,57 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
 
     attempts: list[dict[str, Any]] = []
     result = None
-    for attempt in range(1, opts.attempts + 1):
-        job = _job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=attempt, opts=opts)
-        shutil.rmtree(job.out_dir, ignore_errors=True)
-        job.out_dir.mkdir(parents=True)
-        log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
-                 f"memory cap {human_bytes(plan.memory_budget_bytes)}, log {job.log_path}")
-        with NinjaProgress(job.log_path, log, pc.cell.package):
-            result = runner.run(job)
-        attempts.append({
-            "attempt": attempt, "max_jobs": plan.max_jobs, "nvcc_threads": plan.nvcc_threads,
-            "memory_limit_bytes": plan.memory_budget_bytes,
-            "exit_code": result.exit_code, "oom_killed": result.oom_killed,
-            "wall_seconds": round(result.wall_seconds, 1),
-            "compile_peak_rss_bytes": result.compile_peak_rss_bytes,
-            "max_concurrent_compiles": result.max_concurrent_compiles,
-            "objects_total": result.objects_total, "objects_built": result.objects_built,
-            "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
-            "log": str(job.log_path),
-        })
-        if job.cache_dir is not None:
-            from .compile_cache import stats_from_report
+    # the remote compile cache, synced from here: the build container has no network
+    with _remote_cache_synced(matrix, opts, log):
+        for attempt in range(1, opts.attempts + 1):
+            job = _job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=attempt, opts=opts)
+            shutil.rmtree(job.out_dir, ignore_errors=True)
+            job.out_dir.mkdir(parents=True)
+            log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
+                     f"memory cap {human_bytes(plan.memory_budget_bytes)}, log {job.log_path}")
+            with NinjaProgress(job.log_path, log, pc.cell.package):
+                result = runner.run(job)
+            attempts.append({
+                "attempt": attempt, "max_jobs": plan.max_jobs, "nvcc_threads": plan.nvcc_threads,
+                "memory_limit_bytes": plan.memory_budget_bytes,
+                "exit_code": result.exit_code, "oom_killed": result.oom_killed,
+                "wall_seconds": round(result.wall_seconds, 1),
+                "compile_peak_rss_bytes": result.compile_peak_rss_bytes,
+                "max_concurrent_compiles": result.max_concurrent_compiles,
+                "objects_total": result.objects_total, "objects_built": result.objects_built,
+                "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
+                "log": str(job.log_path),
+            })
+            if job.cache_dir is not None:
+                from .compile_cache import stats_from_report
 
-            stats = stats_from_report(result.report)
-            log.detail(f"compile cache: {stats.summary() if stats else 'no stats (sccache did not report)'}")
-        log.detail(record_build(pc, plan, result, build_tree=src, history=history))
-        if result.oom_killed:
-            log.step(f"attempt {attempt} was OOM-killed after {result.objects_built} object(s); "
-                     "resuming with fewer jobs")
-            try:
-                # A hand-picked plan's OOM says the hand was wrong, not the model: keep it out
-                # of the history (seen: a MAX_JOBS=5 demo raised the estimate past a cap the
-                # planner's own plan fits).
-                plan = plan_after_oom(
-                    plan, result.compile_peak_rss_bytes, attempt,
-                    history=MemoryHistory.scratch() if opts.hand_picked else history,
+                stats = stats_from_report(result.report)
+                log.detail(f"compile cache: {stats.summary() if stats else 'no stats (sccache did not report)'}")
+            log.detail(record_build(pc, plan, result, build_tree=src, history=history))
+            if result.oom_killed:
+                log.step(f"attempt {attempt} was OOM-killed after {result.objects_built} object(s); "
+                         "resuming with fewer jobs")
+                try:
+                    # A hand-picked plan's OOM says the hand was wrong, not the model: keep it out
+                    # of the history (seen: a MAX_JOBS=5 demo raised the estimate past a cap the
+                    # planner's own plan fits).
+                    plan = plan_after_oom(
+                        plan, result.compile_peak_rss_bytes, attempt,
+                        history=MemoryHistory.scratch() if opts.hand_picked else history,
+                    )
+                except PlanError as exc:
+                    raise OOMError(f"{pc.cell.id}: OOM-killed and no smaller plan is left: {exc.message}") from None
+                continue
+            if result.exit_code != 0 or result.wheel is None:
+                tail = _log_tail(job.log_path)
+                raise BuildError(
+                    f"{pc.cell.id}: build failed (exit {result.exit_code}); full log: {job.log_path}",
+                    tip="last lines of the log:\n" + tail,
                 )
-            except PlanError as exc:
-                raise OOMError(f"{pc.cell.id}: OOM-killed and no smaller plan is left: {exc.message}") from None
-            continue
-        if result.exit_code != 0 or result.wheel is None:
-            tail = _log_tail(job.log_path)
-            raise BuildError(
-                f"{pc.cell.id}: build failed (exit {result.exit_code}); full log: {job.log_path}",
-                tip="last lines of the log:\n" + tail,
-            )
-        break
-    else:
-        raise OOMError(f"{pc.cell.id}: OOM-killed in all {opts.attempts} attempt(s); "
-                       f"logs in {work / 'logs'}")
+            break
+        else:
+            raise OOMError(f"{pc.cell.id}: OOM-killed in all {opts.attempts} attempt(s); "
+                           f"logs in {work / 'logs'}")
     assert result is not None and result.wheel is not None
 
     from .verify import verify_wheel
@@ -398,6 +400,33 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
         publish(open_store(opts.store or "index/store"), [wheel])
     return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
                         seconds=seconds)
+
+
+@contextlib.contextmanager
+def _remote_cache_synced(matrix: Matrix, opts: BuildOptions, log: Log) -> Iterator[None]:
+    """With ``--cache`` and a remote in the settings: pull what this builder lacks before the
+    attempts, push what it compiled after them (also after a failed build: its objects are good).
+    An S3 problem is reported and never fails the build."""
+    from .compile_cache import cache_settings
+
+    cache = cache_settings(matrix.settings, root=matrix.root, store=opts.store) if opts.cache else None
+    if cache is None or cache.remote is None:
+        yield
+        return
+    from . import remote_cache
+
+    def sync(direction: str) -> None:
+        try:
+            fn = remote_cache.pull if direction == "pull" else remote_cache.push
+            log.detail(f"compile cache: {fn(cache.remote, cache.dir).summary()}")
+        except FactoryError as exc:
+            log.detail(f"compile cache: {exc.message}; building without it")
+
+    sync("pull")
+    try:
+        yield
+    finally:
+        sync("push")
 
 
 def _log_tail(path: Path, lines: int = 30) -> str:

@@ -28,7 +28,7 @@ COMMANDS = {
     "image": "make the builder base image (debootstrap + docker import)",
     "wheelhouse": "prepare the offline wheelhouse for a cell (torch and build deps)",
     "retain": "keep the newest N builds per cell, yank older ones",
-    "cache": "the shared compile cache: stats, clear",
+    "cache": "the shared compile cache: stats, clear, pull and push (the remote one)",
 }
 
 

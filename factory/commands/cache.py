@@ -1,19 +1,26 @@
-"""factory cache stats|clear [--matrix PATH] [--json] [--force]"""
+"""factory cache stats|clear|pull|push [--matrix PATH] [--store S3] [--json] [--force]"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
-from ..errors import BuildError
+from ..errors import BuildError, ConfigError
 from ._common import add_matrix_arg, matrix_from_args, print_json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "action", choices=("stats", "clear"), help="stats: size and hits per cell; clear: empty it"
+        "action",
+        choices=("stats", "clear", "pull", "push"),
+        help="stats: size and hits per cell; clear: empty it; pull/push: sync this builder's "
+        "cache with the remote one (compile-cache.remote; builds with --cache do it themselves)",
     )
     add_matrix_arg(parser)
+    parser.add_argument(
+        "--store", help="the s3:// store when the matrix says remote = \"store\" (default: its store)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--force", action="store_true", help="clear even while builds are running")
 
@@ -38,7 +45,23 @@ def run(args: argparse.Namespace) -> int:
     from ..logger import human_bytes
 
     matrix = matrix_from_args(args)
-    settings = cache_settings(matrix.settings, root=matrix.root)
+    settings = cache_settings(matrix.settings, root=matrix.root, store=args.store)
+    if args.action in ("pull", "push"):
+        from .. import remote_cache
+
+        if settings.remote is None:
+            raise ConfigError(
+                "no remote compile cache: set [settings.compile-cache] remote = \"store\" "
+                "(an s3:// store) or remote = \"s3://bucket/prefix\""
+            )
+        fn = remote_cache.pull if args.action == "pull" else remote_cache.push
+        result = fn(settings.remote, settings.dir)
+        if args.json:
+            print_json({**dataclasses.asdict(result), "dir": str(settings.dir),
+                        "remote": f"s3://{settings.remote.bucket}/{settings.remote.prefix}"})
+        else:
+            print(result.summary())
+        return 0
     work = Path(str(matrix.settings["work-dir"]))
     work = work if work.is_absolute() else matrix.root / work
     if args.action == "clear":

@@ -1,0 +1,187 @@
+"""The remote compile cache: the builder's sccache disk cache synced with S3 from the host (a real
+S3 API server on loopback; real sccache and nvcc in the slow test)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import boto3
+import index_fixtures
+import pytest
+from ops_builds import factory_cli
+
+from factory import remote_cache
+from factory.compile_cache import RemoteCache
+from factory.errors import StoreError
+
+moto_endpoint = index_fixtures.moto_endpoint
+s3_env = index_fixtures.s3_env
+s3_spec = index_fixtures.s3_spec
+
+
+def _entry(cache: Path, content: bytes) -> str:
+    key = hashlib.sha256(content).hexdigest()
+    path = cache / key[0] / key[1] / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return key
+
+
+def _remote(spec: str, env: dict[str, str]) -> RemoteCache:
+    return RemoteCache.from_store(spec, environ=env)
+
+
+def _listing(spec: str, env: dict[str, str]) -> list[str]:
+    bucket = spec[len("s3://"):].split("/", 1)[0]
+    client = boto3.client("s3", endpoint_url=env["FACTORY_S3_ENDPOINT_URL"], region_name="us-east-1")
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", ()))
+
+
+def test_push_then_pull_moves_exactly_the_missing_entries(
+    tmp_path: Path, s3_spec: str, s3_env: dict[str, str]
+) -> None:
+    remote = _remote(s3_spec, s3_env)
+    a, b = tmp_path / "builder-a", tmp_path / "builder-b"
+    keys = [_entry(a, f"object {i}".encode() * 1000) for i in range(3)]
+    # not cache entries: sccache's local preprocessor cache, a stray temp file
+    (a / "preprocessor/1/2/3").mkdir(parents=True)
+    (a / "preprocessor/1/2/3" / ("1" * 64)).write_bytes(b"direct mode")
+    (a / "0").mkdir(exist_ok=True)
+    (a / "0" / "tmp.partial").write_bytes(b"x")
+
+    first = remote_cache.push(remote, a)
+    assert (first.files, first.present) == (3, 0)
+    assert _listing(s3_spec, s3_env) == sorted(
+        f"pkgs/compile-cache/{k[0]}/{k[1]}/{k[2]}/{k}" for k in keys
+    )
+    again = remote_cache.push(remote, a)
+    assert (again.files, again.present) == (0, 3)  # content-keyed: nothing to send twice
+
+    already = _entry(b, b"object 0" * 1000)
+    pulled = remote_cache.pull(remote, b)
+    assert (pulled.files, pulled.present) == (2, 1) and already in keys
+    for k in keys:
+        assert (b / k[0] / k[1] / k).read_bytes() == (a / k[0] / k[1] / k).read_bytes()
+    assert not [p for p in b.rglob(".pull-*")]  # no temporary files left behind
+    assert remote_cache.pull(remote, b).files == 0
+
+
+def test_an_unreachable_remote_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    remote = RemoteCache(bucket="wheels", prefix="x/compile-cache", endpoint="http://127.0.0.1:9")
+    _entry(tmp_path, b"data")
+    for fn in (remote_cache.pull, remote_cache.push):
+        with pytest.raises(StoreError) as info:
+            fn(remote, tmp_path)
+        assert "\n" not in info.value.message and "s3://wheels/x/compile-cache" in info.value.message
+
+
+def _matrix(tmp_path: Path, spec: str) -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(f"""version = 1
+[settings]
+store = "{spec}"
+[settings.compile-cache]
+dir = "cc"
+remote = "store"
+[axes]
+torch = ["2.14.1"]
+cuda = ["13.0"]
+archs = [["10.0"]]
+python = ["3.11"]
+[packages.flash-attn]
+versions = ["2.8.3.post2"]
+""")
+    return path
+
+
+def test_cache_push_and_pull_commands(tmp_path: Path, s3_spec: str, s3_env: dict[str, str]) -> None:
+    matrix = _matrix(tmp_path, s3_spec)
+    key = _entry(tmp_path / "cc", b"kernel object")
+    pushed = factory_cli("cache", "push", "--matrix", str(matrix), "--json", env=s3_env)
+    assert pushed.returncode == 0, pushed.stderr
+    assert json.loads(pushed.stdout)["files"] == 1
+    shutil.rmtree(tmp_path / "cc")
+    pulled = factory_cli("cache", "pull", "--matrix", str(matrix), env=s3_env)
+    assert pulled.returncode == 0, pulled.stderr
+    assert pulled.stdout.startswith("pulled 1 entry")
+    assert (tmp_path / "cc" / key[0] / key[1] / key).read_bytes() == b"kernel object"
+
+
+def test_cache_pull_without_a_remote_is_a_config_error(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text('version = 1\n[axes]\ntorch = ["2.14.1"]\ncuda = ["13.0"]\n'
+                      'archs = [["10.0"]]\npython = ["3.11"]\n[packages.flash-attn]\n'
+                      'versions = ["2.8.3.post2"]\n')
+    r = factory_cli("cache", "pull", "--matrix", str(matrix))
+    assert r.returncode != 0 and "no remote compile cache" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 2
+
+
+def test_a_build_pulls_before_and_pushes_after(
+    tmp_path: Path, s3_spec: str, s3_env: dict[str, str]
+) -> None:
+    """The build's wrapper around its attempts: what another builder pushed is on disk before the
+    compile starts; what this one compiled is in S3 after, also when the build failed."""
+    from factory.build import BuildOptions, _remote_cache_synced
+    from factory.logger import Log
+    from factory.matrix import load_matrix
+
+    matrix = load_matrix(_matrix(tmp_path, s3_spec))
+    other = tmp_path / "other-builder"
+    theirs = _entry(other, b"compiled elsewhere")
+    remote_cache.push(_remote(s3_spec, s3_env), other)
+    out = io.StringIO()
+    with pytest.raises(RuntimeError):
+        with _remote_cache_synced(matrix, BuildOptions(cache=True), Log(stream=out)):
+            assert (tmp_path / "cc" / theirs[0] / theirs[1] / theirs).is_file()
+            ours = _entry(tmp_path / "cc", b"compiled here")
+            raise RuntimeError("the build failed after compiling")
+    assert f"pkgs/compile-cache/{ours[0]}/{ours[1]}/{ours[2]}/{ours}" in _listing(s3_spec, s3_env)
+    assert "pulled 1 entry" in out.getvalue() and "pushed 1 entry" in out.getvalue()
+
+
+@pytest.mark.slow
+def test_an_offline_builder_hits_what_another_pushed(
+    tmp_path: Path, s3_spec: str, s3_env: dict[str, str]
+) -> None:
+    """Real sccache and nvcc: builder A compiles with a disk cache only (no network, like a build
+    container) and pushes; builder B pulls into an empty disk cache, compiles offline, and gets
+    the whole object from the cache."""
+    from test_compile_cache import HEADER, KERNEL, _compile_in_a_fresh_server, _free_port, _nvcc
+
+    sccache, nvcc = shutil.which("sccache"), _nvcc()
+    if not sccache or not nvcc:
+        pytest.skip("needs sccache and nvcc")
+    remote = _remote(s3_spec, s3_env)
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL.replace("#include <ext.h>", HEADER))
+    results = []
+    for builder in ("a", "b"):
+        disk = tmp_path / f"disk-{builder}"
+        if builder == "b":
+            assert remote_cache.pull(remote, disk).files >= 1
+        env = {  # no S3 settings: sccache sees only its disk
+            "HOME": str(tmp_path),
+            "PATH": f"{Path(nvcc).parent}:/usr/bin:/bin",
+            "SCCACHE_DIR": str(disk),
+            "SCCACHE_IDLE_TIMEOUT": "0",
+            "SCCACHE_SERVER_PORT": str(_free_port()),
+        }
+        argv = [sccache, nvcc, "-c", str(src), "-o", str(tmp_path / f"{builder}.o"),
+                "-gencode=arch=compute_80,code=sm_80"]
+        results.append(_compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
+        if builder == "a":
+            assert remote_cache.push(remote, disk).files >= 1
+    first, second = results
+    assert first.object_misses == 1
+    assert second.object_hits == 1 and second.misses == 0
+    assert (tmp_path / "a.o").read_bytes() == (tmp_path / "b.o").read_bytes()
+    assert os.listdir(tmp_path / "disk-b")
