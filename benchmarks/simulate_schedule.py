@@ -41,7 +41,13 @@ from factory.memory_model import (  # noqa: E402
     read_ninja_log,
     shipped_history_path,
 )
-from factory.planner import list_schedule, longest_first, plan_for  # noqa: E402
+from factory.planner import (  # noqa: E402
+    jobs_that_fit,
+    list_schedule,
+    longest_first,
+    plan_for,
+    predicted_peak,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "factory" / "data"
 LOG = DATA / "flash-attn-2.8.3.post2_sm90_h200_16jobs.ninja_log"
@@ -68,17 +74,22 @@ def makespan(seconds: dict[str, float], order: str, jobs: int, threads: int, arc
     return list_schedule(durations, jobs) * slowdown
 
 
-def peak(history: MemoryHistory, c: Cell, jobs: int, threads: int) -> int:
+def _sizes(history: MemoryHistory, c: Cell, threads: int) -> dict[str, int]:
     est = history.estimate(ModelKey.for_cell(c, threads), model_key="flash-attn")
-    return jobs * est.per_job_bytes + history.headroom_bytes("flash-attn")
+    return {"per_job": est.per_job_bytes, "largest": est.largest,
+            "headroom": history.headroom_bytes("flash-attn")}
+
+
+def peak(history: MemoryHistory, c: Cell, jobs: int, threads: int) -> int:
+    """The planner's own peak model (the heaviest objects counted for the first jobs)."""
+    return predicted_peak(jobs, **_sizes(history, c, threads))
 
 
 def max_compilers(history: MemoryHistory, c: Cell, cap: int) -> int:
     """Most archs compiling at once that fit in ``cap``, over every thread count."""
     best = 0
     for threads in range(1, len(c.archs) + 1):
-        est = history.estimate(ModelKey.for_cell(c, threads), model_key="flash-attn")
-        jobs = max(0, cap - history.headroom_bytes("flash-attn")) // est.per_job_bytes
+        jobs = jobs_that_fit(cap, **_sizes(history, c, threads))
         best = max(best, int(jobs) * min(threads, len(c.archs)))
     return best
 

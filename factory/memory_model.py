@@ -76,9 +76,18 @@ class ModelKey:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Estimate:
-    per_job_bytes: int
+    per_job_bytes: int  # a job's peak, taken over all objects (what many jobs average to)
     source: str  # a sentence: which record or default, and any margin added
     exact: bool  # measured for exactly this key
+    # The heaviest single object, when one was measured above the per-job peak (flash-attn's
+    # backward hdim256 kernels: 6.7 GiB against 4.2 GiB per job over a whole build); else
+    # per_job_bytes. The planner counts it for the first jobs (factory.planner.predicted_peak).
+    largest_object_bytes: int = 0
+    largest_object_source: str = ""
+
+    @property
+    def largest(self) -> int:
+        return max(self.per_job_bytes, self.largest_object_bytes)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -232,7 +241,13 @@ class MemoryHistory:
         out: dict[ModelKey, Mapping[str, Any]] = {}
         for layer in reversed(self._layers()):  # the user's file overrides the shipped one
             for rec in layer.get("memory", []):
-                out[_key_of(rec)] = rec
+                key = _key_of(rec)
+                below = out.get(key)
+                if below and below.get("largest_object_bytes", 0) > rec.get("largest_object_bytes", 0):
+                    # a measured heavy object stays known when a later layer re-measures the key
+                    rec = {**rec, "largest_object_bytes": below["largest_object_bytes"],
+                           "largest_object_source": below.get("largest_object_source", "")}
+                out[key] = rec
         return out
 
     def _default(self, model_key: str) -> tuple[str, Mapping[str, Any]] | None:
@@ -255,7 +270,8 @@ class MemoryHistory:
         if key in records:
             rec = records[key]
             return Estimate(per_job_bytes=_peak(rec), exact=True,
-                            source=f"measured for {key.describe()} ({_provenance(rec)})")
+                            source=f"measured for {key.describe()} ({_provenance(rec)})",
+                            **_largest(rec, 1.0))
 
         def best(match: Any) -> tuple[ModelKey, Mapping[str, Any]] | None:
             found = [(k, r) for k, r in records.items() if match(k)]
@@ -285,7 +301,8 @@ class MemoryHistory:
             extra = f" + {margin:.0%} margin" if margin else ""
             return Estimate(per_job_bytes=value, exact=False,
                             source=f"inferred from {what}: {k.describe()} "
-                            f"({_provenance(rec)}){extra}")
+                            f"({_provenance(rec)}){extra}",
+                            **_largest(rec, c / k.concurrent_archs * (1 + margin)))
         found = self._default(model_key or p)
         if found is None:
             raise ConfigError(f"the memory history has no default for {model_key or p!r} nor '*'")
@@ -391,6 +408,16 @@ class MemoryHistory:
             "source": m.source, "updated": _today(),
             "seconds": {k: round(float(v), 3) for k, v in sorted(m.object_seconds.items())},
         })
+
+
+def _largest(rec: Mapping[str, Any], scale: float) -> dict[str, Any]:
+    """The record's heaviest single object (``largest_object_bytes``), scaled like its peak."""
+    if not rec.get("largest_object_bytes"):
+        return {}
+    return {
+        "largest_object_bytes": int(int(rec["largest_object_bytes"]) * scale),
+        "largest_object_source": str(rec.get("largest_object_source", "")),
+    }
 
 
 def _peak(rec: Mapping[str, Any]) -> int:

@@ -5,8 +5,13 @@ core count. Here the per-job PEAK memory at a given thread count comes from the 
 (factory.memory_model), and the plan is the (jobs, threads) pair with the shortest predicted
 compile time among those whose predicted peak fits:
 
-    predicted peak = jobs x per_job(threads) + headroom
+    predicted peak = headroom + min(jobs, 2) x largest + max(0, jobs - 2) x per_job
 
+per_job is a job's peak over a whole build (what many jobs average to); largest is the heaviest
+single object where one was measured above it (flash-attn's backward hdim256 kernels take 6.7 GiB
+against 4.2 GiB per job). Two jobs count at that size: the heaviest objects come in pairs (the
+fp16 and bf16 builds of one kernel), and longest-first ordering starts them together. Without
+such a measurement largest = per_job and the formula is jobs x per_job + headroom.
 headroom covers the pip/setup.py Python process (torch imported) and the final link of the
 .so, which runs after the compiles but in the same memory.
 
@@ -99,6 +104,27 @@ class _Option:
     peak: int
     seconds: float | None
     parallelism: int
+    largest: int = 0
+    largest_source: str = ""
+
+
+HEAVY_JOBS = 2  # jobs counted at the largest object's peak
+
+
+def predicted_peak(jobs: int, *, per_job: int, largest: int, headroom: int) -> int:
+    heavy = min(jobs, HEAVY_JOBS)
+    return headroom + heavy * max(largest, per_job) + (jobs - heavy) * per_job
+
+
+def jobs_that_fit(memory: int, *, per_job: int, largest: int, headroom: int) -> int:
+    """The most jobs whose predicted peak fits ``memory`` (0 when not even one does)."""
+    largest = max(largest, per_job)
+    free = memory - headroom
+    if free < largest:
+        return 0
+    if free < HEAVY_JOBS * largest:
+        return free // largest
+    return HEAVY_JOBS + (free - HEAVY_JOBS * largest) // per_job
 
 
 def _predict(times: ObjectTimes | None, archs: int, jobs: int, threads: int, cpus: int
@@ -142,20 +168,22 @@ def plan_for(
         key = ModelKey.for_cell(cell, threads)
         est = history.estimate(key, model_key=memory_model_key)
         conc = key.concurrent_archs
-        by_memory = (memory - headroom) // est.per_job_bytes if memory > headroom else 0
+        sizes = {"per_job": est.per_job_bytes, "largest": est.largest, "headroom": headroom}
+        by_memory = jobs_that_fit(memory, **sizes)
         by_cpu = cpus // conc
         jobs = min(by_memory, by_cpu, n_objects or by_cpu)
+        big = {"largest": est.largest, "largest_source": est.largest_object_source}
         one = _Option(jobs=1, threads=threads, per_job=est.per_job_bytes, source=est.source,
-                      peak=est.per_job_bytes + headroom, seconds=None, parallelism=conc)
+                      peak=predicted_peak(1, **sizes), seconds=None, parallelism=conc, **big)
         if smallest is None or one.peak < smallest.peak:
             smallest = one
         if jobs < 1:
             continue
         options.append(_Option(
             jobs=int(jobs), threads=threads, per_job=est.per_job_bytes, source=est.source,
-            peak=int(jobs) * est.per_job_bytes + headroom,
+            peak=predicted_peak(int(jobs), **sizes),
             seconds=_predict(times, archs, int(jobs), threads, cpus),
-            parallelism=int(jobs) * conc,
+            parallelism=int(jobs) * conc, **big,
         ))
 
     budget_txt = f"{format_size(memory)} ({memory_source})"
@@ -163,7 +191,7 @@ def plan_for(
         assert smallest is not None
         raise PlanError(
             f"{cell.id} needs at least {format_size(smallest.peak)} of memory "
-            f"(one job of {format_size(smallest.per_job)} at {smallest.threads} nvcc thread(s) "
+            f"(one job of {format_size(smallest.largest)} at {smallest.threads} nvcc thread(s) "
             f"+ {format_size(headroom)} headroom) but the budget is {budget_txt}",
             tip="raise --memory / the container's memory limit, or build fewer archs per cell",
         )
@@ -208,7 +236,12 @@ def _explain(cell: Cell, o: _Option, options: Sequence[_Option], *, memory: int,
         f"{format_size(headroom)} reserved as headroom for the pip/setup.py Python process and "
         "the final link",
     ]
-    by_memory = (memory - headroom) // o.per_job
+    if o.largest > o.per_job:
+        out.append(
+            f"largest single object {format_size(o.largest)}: the first {HEAVY_JOBS} jobs are "
+            f"counted at that size ({o.largest_source or 'measured'})"
+        )
+    by_memory = jobs_that_fit(memory, per_job=o.per_job, largest=o.largest, headroom=headroom)
     limits = [f"memory allows {by_memory} job(s)",
               f"{cpus} CPU(s) allow {cpus // min(o.threads, archs)}"]
     if n_objects:
@@ -220,8 +253,11 @@ def _explain(cell: Cell, o: _Option, options: Sequence[_Option], *, memory: int,
     elif archs == 1:
         out.append("nvcc threads 1: the cell compiles one arch, more threads would only "
                    "cost memory")
+    heavy = min(o.jobs, HEAVY_JOBS) if o.largest > o.per_job else 0
+    terms = ([f"{heavy} x {format_size(o.largest)}"] if heavy else []) + (
+        [f"{o.jobs - heavy} x {format_size(o.per_job)}"] if o.jobs > heavy else [])
     out.append(
-        f"predicted peak {o.jobs} x {format_size(o.per_job)} + {format_size(headroom)} = "
+        f"predicted peak {' + '.join(terms)} + {format_size(headroom)} = "
         f"{format_size(o.peak)} <= {format_size(memory)}"
     )
     if o.seconds is not None and times is not None:
