@@ -265,7 +265,21 @@ class MemoryHistory:
         return 2 * 1024**3
 
     def estimate(self, key: ModelKey, *, model_key: str = "") -> Estimate:
-        """Per-job peak for ``key``, from the most specific record that exists."""
+        """Per-job peak for ``key``, from the most specific record that exists; the heaviest
+        object from the same record, else from another record of the package and version
+        (scaled per arch compiled at once: a heavy kernel stays heavy at any arch count)."""
+        est = self._estimate(key, model_key=model_key)
+        if est.largest_object_bytes:
+            return est
+        heavy = [(k, r) for k, r in self._records().items()
+                 if (k.package, k.version) == (key.package, key.version)
+                 and r.get("largest_object_bytes")]
+        if not heavy:
+            return est
+        k, rec = max(heavy, key=lambda kr: int(kr[1]["largest_object_bytes"]) / kr[0].concurrent_archs)
+        return dataclasses.replace(est, **_largest(rec, key.concurrent_archs / k.concurrent_archs))
+
+    def _estimate(self, key: ModelKey, *, model_key: str = "") -> Estimate:
         records = self._records()
         if key in records:
             rec = records[key]

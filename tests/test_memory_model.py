@@ -179,6 +179,24 @@ def test_user_file_overlays_shipped_and_starts_from_the_shipped_record(tmp_path:
     assert MemoryHistory.load(shipped_history_path()).estimate(k).per_job_bytes == shipped
 
 
+def test_the_heaviest_object_survives_a_user_record_and_scales_with_archs(tmp_path: Path) -> None:
+    path = tmp_path / "h.json"
+    h = MemoryHistory.load(path)
+    k = ModelKey.for_cell(fa_cell(), 1)
+    shipped = h.estimate(k, model_key="flash-attn")
+    assert shipped.largest > shipped.per_job_bytes and "flash_bwd_hdim256" in (
+        shipped.largest_object_source)
+    h.record_oom(k, 9 * GB, "test oom")  # the user's file now has its own record for the key
+    mine = MemoryHistory.load(path).estimate(k)
+    assert mine.per_job_bytes == 9 * GB and mine.largest == 9 * GB
+    h.record_oom(k, 4 * GB, "a lighter record")
+    assert MemoryHistory.load(path).estimate(k).largest >= shipped.largest
+    # two archs at once, inferred from the one-arch record: the heavy object scales too
+    two = MemoryHistory.load(shipped_history_path()).estimate(
+        ModelKey.for_cell(fa_cell(archs=(90, 100)), 2), model_key="flash-attn")
+    assert two.largest > two.per_job_bytes
+
+
 def test_object_times_prefer_the_same_archs_and_cuda(tmp_path: Path) -> None:
     path = tmp_path / "h.json"
     h = MemoryHistory.load(path)
