@@ -199,13 +199,13 @@ def table(first: BuildMeasure, second: BuildMeasure) -> str:
             pct(second.compile_seconds, first.compile_seconds),
         ),
         (
-            f"kernel objects ({len(first.kernel_objects)} .cu, sum)",
+            f"nvcc objects ({len(first.kernel_objects)} .cu, sum)",
             f"{first.kernel_seconds:.1f} s",
             f"{second.kernel_seconds:.1f} s",
             pct(second.kernel_seconds, first.kernel_seconds),
         ),
         (
-            "other objects (bindings.cpp: Python.h)",
+            "host C++ objects (take the interpreter's CFLAGS)",
             f"{first.other_seconds:.1f} s",
             f"{second.other_seconds:.1f} s",
             pct(second.other_seconds, first.other_seconds),

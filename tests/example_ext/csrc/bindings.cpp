@@ -1,7 +1,9 @@
 // The operators, registered with torch's dispatcher (TORCH_LIBRARY), not with pybind11: no
-// Python headers anywhere, so this object, like the kernels, is the same for every Python
-// version and a compile cache shares it across cp311..cp313 builds. Python reaches the ops as
-// torch.ops.factory_example_ext.* once the library is loaded (see __init__.py).
+// Python headers anywhere, and a light include (8 s to compile here, torch/extension.h took 37).
+// setuptools still compiles this .cpp with the interpreter's own CFLAGS, so it is the one object
+// a compile cache cannot share between Python versions (docs/BENCHMARKS.md, Compile cache).
+// Python reaches the ops as torch.ops.factory_example_ext.* once the library is loaded
+// (see __init__.py).
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
