@@ -274,15 +274,12 @@ sccache --stop-server >/dev/null
 
 def build_venv(matrix_path: Path, python: str) -> Path:
     """The venv the factory build of this Python's cell used (torch for this Python)."""
-    from factory.matrix import base_image_for, load_matrix
-    from factory.runners.base import shared_venv_name
-    from factory.wheelhouse import SCCACHE_REQUIREMENT, build_requirements
+    from factory.build import cell_venv
+    from factory.matrix import load_matrix
 
     matrix = load_matrix(matrix_path)
     (pc,) = [c for c in matrix.cells if c.cell.python == python]
-    reqs = (*build_requirements(pc), SCCACHE_REQUIREMENT)
-    name = shared_venv_name("docker", python, base_image_for(matrix.settings, python), reqs)
-    return REPO / ".cache/factory/venvs" / name
+    return cell_venv(matrix, pc, "docker")
 
 
 def flash_attn_kernels(

@@ -26,11 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from factory.build import _settings_path, cell_work_dir  # noqa: E402
-from factory.matrix import base_image_for, load_matrix  # noqa: E402
-from factory.runners.base import INSIDE, shared_venv_name  # noqa: E402
+from factory.build import build_image, cell_venv, cell_work_dir, toolkits_dir  # noqa: E402
+from factory.matrix import load_matrix  # noqa: E402
+from factory.runners.base import INSIDE  # noqa: E402
 from factory.toolkit import materialize_cuda_home  # noqa: E402
-from factory.wheelhouse import SCCACHE_REQUIREMENT, build_requirements  # noqa: E402
 
 PROBE = """
 import json, resource, subprocess, sys, time
@@ -66,10 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     (pc,) = [c for c in matrix.cells if c.cell.id == args.cell]
     src = cell_work_dir(matrix, pc) / "src"
     (build_dir,) = sorted((src / "build").glob("temp.*"))
-    image = base_image_for(matrix.settings, pc.cell.python)
-    reqs = (*build_requirements(pc), SCCACHE_REQUIREMENT)
-    venv = _settings_path(matrix, "venv-dir") / shared_venv_name("docker", pc.cell.python, image, reqs)
-    cuda = materialize_cuda_home(pc.toolchain, _settings_path(matrix, "work-dir").parent / "toolkits")
+    image = build_image(matrix, pc)
+    venv = cell_venv(matrix, pc, "docker")
+    cuda = materialize_cuda_home(pc.toolchain, toolkits_dir(matrix))
     rows = []
     for name in args.objects:
         cmd = command_for(build_dir, name)

