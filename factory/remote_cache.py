@@ -48,21 +48,11 @@ class SyncResult:
 
 
 def client_for(remote: RemoteCache) -> Any:
-    import boto3
-    from botocore.config import Config
+    from .store.s3 import s3_client
 
-    return boto3.client(
-        "s3",
-        endpoint_url=remote.endpoint,
-        region_name=remote.region,
-        # best effort: a remote that is down costs a build seconds, not minutes
-        config=Config(
-            retries={"max_attempts": 3, "mode": "standard"},
-            connect_timeout=5,
-            read_timeout=60,
-            max_pool_connections=32,
-        ),
-    )
+    # best effort: a remote that is down costs a build seconds, not minutes
+    return s3_client(endpoint=remote.endpoint, region=remote.region, max_attempts=3,
+                     connect_timeout=5, read_timeout=60)
 
 
 def remote_key(remote: RemoteCache, key: str) -> str:
@@ -95,8 +85,9 @@ def _remote_keys(remote: RemoteCache, client: Any) -> Iterator[tuple[str, int]]:
 
 
 def _s3_error(remote: RemoteCache, what: str, exc: Exception) -> StoreError:
-    response = getattr(exc, "response", None)
-    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    from .store.s3 import error_code
+
+    code = error_code(exc)
     return StoreError(
         f"remote compile cache s3://{remote.bucket}/{remote.prefix}: {what} failed: "
         f"{code or type(exc).__name__}"

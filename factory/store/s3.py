@@ -20,7 +20,8 @@ from .base import StoreBase, StoreObject, check_key, parallel_reads
 ENDPOINT_ENV = "FACTORY_S3_ENDPOINT_URL"
 
 
-def _code(exc: Exception) -> str:
+def error_code(exc: Exception) -> str:
+    """The S3 error code of a botocore ClientError ('' for other errors)."""
     response = getattr(exc, "response", None) or {}
     return str(response.get("Error", {}).get("Code", ""))
 
@@ -30,6 +31,30 @@ def _status(exc: Exception) -> int:
     return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
+def s3_client(
+    *, endpoint: str | None = None, region: str | None = None, max_attempts: int = 8, **config: Any
+) -> Any:
+    """A boto3 S3 client. The endpoint and region default to what the environment says
+    (``FACTORY_S3_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, else us-east-1);
+    ``config`` adds botocore settings (timeouts)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint or os.environ.get(ENDPOINT_ENV) or None,
+        region_name=region
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or "us-east-1",
+        config=Config(
+            retries={"max_attempts": max_attempts, "mode": "standard"},
+            max_pool_connections=32,
+            **config,
+        ),
+    )
+
+
 class S3Store(StoreBase):
     def __init__(self, bucket: str, prefix: str = "", *, client: Any = None) -> None:
         if not bucket:
@@ -37,21 +62,7 @@ class S3Store(StoreBase):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        if client is None:
-            import boto3
-            from botocore.config import Config
-
-            client = boto3.client(
-                "s3",
-                endpoint_url=os.environ.get(ENDPOINT_ENV) or None,
-                region_name=os.environ.get("AWS_REGION")
-                or os.environ.get("AWS_DEFAULT_REGION")
-                or "us-east-1",
-                config=Config(
-                    retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=32
-                ),
-            )
-        self.client = client
+        self.client = client if client is not None else s3_client()
 
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
@@ -61,7 +72,7 @@ class S3Store(StoreBase):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _fail(self, what: str, key: str, exc: Exception) -> StoreError:
-        return StoreError(f"S3 {what} {self.url}/{key} failed: {_code(exc) or type(exc).__name__}")
+        return StoreError(f"S3 {what} {self.url}/{key} failed: {error_code(exc) or type(exc).__name__}")
 
     # -- reads --------------------------------------------------------------------------------
     def read_with_token(self, key: str) -> tuple[bytes | None, str | None]:
@@ -71,7 +82,7 @@ class S3Store(StoreBase):
             response = self.client.get_object(Bucket=self.bucket, Key=self._k(key))
             return response["Body"].read(), str(response["ETag"])
         except ClientError as exc:
-            if _code(exc) in {"NoSuchKey", "404", "NotFound"}:
+            if error_code(exc) in {"NoSuchKey", "404", "NotFound"}:
                 return None, None
             raise self._fail("read of", key, exc) from None
         except BotoCoreError as exc:
@@ -113,7 +124,7 @@ class S3Store(StoreBase):
             return True
         except ClientError as exc:
             # 412: the condition failed; 409: another conditional write to the key was in flight.
-            if _status(exc) in {409, 412} or _code(exc) in {
+            if _status(exc) in {409, 412} or error_code(exc) in {
                 "PreconditionFailed",
                 "ConditionalRequestConflict",
             }:
