@@ -494,21 +494,15 @@ def main(argv: list[str]) -> int:
             # torch's cpp_extension takes PYTORCH_NVCC verbatim as the ninja nvcc command;
             # newer torch also puts sccache in front of the C++ compiler when it is on PATH.
             extra["PYTORCH_NVCC"] = f"{sccache} {nvcc}"
-            # factory.compile_cache: the size bound and remote settings, and an nvcc wrapper that
-            # spells paths the same for every Python version (so cp311 and cp313 share kernels).
+            # factory.compile_cache: the size bound, and compiler wrappers (nvcc, C++) that spell
+            # paths the same for every Python version (so cp311 and cp313 share objects).
             sccache_env.update(cache.get("env", {}))
             extra.update(cache.get("env", {}))
-            wrapper = cache.get("nvcc_wrapper")
-            if wrapper:
-                Path(wrapper["path"]).write_text(wrapper["text"])
-                os.chmod(wrapper["path"], 0o755)
-                extra["PYTORCH_NVCC"] = wrapper["path"]
-            cxx_wrapper = cache.get("cxx_wrapper")
-            if cxx_wrapper:
-                Path(cxx_wrapper["path"]).write_text(cxx_wrapper["text"])
-                os.chmod(cxx_wrapper["path"], 0o755)
+            if cache.get("nvcc_wrapper"):
+                extra["PYTORCH_NVCC"] = _install_script(cache["nvcc_wrapper"])
+            if cache.get("cxx_wrapper"):
                 extra["FACTORY_HOST_CXX"] = extra.get("CXX") or os.environ.get("CXX") or "c++"
-                extra["CXX"] = cxx_wrapper["path"]
+                extra["CXX"] = _install_script(cache["cxx_wrapper"])
                 # the wrapper calls sccache itself: torch must not put another in front
                 extra["TORCH_NO_COMPILER_WRAPPER"] = "1"
         else:
@@ -655,6 +649,13 @@ class _OomFault:
         if self.hog is not None and self.hog.poll() is None:
             self.hog.kill()
             self.hog.wait()
+
+
+def _install_script(spec: dict[str, str]) -> str:
+    """Write an executable script (``{"path", "text"}``); returns its path."""
+    Path(spec["path"]).write_text(spec["text"])
+    os.chmod(spec["path"], 0o755)
+    return spec["path"]
 
 
 def _which(name: str, path: str) -> str | None:
