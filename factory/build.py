@@ -169,7 +169,7 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
 # -- one cell ------------------------------------------------------------------------------
 def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: ignore[no-untyped-def]
     from .budget import format_size, resolve_budget
-    from .planner import plan_build
+    from .planner import plan_build, predicted_peak
 
     try:
         plan = plan_build(pc, memory=opts.memory, cpus=opts.cpus, history=history)
@@ -185,8 +185,13 @@ def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: i
         return plan
     jobs = opts.max_jobs or plan.max_jobs
     threads = opts.nvcc_threads or plan.nvcc_threads
-    per_job = plan.per_job_bytes * min(threads, len(pc.cell.archs)) // max(1, plan.model_key.concurrent_archs)
-    peak = jobs * per_job + plan.headroom_bytes
+    # the plan's sizes are for its own threads: scale them to the archs each job now compiles
+    at_once, planned = min(threads, len(pc.cell.archs)), max(1, plan.model_key.concurrent_archs)
+    peak = predicted_peak(
+        jobs, per_job=plan.per_job_bytes * at_once // planned,
+        largest=max(plan.largest_object_bytes, plan.per_job_bytes) * at_once // planned,
+        headroom=plan.headroom_bytes,
+    )
     verdict = "fits" if peak <= plan.memory_budget_bytes else "does NOT fit"
     return dataclasses.replace(
         plan, max_jobs=jobs, nvcc_threads=threads, predicted_peak_bytes=peak,

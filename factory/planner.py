@@ -59,6 +59,7 @@ class BuildPlan:
     memory_model_key: str  # the recipe's default key (for a re-plan after an OOM)
     attempt: int = 1  # 1 for the first plan, n+1 after the n-th OOM
     reasons: tuple[str, ...] = ()
+    largest_object_bytes: int = 0  # the heaviest single object (predicted_peak); 0: per_job
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +71,7 @@ class BuildPlan:
             "per_job_bytes": self.per_job_bytes,
             "per_job_source": self.per_job_source,
             "predicted_peak_bytes": self.predicted_peak_bytes,
+            "largest_object_bytes": max(self.largest_object_bytes, self.per_job_bytes),
             "headroom_bytes": self.headroom_bytes,
             "predicted_seconds": self.predicted_seconds,
             "model_key": self.model_key.as_dict(),
@@ -219,7 +221,7 @@ def _plan(cell: Cell, o: _Option, *, memory: int, cpus: int, headroom: int,
     return BuildPlan(
         cell_id=cell.id, max_jobs=o.jobs, nvcc_threads=o.threads, memory_budget_bytes=memory,
         cpus=cpus, per_job_bytes=o.per_job, per_job_source=o.source, predicted_peak_bytes=o.peak,
-        headroom_bytes=headroom,
+        headroom_bytes=headroom, largest_object_bytes=o.largest,
         predicted_seconds=round(o.seconds, 1) if o.seconds is not None else None,
         model_key=ModelKey.for_cell(cell, o.threads), memory_model_key=memory_model_key,
         attempt=attempt,
