@@ -252,3 +252,15 @@ def test_oom_retry_survives_an_unwritable_history(matrix, tmp_path: Path) -> Non
     retry = plan_after_oom(plan, None, 1, history=history)
     assert retry.max_jobs < plan.max_jobs
     assert any("not recorded: cannot create" in r for r in retry.reasons)
+
+
+def test_a_hand_picked_plan_is_judged_by_the_same_peak_model(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    from factory.build import BuildOptions, _resolve_plan
+
+    opts = BuildOptions(memory=7 * GIB, cpus=1, max_jobs=1)
+    plan = _resolve_plan(pc_of(matrix, FA_SM100), opts, history)
+    assert plan.max_jobs == 1
+    # the planner refuses 7 GiB (one backward hdim256 kernel + headroom is 8.7 GiB); the
+    # hand-picked plan still runs, and its prediction says it does not fit
+    assert plan.predicted_peak_bytes == 7159746560 + plan.headroom_bytes
+    assert "does NOT fit" in plan.reasons[-1]
