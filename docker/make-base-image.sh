@@ -18,20 +18,27 @@ suite="${2:-bookworm}"
 work="${FACTORY_WORK_DIR:-.cache/factory/work}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # Keep in sync with factory/images.py BASE_PACKAGES.
-packages="python3,python3-venv,python3-dev,python3-pip,g++,make,ca-certificates"
+packages="python3,python3-venv,python3-dev,python3-pip,g++,make,ca-certificates,ccache"
+key="$(echo "$packages" | sha256sum | cut -c1-12)"
+label="org.factory.base-packages"
 
 need() { command -v "$1" >/dev/null 2>&1 || { echo "ERROR $1 is not installed ($2)" >&2; exit 14; }; }
 need docker "apt-get install docker.io"
 need debootstrap "apt-get install debootstrap"
 docker info >/dev/null 2>&1 || { echo "ERROR the docker engine is not running (start dockerd)" >&2; exit 14; }
 
+# An image made from an older package set (its label says which) is made again.
 if docker image inspect "$name" >/dev/null 2>&1; then
-    echo "+ image $name exists"
-    exit 0
+    have="$(docker image inspect -f "{{ index .Config.Labels \"$label\" }}" "$name" 2>/dev/null || true)"
+    if [ "$have" = "$key" ]; then
+        echo "+ image $name exists"
+        exit 0
+    fi
+    echo "+ image $name was made from an older package set: making it again"
 fi
 
 mkdir -p "$work/images"
-tarball="$work/images/rootfs-$suite-$(echo "$packages" | sha256sum | cut -c1-12).tar"
+tarball="$work/images/rootfs-$suite-$key.tar"
 if [ ! -s "$tarball" ]; then
     root="$(mktemp -d "$work/images/rootfs.XXXXXX")"
     trap 'rm -rf "$root"' EXIT
@@ -46,5 +53,6 @@ if [ ! -s "$tarball" ]; then
     mv "$tarball.tmp" "$tarball"
 fi
 echo "+ docker import $tarball $name"
-docker import --change 'ENV LANG=C.UTF-8' --change 'CMD ["/bin/bash"]' "$tarball" "$name" >/dev/null
+docker import --change 'ENV LANG=C.UTF-8' --change 'CMD ["/bin/bash"]' \
+    --change "LABEL $label=$key" "$tarball" "$name" >/dev/null
 echo "+ image $name ready"

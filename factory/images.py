@@ -10,8 +10,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from .engine import docker_client, image_exists
+from .engine import docker_client
 from .errors import EngineError
 from .process import find_program, run_command
 
@@ -36,7 +37,11 @@ BASE_PACKAGES = (
     "g++",
     "make",
     "ca-certificates",
+    "ccache",  # the compile cache's direct layer (factory.compile_cache)
 )
+# Every image the factory makes carries the key of its package set: one made from an older set
+# (say, before ccache was in it) is made again instead of being used as it is.
+PACKAGES_LABEL = "org.factory.base-packages"
 
 
 def plat_for_image(image: str) -> str:
@@ -48,10 +53,26 @@ def plat_for_image(image: str) -> str:
     return "manylinux_2_36_x86_64"
 
 
+def packages_key() -> str:
+    """The package set's key (docker/make-base-image.sh: ``echo "$packages" | sha256sum``)."""
+    return hashlib.sha256((",".join(BASE_PACKAGES) + "\n").encode()).hexdigest()[:12]
+
+
 def rootfs_tarball(work_dir: Path, suite: str) -> Path:
     """The cached root filesystem; its name carries the package set so a change rebuilds it."""
-    key = hashlib.sha256((",".join(BASE_PACKAGES) + "\n").encode()).hexdigest()[:12]
-    return work_dir / "images" / f"rootfs-{suite}-{key}.tar"
+    return work_dir / "images" / f"rootfs-{suite}-{packages_key()}.tar"
+
+
+def image_state(client: Any, name: str) -> str:
+    """'missing', 'current' (made from today's package set) or 'stale'."""
+    from docker.errors import ImageNotFound
+
+    try:
+        image = client.images.get(name)
+    except ImageNotFound:
+        return "missing"
+    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+    return "current" if labels.get(PACKAGES_LABEL) == packages_key() else "stale"
 
 
 def ensure_base_image(
@@ -67,8 +88,12 @@ def ensure_base_image(
     (seconds) instead of running debootstrap again (minutes). Returns the image name.
     """
     client = docker_client()
-    if image_exists(client, name):
+    state = image_state(client, name)
+    if state == "current":
         return name
+    if state == "stale":
+        print(f"+ image {name} was made from an older package set: making it again",
+              file=sys.stderr, flush=True)
     tarball = rootfs_tarball(work_dir, suite)
     if not tarball.is_file() or tarball.stat().st_size == 0:
         _debootstrap_tarball(
@@ -84,11 +109,12 @@ def ensure_base_image(
             str(tarball),
             repository=repo,
             tag=tag,
-            changes=["ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]'],
+            changes=["ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]',
+                     f"LABEL {PACKAGES_LABEL}={packages_key()}"],
         )
     except APIError as exc:
         raise EngineError(f"docker import of {tarball} failed: {exc.explanation or exc}") from None
-    if not image_exists(client, name):
+    if image_state(client, name) != "current":
         raise EngineError(f"docker import reported success but image {name} is missing")
     print(f"  imported in {time.monotonic() - start:.0f} s", file=sys.stderr)
     return name

@@ -17,7 +17,7 @@ import re
 import sys
 import time
 
-from .engine import docker_client, image_exists
+from .engine import docker_client
 from .errors import EngineError
 
 IMAGE_RE = re.compile(r"^factory-base:(?P<suite>[a-z]+)(?:-py(?P<python>3\.\d+))?$")
@@ -59,13 +59,16 @@ def parse_image(name: str) -> tuple[str, str | None]:
 
 def ensure_builder_image(name: str) -> str:
     """Make sure ``name`` exists; make it (debootstrap, then a CPython build) when it does not."""
-    client = docker_client()
-    if image_exists(client, name):
-        return name
-    from .images import ensure_base_image
+    from .images import ensure_base_image, image_state
 
+    client = docker_client()
+    state = image_state(client, name)
+    if state == "current":
+        return name
     if not IMAGE_RE.match(name):
-        return ensure_base_image(name)  # any other name: the default base, as before
+        # any other name: an image of the user's is used as it is; a missing one is made as the
+        # default base, as before
+        return name if state == "stale" else ensure_base_image(name)
     suite, python = parse_image(name)
     base = ensure_base_image(f"factory-base:{suite}", suite=suite)
     if python is None:

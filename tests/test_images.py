@@ -33,7 +33,41 @@ def test_rootfs_cache_name_follows_the_package_set(
 def test_script_and_module_share_the_package_list_and_cache_name() -> None:
     script = (REPO / "docker" / "make-base-image.sh").read_text()
     assert f'packages="{",".join(images.BASE_PACKAGES)}"' in script
-    assert 'rootfs-$suite-$(echo "$packages" | sha256sum | cut -c1-12).tar' in script
+    assert 'key="$(echo "$packages" | sha256sum | cut -c1-12)"' in script
+    assert 'rootfs-$suite-$key.tar' in script
+    assert f'label="{images.PACKAGES_LABEL}"' in script and 'LABEL $label=$key' in script
+
+
+def test_packages_key_is_what_the_script_computes() -> None:
+    line = ",".join(images.BASE_PACKAGES)
+    out = subprocess.run(f'echo "{line}" | sha256sum | cut -c1-12', shell=True,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert images.packages_key() == out
+
+
+class _FakeImages:
+    def __init__(self, labels: dict[str, dict[str, str]]) -> None:
+        self.labels = labels
+
+    def get(self, name: str) -> Any:
+        from docker.errors import ImageNotFound
+
+        if name not in self.labels:
+            raise ImageNotFound(name)
+        return type("Image", (), {"attrs": {"Config": {"Labels": self.labels[name]}}})()
+
+
+def test_image_state_reads_the_package_label() -> None:
+    client = type("Client", (), {})()
+    client.images = _FakeImages({
+        "new": {images.PACKAGES_LABEL: images.packages_key()},
+        "old": {images.PACKAGES_LABEL: "0123456789ab"},
+        "unlabelled": {},
+    })
+    assert images.image_state(client, "new") == "current"
+    assert images.image_state(client, "old") == "stale"
+    assert images.image_state(client, "unlabelled") == "stale"
+    assert images.image_state(client, "absent") == "missing"
 
 
 def test_engine_down_is_one_line_with_a_tip(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,9 +94,11 @@ def _run_offline(client: Any, image: str, script: str) -> str:
 
 @pytest.mark.docker
 def test_base_image_has_what_a_build_needs(docker_engine: Any, base_image: str) -> None:
-    script = "python3 -c 'import venv, sys; print(sys.version_info[:2])' && g++ --version"
+    script = ("python3 -c 'import venv, sys; print(sys.version_info[:2])' && g++ --version"
+              " && ccache --version")
     out = _run_offline(docker_engine, base_image, script)
-    assert "(3, 11)" in out and "g++" in out
+    assert "(3, 11)" in out and "g++" in out and "ccache version" in out
+    assert images.image_state(docker_engine, base_image) == "current"
 
 
 @pytest.mark.docker
