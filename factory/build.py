@@ -367,7 +367,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                 from .compile_cache import stats_from_report
 
                 stats = stats_from_report(result.report)
-                log.detail(f"compile cache: {stats.summary() if stats else 'no stats (sccache did not report)'}")
+                log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
             log.detail(record_build(pc, plan, result, build_tree=src, history=history))
             if result.oom_killed:
                 log.step(f"attempt {attempt} was OOM-killed after {result.objects_built} object(s); "
@@ -438,11 +438,12 @@ def _remote_cache_synced(matrix: Matrix, opts: BuildOptions, log: Log) -> Iterat
         yield
         return
     from . import remote_cache
+    from .compile_cache import sccache_dir
 
     def sync(direction: str) -> None:
         try:
             fn = remote_cache.pull if direction == "pull" else remote_cache.push
-            log.detail(f"compile cache: {fn(cache.remote, cache.dir).summary()}")
+            log.detail(f"compile cache: {fn(cache.remote, sccache_dir(cache.dir)).summary()}")
         except FactoryError as exc:
             log.detail(f"compile cache: {exc.message}; building without it")
 

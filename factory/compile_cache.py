@@ -15,6 +15,20 @@ Why the settings are what they are (measured with sccache 0.16 and nvcc 13.0):
 - The host compiler and the system headers are in the key: images of two Debian releases
   (g++ 12 / glibc 2.36 and g++ 14 / glibc 2.41) share only ptxas results. Python versions that
   should share kernels need images of one release (see ``factory.python_image``).
+- sccache never caches an nvcc call as a whole (it cannot prove the preprocessed source covers
+  host code under ``#ifndef __CUDA_ARCH__``): every call preprocesses twice to make a key it never
+  stores, then runs each stage from the cache. A kernel that hits costs ~8 s of preprocessing
+  (ATen headers). So ccache sits in front of sccache (the "direct layer"): its direct mode keys
+  a whole object on the command line, the source and the content of every header it read (the
+  ``-MD`` depfile ninja asks for anyway; depend mode, no preprocessor run), and answers a hit in
+  ~0.1 s. On its miss it runs the compiler through sccache (``CCACHE_PREFIX``), whose stage
+  cache still serves kernels shared between cells. For that key the Python include dir is
+  spelled through a fixed link too (``-I`` is on the command line; a kernel that really includes
+  Python.h still misses: the header's content differs).
+
+Layout of the cache dir on the builder: ``sccache/`` (sccache's disk cache, what the remote
+cache carries) and ``ccache/`` (the direct layer, local to the builder). The size bound covers
+both: a quarter for the direct layer (whole objects, compressed), the rest for sccache.
 """
 
 from __future__ import annotations
@@ -36,29 +50,52 @@ SIZE_RE = re.compile(r"^[1-9][0-9]*[KMGT]?$")
 # and the run dir here (INSIDE["run"]); kept as literals so this module imports nothing heavy.
 INSIDE_CACHE = "/factory/cache"
 INSIDE_SITE_LINK = "/factory/run/site-packages"
+INSIDE_INCLUDE_LINK = "/factory/run/python-include"
+SCCACHE_SUBDIR = "sccache"
+DIRECT_SUBDIR = "ccache"
+DIRECT_SHARE = 4  # the direct layer gets 1/DIRECT_SHARE of the size bound
+DIRECT_STATS_LOG = "ccache-stats.log"
+# ccache's key holds the compiler's identity: nvcc's version and its host compiler's (or the
+# C++ compiler's own, for the C++ wrapper, where %compiler% is it).
+DIRECT_COMPILER_CHECK = "%compiler% --version; gcc --version"
 WRAPPER_NAME = "nvcc-cached"
 CXX_WRAPPER_NAME = "cxx-cached"
 
-# A compiler through sccache, with the venv's site-packages spelled through one fixed link. Every
-# Python version then compiles an object with the same command and the same preprocessed text.
-# The link is made on first use, atomically (ninja starts several compilers at once).
+# A compiler through the cache, with the venv's site-packages and the interpreter's include dir
+# spelled through fixed links. Every Python version then compiles an object with the same command
+# and the same preprocessed text. The links are made on first use, atomically (ninja starts
+# several compilers at once). With the direct layer on (CCACHE_DIR set, ccache in the image):
+# ccache, which runs sccache on its misses (CCACHE_PREFIX); otherwise sccache alone.
 _CACHED_COMPILER = r"""#!/bin/sh
-# Written by factory.compile_cache: @WHAT@ through sccache with one spelling of site-packages.
+# Written by factory.compile_cache: @WHAT@ through the compile cache, paths spelled one way.
 set -eu
 link="@LINK@"
-if [ ! -e "$link" ]; then
-    site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    ln -s "$site" "$link.$$"
+inc_link="@INCLUDE_LINK@"
+if [ ! -e "$link" ] || [ ! -e "$inc_link" ]; then
+    paths=$(python -c 'import sysconfig; p = sysconfig.get_paths()
+print(p["purelib"]); print(p["include"])')
+    ln -sfn "$(printf '%s\n' "$paths" | sed -n 1p)" "$link.$$"
     mv -Tf "$link.$$" "$link"
+    ln -sfn "$(printf '%s\n' "$paths" | sed -n 2p)" "$inc_link.$$"
+    mv -Tf "$inc_link.$$" "$inc_link"
 fi
 site=$(readlink "$link")
+inc=$(readlink "$inc_link")
 for arg do
     shift
     case $arg in
         *"$site"*) arg=$(printf '%s\n' "$arg" | sed "s|$site|$link|g") ;;
     esac
+    case $inc in
+        */python3*) case $arg in
+            *"$inc"*) arg=$(printf '%s\n' "$arg" | sed "s|$inc|$inc_link|g") ;;
+        esac ;;
+    esac
     set -- "$@" "$arg"
 done
+if [ -n "${CCACHE_DIR:-}" ] && command -v ccache >/dev/null 2>&1; then
+    exec ccache @COMPILER@ "$@"
+fi
 exec sccache @COMPILER@ "$@"
 """
 NVCC_WRAPPER = _CACHED_COMPILER.replace("@WHAT@", "nvcc").replace(
@@ -186,25 +223,57 @@ def cache_settings(
 # -- inside the container -----------------------------------------------------------------------
 
 
+def sccache_dir(cache_dir: Path) -> Path:
+    """Where sccache keeps its entries under the builder's cache dir (what the remote carries)."""
+    return cache_dir / SCCACHE_SUBDIR
+
+
+def split_size(size: str) -> tuple[str, str]:
+    """The bound of the whole cache -> (sccache's, the direct layer's), in the units each tool
+    reads: sccache ``K`` (KiB), ccache ``KiB``."""
+    total_kib = size_bytes(size) // 1024
+    direct_kib = total_kib // DIRECT_SHARE
+    return f"{total_kib - direct_kib}K", f"{direct_kib}KiB"
+
+
 def inside_config(
-    *, size: str, normalize_paths: bool, remote: RemoteCache | None = None
+    *, root: str, size: str, normalize_paths: bool, remote: RemoteCache | None = None
 ) -> dict[str, Any]:
-    """What inside.py needs besides the runner's own cache settings: extra environment and the
-    nvcc wrapper to write. ``normalize_paths`` only where every build sees the same inside paths
-    (the docker runner): elsewhere the link would differ per run and break same-cell hits."""
-    env = {"SCCACHE_CACHE_SIZE": parse_size(size)}
+    """The ``cache`` entry of inside.py's job: sccache's dir and bound, extra environment and the
+    compiler wrappers to write. ``root`` is the cache dir as the build sees it.
+    ``normalize_paths`` only where every build sees the same inside paths (the docker runner):
+    elsewhere the links would differ per run and break same-cell hits; the direct layer (ccache,
+    called by the wrappers) comes with them."""
+    sccache_size, direct_size = split_size(size) if normalize_paths else (parse_size(size), "")
+    env = {"SCCACHE_CACHE_SIZE": sccache_size}
     if remote is not None:
         env.update(remote.env())
-    config: dict[str, Any] = {"env": env}
+    config: dict[str, Any] = {
+        "dir": f"{root}/{SCCACHE_SUBDIR}",
+        "size": sccache_size,
+        "env": env,
+    }
     if normalize_paths:
         run_dir = INSIDE_SITE_LINK.rsplit("/", 1)[0]
-        config["nvcc_wrapper"] = {
-            "path": f"{run_dir}/{WRAPPER_NAME}",
-            "text": NVCC_WRAPPER.replace("@LINK@", INSIDE_SITE_LINK),
-        }
-        config["cxx_wrapper"] = {
-            "path": f"{run_dir}/{CXX_WRAPPER_NAME}",
-            "text": CXX_WRAPPER.replace("@LINK@", INSIDE_SITE_LINK),
+
+        def wrapper(name: str, text: str) -> dict[str, str]:
+            text = text.replace("@LINK@", INSIDE_SITE_LINK)
+            return {"path": f"{run_dir}/{name}",
+                    "text": text.replace("@INCLUDE_LINK@", INSIDE_INCLUDE_LINK)}
+
+        config["nvcc_wrapper"] = wrapper(WRAPPER_NAME, NVCC_WRAPPER)
+        config["cxx_wrapper"] = wrapper(CXX_WRAPPER_NAME, CXX_WRAPPER)
+        # ccache's settings: depend mode (the key from the compiler's own -MD depfile, no
+        # preprocessor run), sccache behind it, one stats record per object in the run dir.
+        config["direct"] = {
+            "env": {
+                "CCACHE_DIR": f"{root}/{DIRECT_SUBDIR}",
+                "CCACHE_MAXSIZE": direct_size,
+                "CCACHE_PREFIX": "sccache",
+                "CCACHE_DEPEND": "1",
+                "CCACHE_COMPILERCHECK": DIRECT_COMPILER_CHECK,
+                "CCACHE_STATSLOG": f"{run_dir}/{DIRECT_STATS_LOG}",
+            },
         }
     return config
 
@@ -224,6 +293,9 @@ class CacheStats:
     cache_size: int | None
     max_cache_size: int | None
     location: str
+    # the direct layer (ccache in front): whole objects answered without preprocessing
+    direct_hits: int = 0
+    direct_misses: int = 0
 
     @property
     def hit_rate(self) -> float | None:
@@ -240,11 +312,16 @@ class CacheStats:
             "cache_size": self.cache_size,
             "max_cache_size": self.max_cache_size,
             "location": self.location,
+            "direct_hits": self.direct_hits,
+            "direct_misses": self.direct_misses,
         }
 
     def summary(self) -> str:
         steps = ", ".join(f"{k} {h}/{h + m}" for k, (h, m) in sorted(self.by_step.items()))
-        return f"{self.hits} hits, {self.misses} misses" + (f" ({steps})" if steps else "")
+        direct = self.direct_hits + self.direct_misses
+        head = f"{self.direct_hits} of {direct} objects whole (ccache); sccache " if direct else ""
+        return (head + f"{self.hits} hits, {self.misses} misses"
+                + (f" ({steps})" if steps else ""))
 
 
 # The first step of a compiler call: nvcc itself, or a C/C++ compiler (its name in brackets).
@@ -281,9 +358,17 @@ def parse_stats(data: str | Mapping[str, Any]) -> CacheStats:
 
 
 def stats_from_report(report: Mapping[str, Any]) -> CacheStats | None:
-    """The stats inside.py put in a run's report, if the cache was on."""
+    """The stats inside.py put in a run's report, if the cache was on: sccache's, and the
+    direct layer's when it ran."""
     raw = report.get("sccache")
-    return parse_stats(raw) if isinstance(raw, Mapping) else None
+    direct = report.get("direct_cache")
+    if not isinstance(raw, Mapping) and not isinstance(direct, Mapping):
+        return None
+    stats = parse_stats(raw if isinstance(raw, Mapping) else {})
+    if isinstance(direct, Mapping):
+        stats = dataclasses.replace(stats, direct_hits=int(direct.get("hits", 0)),
+                                    direct_misses=int(direct.get("misses", 0)))
+    return stats
 
 
 # -- the cache on the builder ----------------------------------------------------------------------
@@ -333,6 +418,7 @@ def recorded_builds(work_dir: Path) -> list[dict[str, Any]]:
                 continue
             stats = stats_from_report(report) if isinstance(report, dict) else None
             if stats is not None:
-                out.append({"cell": cell_dir.name, "report": str(path), **stats.as_dict()})
+                out.append({"cell": cell_dir.name, "report": str(path), **stats.as_dict(),
+                            "summary": stats.summary()})
                 break
     return out

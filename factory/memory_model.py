@@ -509,6 +509,7 @@ class CompileMeasurements(Protocol):
     compile_peak_rss_bytes: int | None  # peak of the summed RSS of all compiler processes
     max_concurrent_compiles: int | None  # most compile jobs alive at one sample
     cache_hits: int | None
+    sccache_hits: int | None
     objects_built: int | None  # objects compiled in this attempt (ninja's [N/M] lines)
     log_path: Path
 
@@ -540,7 +541,7 @@ def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, 
     # build.py keeps the tree in <work>/src and logs in <work>/logs/attempt-N.log.
     tree = build_tree if build_tree is not None else result.log_path.parent.parent / "src"
     seconds: dict[str, float] = {}
-    if not result.cache_hits:
+    if not result.cache_hits and not result.sccache_hits:  # any hit: not compile times
         for log in sorted(tree.glob("build/temp*/.ninja_log")):
             seconds.update(read_ninja_log(log))
     if per_job is None and not seconds:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -116,14 +117,30 @@ def test_remote_cache_from_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_inside_config_carries_the_bound_and_the_wrapper() -> None:
-    cfg = inside_config(size="8G", normalize_paths=True)
-    assert cfg["env"]["SCCACHE_CACHE_SIZE"] == "8G"
+    cfg = inside_config(root="/factory/cache", size="8G", normalize_paths=True)
+    # a quarter of the bound for the direct layer, the rest for sccache; each in its own dir
+    assert cfg["dir"] == "/factory/cache/sccache"
+    assert cfg["size"] == cfg["env"]["SCCACHE_CACHE_SIZE"] == f"{6 * 1024**2}K"
+    direct = cfg["direct"]["env"]
+    assert direct["CCACHE_DIR"] == "/factory/cache/ccache"
+    assert direct["CCACHE_MAXSIZE"] == f"{2 * 1024**2}KiB"
+    assert direct["CCACHE_PREFIX"] == "sccache" and direct["CCACHE_DEPEND"] == "1"
+    assert direct["CCACHE_STATSLOG"].startswith("/factory/run/")
     assert cfg["nvcc_wrapper"]["path"] == "/factory/run/nvcc-cached"
-    assert 'link="/factory/run/site-packages"' in cfg["nvcc_wrapper"]["text"]
+    for wrapper in (cfg["nvcc_wrapper"], cfg["cxx_wrapper"]):
+        assert 'link="/factory/run/site-packages"' in wrapper["text"]
+        assert 'inc_link="/factory/run/python-include"' in wrapper["text"]
+        assert not re.search(r"@[A-Z_]+@", wrapper["text"])  # every placeholder filled
     assert cfg["cxx_wrapper"]["path"] == "/factory/run/cxx-cached"
-    assert 'link="/factory/run/site-packages"' in cfg["cxx_wrapper"]["text"]
-    plain = inside_config(size="8G", normalize_paths=False)
-    assert "nvcc_wrapper" not in plain and "cxx_wrapper" not in plain
+    plain = inside_config(root="/c", size="8G", normalize_paths=False)
+    assert "nvcc_wrapper" not in plain and "cxx_wrapper" not in plain and "direct" not in plain
+    assert plain["dir"] == "/c/sccache" and plain["size"] == "8G"  # sccache alone: all of it
+
+
+def test_split_size_adds_up() -> None:
+    sccache, direct = compile_cache.split_size("1000M")
+    assert int(sccache[:-1]) + int(direct[:-3]) == 1000 * 1024
+    assert int(direct[:-3]) == 1000 * 1024 // 4
 
 
 def test_docker_job_turns_the_wrapper_on(tmp_path: Path) -> None:
@@ -145,7 +162,9 @@ def test_docker_job_turns_the_wrapper_on(tmp_path: Path) -> None:
     )
     inside = DockerRunner(client=object()).inside_job(job)
     assert inside["python"] == "python3.13"  # the cell's interpreter, not the image's python3
-    assert inside["cache"]["env"]["SCCACHE_CACHE_SIZE"] == "7G"
+    assert inside["cache"]["env"]["SCCACHE_CACHE_SIZE"] == f"{7 * 1024**2 * 3 // 4}K"
+    assert inside["cache"]["dir"] == "/factory/cache/sccache"
+    assert inside["cache"]["direct"]["env"]["CCACHE_DIR"] == "/factory/cache/ccache"
     assert inside["cache"]["nvcc_wrapper"]["path"].startswith("/factory/run/")
 
 
@@ -243,46 +262,58 @@ def test_cache_command_stats_json(tmp_path: Path, capsys: pytest.CaptureFixture[
 # -- the nvcc wrapper ----------------------------------------------------------------------
 
 
-def _fake_tools(bin_dir: Path, site: Path) -> None:
-    """`python` that names ``site`` as site-packages and `sccache` that prints what it got."""
+def _fake_tools(bin_dir: Path, site: Path, include: Path) -> None:
+    """`python` that names ``site`` as site-packages and ``include`` as its include dir; `sccache`
+    and `ccache` that print their name and what they got."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    (bin_dir / "python").write_text(f"#!/bin/sh\necho {site}\n")
-    (bin_dir / "sccache").write_text('#!/bin/sh\nfor a do echo "$a"; done\n')
-    for f in ("python", "sccache"):
+    (bin_dir / "python").write_text(f"#!/bin/sh\necho {site}\necho {include}\n")
+    for tool in ("sccache", "ccache"):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho {tool}; for a do echo "$a"; done\n')
+    for f in ("python", "sccache", "ccache"):
         (bin_dir / f).chmod(0o755)
 
 
 def _wrapper_setup(tmp_path: Path, text: str, python: str) -> tuple[Path, Path, Path]:
-    """A venv's site-packages, the run dir's link and the wrapper; fake python and sccache."""
+    """A venv's site-packages, the run dir's links and the wrapper; fake python, sccache and
+    ccache."""
     site = tmp_path / f"venv/lib/python{python}/site-packages"
     site.mkdir(parents=True)
+    include = tmp_path / f"usr/include/python{python}"
+    include.mkdir(parents=True)
     link = tmp_path / "run/site-packages"
     link.parent.mkdir()
     wrapper = tmp_path / "run/wrapper"
-    wrapper.write_text(text.replace("@LINK@", str(link)))
+    wrapper.write_text(text.replace("@LINK@", str(link)).replace(
+        "@INCLUDE_LINK@", str(tmp_path / "run/python-include")))
     wrapper.chmod(0o755)
-    _fake_tools(tmp_path / "bin", site)
+    _fake_tools(tmp_path / "bin", site, include)
     return site, link, wrapper
 
 
-def test_wrapper_spells_site_packages_through_the_link(tmp_path: Path) -> None:
+@pytest.mark.parametrize("direct", [False, True])
+def test_wrapper_spells_site_packages_through_the_link(tmp_path: Path, direct: bool) -> None:
     site, link, wrapper = _wrapper_setup(tmp_path, compile_cache.NVCC_WRAPPER, "3.13")
+    include = tmp_path / "usr/include/python3.13"
     env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "CUDA_HOME": "/opt/cuda"}
+    if direct:
+        env["CCACHE_DIR"] = str(tmp_path / "ccache")
     out = subprocess.run(
-        [str(wrapper), f"-I{site}/torch/include", "-I/usr/include/python3.13", "-c", "a b.cu"],
+        [str(wrapper), f"-I{site}/torch/include", f"-I{include}", "-c", "a b.cu"],
         env=env,
         capture_output=True,
         text=True,
         check=True,
     ).stdout.splitlines()
     assert out == [
+        "ccache" if direct else "sccache",  # the direct layer runs sccache itself on a miss
         "/opt/cuda/bin/nvcc",
         f"-I{link}/torch/include",
-        "-I/usr/include/python3.13",
+        f"-I{tmp_path / 'run/python-include'}",
         "-c",
         "a b.cu",
     ]
     assert os.readlink(link) == str(site)
+    assert os.readlink(tmp_path / "run/python-include") == str(include)
 
 
 @pytest.mark.parametrize("host_cxx", [None, "g++-12"])
@@ -297,7 +328,8 @@ def test_cxx_wrapper_runs_the_builds_own_compiler_through_the_link(
         [str(wrapper), "-MMD", f"-I{site}/torch/include", "-c", "ops.cpp"],
         env=env, capture_output=True, text=True, check=True,
     ).stdout.splitlines()
-    assert out == [host_cxx or "c++", "-MMD", f"-I{link}/torch/include", "-c", "ops.cpp"]
+    assert out == ["sccache", host_cxx or "c++", "-MMD", f"-I{link}/torch/include", "-c",
+                   "ops.cpp"]
 
 
 # -- integration: real sccache and nvcc ------------------------------------------------------------
@@ -366,7 +398,8 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
     link = tmp_path / "run/site-packages"  # one link path, as /factory/run in every container
     link.parent.mkdir()
     wrapper = link.parent / "nvcc-cached"
-    wrapper.write_text(compile_cache.NVCC_WRAPPER.replace("@LINK@", str(link)))
+    wrapper.write_text(compile_cache.NVCC_WRAPPER.replace("@LINK@", str(link)).replace(
+        "@INCLUDE_LINK@", str(link.parent / "python-include")))
     wrapper.chmod(0o755)
     base_env = {
         "HOME": str(tmp_path),
@@ -386,11 +419,13 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
         pyinc.mkdir(parents=True)
         (pyinc / "Python.h").write_text(f'#define PY_VERSION "{version}"\n')
         bin_dir = tmp_path / f"bin{version}"
-        _fake_tools(bin_dir, site)
+        _fake_tools(bin_dir, site, pyinc)
+        (bin_dir / "ccache").unlink()  # sccache alone (the direct layer: test_runner_docker)
         (bin_dir / "sccache").unlink()  # the real one here
         (bin_dir / "sccache").symlink_to(sccache)
-        if link.is_symlink():
-            link.unlink()  # a fresh run dir, as in a new container
+        for old_link in (link, link.parent / "python-include"):
+            if old_link.is_symlink():
+                old_link.unlink()  # a fresh run dir, as in a new container
         env = {**base_env, "PATH": f"{bin_dir}:/usr/bin:/bin"}
         out = tmp_path / f"build/temp.cpython-{version.replace('.', '')}"
         out.mkdir(parents=True)
@@ -485,3 +520,28 @@ def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
     assert first.object_misses == 1
     assert second.object_hits == 1 and second.misses == 0  # builder b's disk was empty
     assert keys and all(k.startswith("index/compile-cache/") for k in keys)
+
+
+def test_direct_stats_count_objects_from_ccaches_stats_log(tmp_path: Path) -> None:
+    from factory.runners.inside import _direct_stats
+
+    # records as ccache 4.7 writes them (a miss, a hit, and a call it could not cache)
+    log = tmp_path / "ccache-stats.log"
+    log.write_text(
+        "# csrc/add.cu\ncache_miss\ndirect_cache_miss\nlocal_storage_read_miss\n"
+        "local_storage_write\nlocal_storage_write\n"
+        "# csrc/relu.cu\ndirect_cache_hit\nlocal_storage_hit\nlocal_storage_read_hit\n"
+        "local_storage_read_hit\n"
+        "# conftest.c\ncompiler_check_failed\n"
+    )
+    assert _direct_stats(str(log)) == {"hits": 1, "misses": 1, "uncacheable": 1}
+    assert _direct_stats(str(tmp_path / "absent")) == {"hits": 0, "misses": 0, "uncacheable": 0}
+
+
+def test_stats_from_a_report_with_the_direct_layer() -> None:
+    stats = compile_cache.stats_from_report(
+        {"sccache": STATS, "direct_cache": {"hits": 4, "misses": 1, "uncacheable": 0}})
+    assert stats is not None and (stats.direct_hits, stats.direct_misses) == (4, 1)
+    assert stats.summary().startswith("4 of 5 objects whole (ccache); sccache ")
+    only_direct = compile_cache.stats_from_report({"direct_cache": {"hits": 2, "misses": 0}})
+    assert only_direct is not None and only_direct.direct_hits == 2 and only_direct.hits == 0

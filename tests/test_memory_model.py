@@ -263,6 +263,7 @@ class FakeResult:
     compile_peak_rss_bytes: int | None = 12 * GB
     max_concurrent_compiles: int | None = 3
     cache_hits: int | None = None
+    sccache_hits: int | None = None
     objects_built: int | None = 4
     log_path: Path = Path("nowhere/logs/attempt-1.log")
 
@@ -309,6 +310,10 @@ def test_record_build_skips_cached_times_and_oom_attempts(tmp_path: Path) -> Non
     assert "OOM" in record_build(pc, FakePlan(), FakeResult(oom_killed=True), history=h)
     assert not (tmp_path / "h.json").exists()
     record_build(pc, FakePlan(), FakeResult(cache_hits=5), build_tree=tree, history=h)
+    assert json.loads((tmp_path / "h.json").read_text())["objects"] == []
+    # every object missed the direct layer, but sccache answered some of their stages
+    record_build(pc, FakePlan(), FakeResult(cache_hits=0, sccache_hits=3), build_tree=tree,
+                 history=h)
     assert json.loads((tmp_path / "h.json").read_text())["objects"] == []
 
 

@@ -106,7 +106,7 @@ versions = ["2.8.3.post2"]
 
 def test_cache_push_and_pull_commands(tmp_path: Path, s3_spec: str, s3_env: dict[str, str]) -> None:
     matrix = _matrix(tmp_path, s3_spec)
-    key = _entry(tmp_path / "cc", b"kernel object")
+    key = _entry(tmp_path / "cc" / "sccache", b"kernel object")
     pushed = factory_cli("cache", "push", "--matrix", str(matrix), "--json", env=s3_env)
     assert pushed.returncode == 0, pushed.stderr
     assert json.loads(pushed.stdout)["files"] == 1
@@ -114,7 +114,7 @@ def test_cache_push_and_pull_commands(tmp_path: Path, s3_spec: str, s3_env: dict
     pulled = factory_cli("cache", "pull", "--matrix", str(matrix), env=s3_env)
     assert pulled.returncode == 0, pulled.stderr
     assert pulled.stdout.startswith("pulled 1 entry")
-    assert (tmp_path / "cc" / key[0] / key[1] / key).read_bytes() == b"kernel object"
+    assert (tmp_path / "cc" / "sccache" / key[0] / key[1] / key).read_bytes() == b"kernel object"
 
 
 def test_cache_pull_without_a_remote_is_a_config_error(tmp_path: Path) -> None:
@@ -139,8 +139,8 @@ def test_a_build_pulls_before_and_pushes_after(
     out = io.StringIO()
     with pytest.raises(RuntimeError):
         with _remote_cache_synced(matrix, BuildOptions(cache=True), Log(stream=out)):
-            assert (tmp_path / "cc" / theirs[0] / theirs[1] / theirs).is_file()
-            ours = _entry(tmp_path / "cc", b"compiled here")
+            assert (tmp_path / "cc" / "sccache" / theirs[0] / theirs[1] / theirs).is_file()
+            ours = _entry(tmp_path / "cc" / "sccache", b"compiled here")
             raise RuntimeError("the build failed after compiling")
     assert f"pkgs/compile-cache/{ours[0]}/{ours[1]}/{ours[2]}/{ours}" in _listing(s3_spec, s3_env)
     assert "pulled 1 entry" in out.getvalue() and "pushed 1 entry" in out.getvalue()

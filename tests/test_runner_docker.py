@@ -244,4 +244,10 @@ def test_compile_cache_hits_on_a_rebuild(kit: Kit, tmp_path: Path,
     assert second.exit_code == 0, second.log_path.read_text()[-4000:]
     assert second.cache_hits and second.cache_hits >= 1
     assert second.wheel is not None
-    assert any(cache.rglob("*")), "the cache lives in the mounted directory"
+    # The direct layer (ccache in the image) answered every object of the rebuild whole; its
+    # misses in the first build went through sccache, which holds the stages.
+    assert first.report["direct_cache"]["misses"] >= 1, first.report
+    assert second.report["direct_cache"]["hits"] >= 1, second.report
+    assert second.report["direct_cache"]["misses"] == 0, second.report
+    assert any((cache / "sccache").rglob("*")), "sccache's part lives in the mounted directory"
+    assert any((cache / "ccache").rglob("*")), "so does the direct layer's"

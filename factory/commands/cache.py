@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                 "(an s3:// store) or remote = \"s3://bucket/prefix\""
             )
         fn = remote_cache.pull if args.action == "pull" else remote_cache.push
-        result = fn(settings.remote, settings.dir)
+        result = fn(settings.remote, compile_cache.sccache_dir(settings.dir))
         if args.json:
             print_json({**dataclasses.asdict(result), "dir": str(settings.dir),
                         "remote": f"s3://{settings.remote.bucket}/{settings.remote.prefix}"})
@@ -100,8 +100,5 @@ def run(args: argparse.Namespace) -> int:
     if not builds:
         print("no build with the cache on has been recorded under", work)
     for b in builds:
-        steps = ", ".join(
-            f"{k} {v['hits']}/{v['hits'] + v['misses']}" for k, v in b["by_step"].items()
-        )
-        print(f"{b['cell']}: {b['hits']} hits, {b['misses']} misses ({steps})")
+        print(f"{b['cell']}: {b['summary']}")
     return 0

@@ -98,8 +98,11 @@ class RunResult:
     objects_built: int | None
     log_path: Path
     timed_out: bool = False
-    cache_hits: int | None = None  # sccache, when the compile cache was on
+    # when the compile cache was on: whole objects from its direct layer (ccache), or sccache's
+    # steps where sccache ran alone; sccache_hits: sccache's steps in either case
+    cache_hits: int | None = None
     cache_misses: int | None = None
+    sccache_hits: int | None = None
     runner: str = ""
     report: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # inside.py's raw report
 
@@ -186,6 +189,7 @@ def result_from_report(
         timed_out=timed_out,
         cache_hits=report.get("cache_hits"),
         cache_misses=report.get("cache_misses"),
+        sccache_hits=report.get("sccache_hits"),
         runner=runner,
         report=dict(report),
     )

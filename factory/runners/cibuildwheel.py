@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..compile_cache import SCCACHE_SUBDIR
 from ..process import run_command
 from .base import BuildJob, LineCallback, RunResult
 
@@ -79,7 +80,7 @@ def cibuildwheel_environment(
     if job.cache_dir:
         inner.update(
             {
-                "SCCACHE_DIR": CACHE,
+                "SCCACHE_DIR": f"{CACHE}/{SCCACHE_SUBDIR}",
                 "SCCACHE_CACHE_SIZE": job.cache_size,
                 "PYTORCH_NVCC": f"sccache {CUDA if job.cuda_home else '/usr/local/cuda'}/bin/nvcc",
             }

@@ -160,8 +160,7 @@ class DockerRunner:
             "env": dict(job.env),
             "cuda_home": INSIDE["cuda"] if job.cuda_home else None,
             "cache": (
-                {"dir": INSIDE["cache"], "size": job.cache_size,
-                 **inside_config(size=job.cache_size, normalize_paths=True)}
+                inside_config(root=INSIDE["cache"], size=job.cache_size, normalize_paths=True)
                 if job.cache_dir else None
             ),
             "watch_stdin": True,

@@ -368,12 +368,39 @@ def _sccache_stats(sccache: str, env: dict[str, str]) -> dict[str, Any]:
             return sum(v for v in counts.values() if isinstance(v, int))
         return int(value) if isinstance(value, int) else 0
 
+    hits, misses = total("cache_hits"), total("cache_misses")
     return {
-        "cache_hits": total("cache_hits"),
-        "cache_misses": total("cache_misses"),
+        "cache_hits": hits,
+        "cache_misses": misses,
+        "sccache_hits": hits,
+        "sccache_misses": misses,
         "compile_requests": total("compile_requests"),
         "sccache": doc,  # the whole document: factory.compile_cache parses it per step
     }
+
+
+def _direct_stats(path: str) -> dict[str, int]:
+    """ccache's stats log (``# <source>``, then one counter name per line, per compile) ->
+    objects that hit, missed, or could not be cached."""
+    counts = {"hits": 0, "misses": 0, "uncacheable": 0}
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return counts
+    records: list[set[str]] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            records.append(set())
+        elif line.strip() and records:
+            records[-1].add(line.strip())
+    for names in records:
+        if names & {"direct_cache_hit", "preprocessed_cache_hit"}:
+            counts["hits"] += 1
+        elif "cache_miss" in names:
+            counts["misses"] += 1
+        else:
+            counts["uncacheable"] += 1
+    return counts
 
 
 @contextlib.contextmanager
@@ -459,6 +486,7 @@ def main(argv: list[str]) -> int:
     code = 1
     sccache: str | None = None
     sccache_env: dict[str, str] = {}
+    direct_log: str | None = None
     try:
         # 1-2. the interpreter and the requirements (another build may share the venv: lock it).
         with _venv_lock(job.get("venv")):
@@ -498,6 +526,15 @@ def main(argv: list[str]) -> int:
             # paths the same for every Python version (so cp311 and cp313 share objects).
             sccache_env.update(cache.get("env", {}))
             extra.update(cache.get("env", {}))
+            direct = cache.get("direct")
+            if direct and _which("ccache", extra["PATH"]) is None:
+                log.line("factory: ccache is not in the builder image: the compile cache runs "
+                         "without its direct layer (hits cost a preprocessing pass); "
+                         "remake the image to get it")
+            elif direct:
+                direct_log = direct["env"]["CCACHE_STATSLOG"]
+                Path(direct_log).unlink(missing_ok=True)
+                extra.update(direct["env"])
             if cache.get("nvcc_wrapper"):
                 extra["PYTORCH_NVCC"] = _install_script(cache["nvcc_wrapper"])
             if cache.get("cxx_wrapper"):
@@ -586,6 +623,14 @@ def main(argv: list[str]) -> int:
                     sccache, _clean_env({**sccache_env, "PATH": os.environ.get("PATH", "")})
                 )
             )
+        if direct_log:
+            # The build's hits and misses are whole objects, as the direct layer answered them;
+            # sccache's (its steps, on the direct layer's misses) stay in sccache_hits/_misses.
+            direct_stats = _direct_stats(direct_log)
+            report["direct_cache"] = direct_stats
+            report["cache_hits"] = direct_stats["hits"]
+            report["cache_misses"] = direct_stats["misses"]
+        if sccache:
             subprocess.run(
                 [sccache, "--stop-server"],
                 env=_clean_env(sccache_env),

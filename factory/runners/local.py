@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..compile_cache import inside_config
 from ..errors import EngineError
 from .base import BuildJob, LineCallback, RunResult, prepare_run, read_report, result_from_report
 from .docker import owner_alive, owner_token
@@ -318,8 +319,8 @@ class LocalRunner:
             "cuda_home": str(job.cuda_home.resolve()) if job.cuda_home else None,
             "cache": (
                 {
-                    "dir": str(job.cache_dir.resolve()),
-                    "size": job.cache_size,
+                    **inside_config(root=str(job.cache_dir.resolve()), size=job.cache_size,
+                                    normalize_paths=False),
                     "port": str(4300 + os.getpid() % 2000),
                 }
                 if job.cache_dir
