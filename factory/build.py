@@ -438,12 +438,11 @@ def _remote_cache_synced(matrix: Matrix, opts: BuildOptions, log: Log) -> Iterat
         yield
         return
     from . import remote_cache
-    from .compile_cache import sccache_dir
 
     def sync(direction: str) -> None:
         try:
             fn = remote_cache.pull if direction == "pull" else remote_cache.push
-            log.detail(f"compile cache: {fn(cache.remote, sccache_dir(cache.dir)).summary()}")
+            log.detail(f"compile cache: {fn(cache.remote, cache.dir).summary()}")
         except FactoryError as exc:
             log.detail(f"compile cache: {exc.message}; building without it")
 

@@ -26,8 +26,8 @@ Why the settings are what they are (measured with sccache 0.16 and nvcc 13.0):
   spelled through a fixed link too (``-I`` is on the command line; a kernel that really includes
   Python.h still misses: the header's content differs).
 
-Layout of the cache dir on the builder: ``sccache/`` (sccache's disk cache, what the remote
-cache carries) and ``ccache/`` (the direct layer, local to the builder). The size bound covers
+Layout of the cache dir on the builder: ``sccache/`` (sccache's disk cache) and ``ccache/`` (the
+direct layer); the remote cache carries both (``factory.remote_cache``). The size bound covers
 both: a quarter for the direct layer (whole objects, compressed), the rest for sccache.
 """
 
@@ -221,11 +221,6 @@ def cache_settings(
 
 
 # -- inside the container -----------------------------------------------------------------------
-
-
-def sccache_dir(cache_dir: Path) -> Path:
-    """Where sccache keeps its entries under the builder's cache dir (what the remote carries)."""
-    return cache_dir / SCCACHE_SUBDIR
 
 
 def split_size(size: str) -> tuple[str, str]:

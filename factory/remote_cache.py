@@ -1,10 +1,16 @@
-"""The remote compile cache: the builder's sccache disk cache synced with S3, from the host.
+"""The remote compile cache: the builder's cache synced with S3, from the host.
 
-Build containers have no network, so sccache inside them cannot reach S3. The host does it
+Build containers have no network, so the caches inside them cannot reach S3. The host does it
 instead: before a build it pulls the entries it lacks, after the build it pushes the ones S3
-lacks. The entries are sccache's own: the same bytes in its disk layout (``a/b/<key>``) and in
-its S3 layout (``<prefix>/a/b/c/<key>``), so a builder that runs sccache with its S3 backend
-directly (a networked builder) shares the same remote.
+lacks. Both layers of the builder's cache dir (``factory.compile_cache``) travel:
+
+- ``sccache/``: sccache's own entries, the same bytes in its disk layout (``a/b/<key>``) and in
+  its S3 layout (``<prefix>/a/b/c/<key>``), so a builder that runs sccache with its S3 backend
+  directly (a networked builder) shares the same remote.
+- ``ccache/``: the direct layer's results and manifests (``a/b/<name>R|M``) under
+  ``<prefix>/ccache/a/b/<name>``, so another builder's first build of a kernel is a 0.1 s hit,
+  not a pass of preprocessing per stage. An entry already on one side is never overwritten (a
+  manifest that grew since is only a missed hit, and ccache checks every result it reads).
 
 A sync never fails a build: an S3 error is reported, and the build goes on with what it has.
 """
@@ -21,10 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .compile_cache import RemoteCache
+from .compile_cache import DIRECT_SUBDIR, SCCACHE_SUBDIR, RemoteCache
 from .errors import StoreError
 
 KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+DIRECT_RE = re.compile(r"^[0-9a-v]/[0-9a-v]/[0-9a-v]{8,}[RM]$")
 WORKERS = 16
 
 
@@ -55,23 +62,46 @@ def client_for(remote: RemoteCache) -> Any:
                      connect_timeout=5, read_timeout=60)
 
 
-def remote_key(remote: RemoteCache, key: str) -> str:
+# An entry is named by its path under the builder's cache dir ("sccache/a/b/<key>",
+# "ccache/a/b/<name>R"); each layer maps that to its S3 key and back.
+
+
+def remote_key(remote: RemoteCache, entry: str) -> str:
+    layer, _, rel = entry.partition("/")
+    if layer == DIRECT_SUBDIR:
+        return f"{remote.prefix}/{DIRECT_SUBDIR}/{rel}"
+    key = rel.rsplit("/", 1)[-1]
     return f"{remote.prefix}/{key[0]}/{key[1]}/{key[2]}/{key}"
 
 
-def local_path(cache_dir: Path, key: str) -> Path:
-    return cache_dir / key[0] / key[1] / key
+def _entry_of(remote: RemoteCache, s3_key: str) -> str | None:
+    """The entry an S3 key holds, or None for anything else under the prefix."""
+    rel = s3_key[len(remote.prefix) + 1 :] if s3_key.startswith(remote.prefix + "/") else ""
+    if rel.startswith(DIRECT_SUBDIR + "/"):
+        direct = rel[len(DIRECT_SUBDIR) + 1 :]
+        return f"{DIRECT_SUBDIR}/{direct}" if DIRECT_RE.match(direct) else None
+    key = rel.rsplit("/", 1)[-1]
+    if KEY_RE.match(key) and rel == f"{key[0]}/{key[1]}/{key[2]}/{key}":
+        return f"{SCCACHE_SUBDIR}/{key[0]}/{key[1]}/{key}"
+    return None
 
 
 def local_keys(cache_dir: Path) -> dict[str, Path]:
-    """The cache entries on disk (sccache's ``a/b/<key>``; its preprocessor cache stays local)."""
+    """The entries on disk: sccache's ``a/b/<key>`` (its preprocessor cache stays local) and
+    ccache's results and manifests (not its stats, locks or temporary files)."""
     found: dict[str, Path] = {}
-    if not cache_dir.is_dir():
-        return found
-    for path in cache_dir.glob("?/?/*"):
-        key = path.name
-        if KEY_RE.match(key) and key[0] == path.parent.parent.name and key[1] == path.parent.name:
-            found[key] = path
+    sccache = cache_dir / SCCACHE_SUBDIR
+    if sccache.is_dir():
+        for path in sccache.glob("?/?/*"):
+            key, rel = path.name, path.relative_to(sccache).as_posix()
+            if KEY_RE.match(key) and rel == f"{key[0]}/{key[1]}/{key}":
+                found[f"{SCCACHE_SUBDIR}/{rel}"] = path
+    direct = cache_dir / DIRECT_SUBDIR
+    if direct.is_dir():
+        for path in direct.glob("?/?/*"):
+            rel = path.relative_to(direct).as_posix()
+            if DIRECT_RE.match(rel) and path.is_file():
+                found[f"{DIRECT_SUBDIR}/{rel}"] = path
     return found
 
 
@@ -79,9 +109,9 @@ def _remote_keys(remote: RemoteCache, client: Any) -> Iterator[tuple[str, int]]:
     paginator = client.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=remote.bucket, Prefix=remote.prefix + "/"):
         for obj in page.get("Contents", []):
-            key = obj["Key"].rsplit("/", 1)[-1]
-            if KEY_RE.match(key) and obj["Key"] == remote_key(remote, key):
-                yield key, int(obj.get("Size", 0))
+            entry = _entry_of(remote, obj["Key"])
+            if entry is not None:
+                yield entry, int(obj.get("Size", 0))
 
 
 def _s3_error(remote: RemoteCache, what: str, exc: Exception) -> StoreError:
@@ -109,7 +139,7 @@ def pull(remote: RemoteCache, cache_dir: Path, *, client: Any = None) -> SyncRes
 
     def fetch(item: tuple[str, int]) -> int:
         key, _ = item
-        dest = local_path(cache_dir, key)
+        dest = cache_dir / key
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".pull-")
         try:
@@ -131,7 +161,8 @@ def pull(remote: RemoteCache, cache_dir: Path, *, client: Any = None) -> SyncRes
 
 
 def push(remote: RemoteCache, cache_dir: Path, *, client: Any = None) -> SyncResult:
-    """Upload the entries S3 lacks (entries are content-keyed: one that exists is the same)."""
+    """Upload the entries S3 lacks (one that is there stays: results are keyed by what made
+    them, and a manifest there is as good as ours)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     t0 = time.monotonic()
@@ -148,7 +179,7 @@ def push(remote: RemoteCache, cache_dir: Path, *, client: Any = None) -> SyncRes
         try:
             size = path.stat().st_size
             client.upload_file(str(path), remote.bucket, remote_key(remote, key))
-        except FileNotFoundError:  # evicted by sccache's size bound since the listing
+        except FileNotFoundError:  # evicted by the cache's size bound since the listing
             return 0
         return size
 

