@@ -101,7 +101,9 @@ def test_describe_has_the_caps(tmp_path: Path) -> None:
     assert vols[INSIDE["wheelhouse"]] == "ro" and vols[INSIDE["cuda"]] == "ro"
     assert vols[INSIDE["src"]] == "rw" and vols[INSIDE["cache"]] == "rw"
     assert d["inside_job"]["env"]["TORCH_CUDA_ARCH_LIST"] == "10.0"
-    assert d["inside_job"]["cache"]["dir"] == INSIDE["cache"]
+    # the mount holds both layers of the compile cache, each in its own dir
+    assert d["inside_job"]["cache"]["dir"] == f"{INSIDE['cache']}/sccache"
+    assert d["inside_job"]["cache"]["direct"]["env"]["CCACHE_DIR"] == f"{INSIDE['cache']}/ccache"
 
 
 def test_engine_down_is_an_engine_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
