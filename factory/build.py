@@ -370,8 +370,13 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                 log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
             log.detail(record_build(pc, plan, result, build_tree=src, history=history))
             if result.oom_killed:
-                log.step(f"attempt {attempt} was OOM-killed after {result.objects_built} object(s); "
-                         "resuming with fewer jobs")
+                # (seen on the GPU machine: "after None object(s); resuming with fewer jobs" from
+                # a one-attempt build that then stopped)
+                done = (f"after {result.objects_built} object(s)" if result.objects_built
+                        else "before any object finished")
+                left = ("resuming with fewer jobs" if attempt < opts.attempts
+                        else f"no attempt left (--attempts {opts.attempts})")
+                log.step(f"attempt {attempt} was OOM-killed {done}; {left}")
                 try:
                     # A hand-picked plan's OOM says the hand was wrong, not the model: keep it out
                     # of the history (seen: a MAX_JOBS=5 demo raised the estimate past a cap the

@@ -61,6 +61,7 @@ def test_planner_builds_where_a_fixed_max_jobs_is_oom_killed_and_an_oom_resumes(
                      "--out", str(tmp_path / "naive"))
     assert naive.returncode == 8, naive.stderr[-3000:]
     assert "OOM-killed" in naive.stderr
+    assert "no attempt left (--attempts 1)" in naive.stderr and "resuming" not in naive.stderr
     assert not list((tmp_path / "naive").glob("*.whl"))
 
     # 2. The planner refuses that cap, naming what one job needs, and under 4 GiB builds
@@ -87,6 +88,8 @@ def test_planner_builds_where_a_fixed_max_jobs_is_oom_killed_and_an_oom_resumes(
                        env={"FACTORY_FAULT_OOM_AFTER": "2"})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     first, second = _manifest(tmp_path / "resumed")["attempts"]
+    assert (f"was OOM-killed after {first['objects_built']} object(s); resuming with fewer jobs"
+            in resumed.stderr)
     assert first["oom_killed"] and first["max_jobs"] >= 2
     assert second["max_jobs"] < first["max_jobs"] and not second["oom_killed"]
     total_objects = 5  # four kernels and the bindings
