@@ -160,7 +160,10 @@ collect() {  # the results, small files only, as one tarball $1/results.tgz
   local w
   for w in "$CELL90" "$CELL100"; do
     find ".cache/factory/work/$w/src/build" -name .ninja_log -exec cp {} "$tmp/$w.ninja_log" \; 2>/dev/null
-    cp ".cache/factory/work/$w/logs/"*.log "$tmp/" 2>/dev/null
+    # per cell: two cells' attempts started in the same second have the same log name
+    for f in ".cache/factory/work/$w/logs/"*.log; do
+      [ -f "$f" ] && cp "$f" "$tmp/$w.$(basename "$f")"
+    done
   done
   tar -C "$tmp" -czf "$dest/results.tgz" . && rm -rf "$tmp"
 }
