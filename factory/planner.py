@@ -343,7 +343,10 @@ def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: in
         per_job = int(per_job / plan.model_key.concurrent_archs)
         jobs = 1
     else:
-        jobs = min(plan.max_jobs - 1, usable // per_job)
+        # what fits, the heaviest objects counted as in the first plan
+        fit = jobs_that_fit(budget, per_job=per_job, largest=plan.largest_object_bytes,
+                            headroom=plan.headroom_bytes)
+        jobs = min(plan.max_jobs - 1, fit)
         if attempt >= 2:
             jobs = min(jobs, plan.max_jobs // 2)
         jobs = max(1, int(jobs))
@@ -351,7 +354,8 @@ def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: in
         plan.model_key, nvcc_threads=threads,
         concurrent_archs=min(threads, plan.model_key.concurrent_archs),
     )
-    peak = jobs * per_job + plan.headroom_bytes
+    peak = predicted_peak(jobs, per_job=per_job, largest=plan.largest_object_bytes,
+                          headroom=plan.headroom_bytes)
     reasons = plan.reasons + (
         f"attempt {attempt} was OOM-killed at {plan.max_jobs} job(s) x {plan.nvcc_threads} "
         f"thread(s); per-job peak now taken as {format_size(per_job)} ({recorded})",

@@ -16,6 +16,7 @@ from factory.matrix import PlannedCell, load_matrix
 from factory.memory_model import MemoryHistory, shipped_history_path
 from factory.planner import (
     BuildPlan,
+    jobs_that_fit,
     list_schedule,
     longest_first,
     plan_after_oom,
@@ -171,6 +172,22 @@ def test_plan_after_oom_drops_jobs_and_records(matrix, history) -> None:  # type
     again = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=32,
                        history=MemoryHistory.load(history.path))
     assert again.max_jobs <= retry.max_jobs
+
+
+def test_the_retry_counts_the_heaviest_objects_too(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    # flash-attn's heaviest object (6.7 GiB) is far above its typical job: the retry's jobs and
+    # predicted peak must count it as the first plan did (jobs x per-job alone under-predicts).
+    plan = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=32, history=history)
+    assert plan.largest_object_bytes > plan.per_job_bytes
+    retry = plan_after_oom(plan, None, 1, history=history)
+    assert retry.predicted_peak_bytes == predicted_peak(
+        retry.max_jobs, per_job=retry.per_job_bytes, largest=plan.largest_object_bytes,
+        headroom=plan.headroom_bytes)
+    assert retry.predicted_peak_bytes > retry.max_jobs * retry.per_job_bytes + plan.headroom_bytes
+    assert retry.max_jobs == min(plan.max_jobs - 1, jobs_that_fit(
+        plan.memory_budget_bytes, per_job=retry.per_job_bytes,
+        largest=plan.largest_object_bytes, headroom=plan.headroom_bytes))
+    assert retry.predicted_peak_bytes <= plan.memory_budget_bytes
 
 
 def test_second_oom_at_least_halves(matrix, history) -> None:  # type: ignore[no-untyped-def]
