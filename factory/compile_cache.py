@@ -1,9 +1,10 @@
-"""The shared compile cache: sccache in every build container, one cache per builder.
+"""The shared compile cache: ccache in front of sccache in every build container, one cache per
+builder.
 
-Why the settings are what they are (measured with sccache 0.16 and nvcc 13.0):
+Why the settings are what they are (measured with sccache 0.16, ccache 4.7 and nvcc 13.0):
 
-- sccache caches an nvcc call as a whole object and, on a miss, per stage (cudafe++, cicc ->
-  PTX, ptxas -> cubin), so a kernel shared between cells hits even when its object misses.
+- sccache caches an nvcc call per stage (cudafe++, cicc -> PTX, ptxas -> cubin, the host
+  compile of the object), so a kernel shared between cells hits even when its object differs.
 - The key of a preprocessed stage holds every path that reaches the preprocessed source: the
   line markers and the ``__FILE__`` strings (681 of them in one ATen kernel). torch's headers
   live in ``<venv>/lib/pythonX.Y/site-packages``, so the same kernel built for cp311 and cp313
