@@ -74,7 +74,7 @@ def test_nightly_builds_missing_cells_one_publisher_per_cell() -> None:
     assert build["concurrency"]["group"] == "factory-publish-${{ matrix.cell }}"
     assert build["concurrency"]["cancel-in-progress"] is False
     build_run = " ".join(s.get("run", "") for s in build["steps"])
-    assert 'factory build "$CELL" --publish --store "$FACTORY_STORE"' in build_run
+    assert 'factory build "$CELL" --cache --publish --store "$FACTORY_STORE"' in build_run
     index = jobs["index"]
     assert set(index["needs"]) == {"matrix", "build"}
     assert index["concurrency"]["group"] == "factory-index"
