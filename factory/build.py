@@ -202,9 +202,18 @@ def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: i
     )
 
 
+def _cache_settings(matrix: Matrix, opts: BuildOptions) -> Any:
+    """The compile cache a build uses (its dir, bound and remote), or None without --cache."""
+    from .compile_cache import cache_settings
+
+    if not opts.cache:
+        return None
+    return cache_settings(matrix.settings, root=matrix.root, store=opts.store)
+
+
 def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
          attempt: int, opts: BuildOptions) -> Any:
-    from .compile_cache import DEFAULT_SIZE, cache_settings
+    from .compile_cache import DEFAULT_SIZE
     from .runners.base import BuildJob
     from .tags import local_tag
 
@@ -215,7 +224,7 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
     env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
     if attempt == 1 and os.environ.get(FAULT_OOM_ENV):
         env[FAULT_OOM_ENV] = os.environ[FAULT_OOM_ENV]  # tests: a real OOM kill mid-build
-    cache = cache_settings(matrix.settings, root=matrix.root, store=opts.store) if opts.cache else None
+    cache = _cache_settings(matrix, opts)
     return BuildJob(
         cell_id=pc.cell.id,
         python=pc.cell.python,
@@ -436,9 +445,7 @@ def _remote_cache_synced(matrix: Matrix, opts: BuildOptions, log: Log) -> Iterat
     """With ``--cache`` and a remote in the settings: pull what this builder lacks before the
     attempts, push what it compiled after them (also after a failed build: its objects are good).
     An S3 problem is reported and never fails the build."""
-    from .compile_cache import cache_settings
-
-    cache = cache_settings(matrix.settings, root=matrix.root, store=opts.store) if opts.cache else None
+    cache = _cache_settings(matrix, opts)
     if cache is None or cache.remote is None:
         yield
         return
