@@ -101,7 +101,7 @@ def ninja_times(build_dir: Path) -> tuple[float, dict[str, float], tuple[str, ..
 
 
 def cubin_hashes(wheel: Path) -> dict[str, str]:
-    from factory.verify import find_cuobjdump
+    from factory.wheels.verify import find_cuobjdump
 
     cuobjdump = str(find_cuobjdump())
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,7 +164,7 @@ def run_build(matrix: Path, python: str, image: str, dist: Path) -> BuildMeasure
     span, per, kernels = ninja_times(build_dir)
     report_path = Path(outcome["attempts"][-1]["log"] + ".report.json")
     report = json.loads(report_path.read_text())
-    from factory.compile_cache import stats_from_report
+    from factory.build.compile_cache import stats_from_report
 
     stats = stats_from_report(report)
     wheel = Path(outcome["wheel"])
@@ -283,8 +283,8 @@ sccache --stop-server >/dev/null
 
 def build_venv(matrix_path: Path, python: str) -> Path:
     """The venv the factory build of this Python's cell used (torch for this Python)."""
-    from factory.build import cell_venv
-    from factory.matrix import load_matrix
+    from factory.build.pipeline import cell_venv
+    from factory.matrix.load import load_matrix
 
     matrix = load_matrix(matrix_path)
     (pc,) = [c for c in matrix.cells if c.cell.python == python]
@@ -296,7 +296,7 @@ def flash_attn_kernels(
 ) -> dict[str, Any]:
     import shlex
 
-    from factory.compile_cache import inside_config, parse_stats
+    from factory.build.compile_cache import inside_config, parse_stats
     from factory.runners.inside import _direct_stats
 
     tag = "cp" + python.replace(".", "")
@@ -305,7 +305,7 @@ def flash_attn_kernels(
     if not src.exists():
         import tarfile
 
-        from factory.wheelhouse import fetch_sdist
+        from factory.toolchain.wheelhouse import fetch_sdist
 
         sdist = fetch_sdist(
             "flash-attn", "2.8.3.post2", FA_SHA256, REPO / ".cache/factory/wheelhouse/sdists"
@@ -369,7 +369,7 @@ def flash_attn_kernels(
 
 
 def _cubins_of(binary: Path) -> dict[str, str]:
-    from factory.verify import find_cuobjdump
+    from factory.wheels.verify import find_cuobjdump
 
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(

@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from index_wheels import variant_wheel  # noqa: E402
 
 from factory.index.pages import JSON_TYPE  # noqa: E402
-from factory.publish import publish  # noqa: E402
-from factory.store import LocalStore  # noqa: E402
+from factory.index.publish import publish  # noqa: E402
+from factory.index.store import LocalStore  # noqa: E402
 
 PROJECTS = ("flash-attn", "demo-ext")
 

@@ -26,10 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from factory.build import build_image, cell_venv, cell_work_dir, toolkits_dir  # noqa: E402
-from factory.matrix import load_matrix  # noqa: E402
+from factory.build.pipeline import build_image, cell_venv, cell_work_dir, toolkits_dir  # noqa: E402
+from factory.matrix.load import load_matrix  # noqa: E402
 from factory.runners.base import INSIDE  # noqa: E402
-from factory.toolkit import materialize_cuda_home  # noqa: E402
+from factory.toolchain.toolkit import materialize_cuda_home  # noqa: E402
 
 PROBE = """
 import json, resource, subprocess, sys, time

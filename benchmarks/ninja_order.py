@@ -5,7 +5,7 @@ long one named last alphabetically, as setuptools sorts them), run at -j2 three 
   alphabetical            what torch writes today
   alphabetical + seeded   with a .ninja_log from an earlier run (only a ninja that weighs
                           edges by logged duration, ninja PR #2686, would start z_long first)
-  reordered               build.ninja rewritten by factory.critical_path.reorder_build_ninja
+  reordered               build.ninja rewritten by factory.planning.critical_path.reorder_build_ninja
 
     python benchmarks/ninja_order.py [NINJA ...]      (default: `ninja` on PATH)
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from factory.critical_path import reorder_build_ninja  # noqa: E402
+from factory.planning.critical_path import reorder_build_ninja  # noqa: E402
 
 SECONDS = {**{f"k{i}": 0.25 for i in range(8)}, "z_long": 2.0}
 RULE = "rule cuda_compile\n  command = sleep $$(cat $in) && touch $out\n"

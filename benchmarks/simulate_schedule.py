@@ -4,8 +4,8 @@ Fed with the shipped ninja log (per-object seconds of the 2.8.3.post2 sm90 build
 73 objects) and the per-job peak memory of the shipped memory history. For each cap and core
 count it compares:
 
-  planner      factory.planner.plan_for's jobs x threads, objects longest-first (what
-               factory.critical_path makes ninja do)
+  planner      factory.planning.planner.plan_for's jobs x threads, objects longest-first (what
+               factory.planning.critical_path makes ninja do)
   as built     the same jobs x threads in setuptools' order (sources sorted by name)
   LPT          longest-processing-time-first list schedule at the same jobs (the planner's
                order; equal by construction, reported to show it)
@@ -31,17 +31,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from factory.budget import GIB  # noqa: E402
-from factory.cell import Cell  # noqa: E402
+from factory.planning.budget import GIB  # noqa: E402
+from factory.matrix.cell import Cell  # noqa: E402
 from factory.errors import PlanError  # noqa: E402
-from factory.memory_model import (  # noqa: E402
+from factory.planning.memory_model import (  # noqa: E402
     MemoryHistory,
     ModelKey,
     ObjectTimes,
     read_ninja_log,
     shipped_history_path,
 )
-from factory.planner import (  # noqa: E402
+from factory.planning.planner import (  # noqa: E402
     jobs_that_fit,
     list_schedule,
     longest_first,

@@ -3,7 +3,7 @@
 #
 # Used where no image registry can be reached (CI, air-gapped builders). The root filesystem
 # tarball is cached, so a second run (or a fresh docker engine) only re-imports it.
-# The Python twin of this script is factory.images.ensure_base_image ('factory image base');
+# The Python twin of this script is factory.toolchain.images.ensure_base_image ('factory image base');
 # both use the same packages and the same cache file.
 #
 # usage: docker/make-base-image.sh [NAME] [SUITE]
@@ -17,7 +17,7 @@ name="${1:-factory-base:bookworm}"
 suite="${2:-bookworm}"
 work="${FACTORY_WORK_DIR:-.cache/factory/work}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-# Keep in sync with factory/images.py BASE_PACKAGES.
+# Keep in sync with factory/toolchain/images.py BASE_PACKAGES.
 packages="python3,python3-venv,python3-dev,python3-pip,g++,make,ca-certificates,ccache"
 key="$(echo "$packages" | sha256sum | cut -c1-12)"
 label="org.factory.base-packages"

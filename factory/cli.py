@@ -9,8 +9,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import __version__
-from .errors import FactoryError, UsageError
+from factory import __version__
+from factory.errors import FactoryError, UsageError
 
 # name -> one-line help; the module factory.commands.<name> implements it.
 COMMANDS = {

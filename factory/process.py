@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from .errors import BuildError, EngineError, FactoryError
+from factory.errors import BuildError, EngineError, FactoryError
 
 # Which package brings a program, for the one-line tip when it is missing.
 INSTALL_TIPS = {

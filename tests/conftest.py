@@ -48,7 +48,7 @@ source = "{REPO / 'tests' / 'example_ext'}"
 
 def _engine_up() -> Any | None:
     try:
-        from factory.engine import docker_client
+        from factory.runners.engine import docker_client
 
         return docker_client(timeout=30)
     except Exception:
@@ -79,28 +79,28 @@ def docker_engine() -> Any:
 
 @pytest.fixture(scope="session")
 def base_image(docker_engine: Any) -> str:
-    from factory.images import ensure_base_image
+    from factory.toolchain.images import ensure_base_image
 
     return ensure_base_image(work_dir=cache_root() / "work")
 
 
 @pytest.fixture(scope="session")
 def example_cell() -> Any:
-    from factory.matrix import load_matrix
+    from factory.matrix.load import load_matrix
 
     return load_matrix(REPO / "matrix.toml").find(EXAMPLE_CELL)
 
 
 @pytest.fixture(scope="session")
 def wheelhouse_cp311(example_cell: Any) -> Path:
-    from factory.wheelhouse import prepare_wheelhouse
+    from factory.toolchain.wheelhouse import prepare_wheelhouse
 
     return prepare_wheelhouse(example_cell, cache_root() / "wheelhouse")
 
 
 @pytest.fixture(scope="session")
 def cuda13_home(example_cell: Any) -> Path:
-    from factory.toolkit import materialize_cuda_home
+    from factory.toolchain.toolkit import materialize_cuda_home
 
     home = materialize_cuda_home(example_cell.toolchain, cache_root() / "toolkits")
     assert home is not None
@@ -109,7 +109,7 @@ def cuda13_home(example_cell: Any) -> Path:
 
 @pytest.fixture(scope="session")
 def build_requirements(example_cell: Any) -> tuple[str, ...]:
-    from factory.wheelhouse import build_requirements as reqs
+    from factory.toolchain.wheelhouse import build_requirements as reqs
 
     return reqs(example_cell)
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from factory.matrix import PlannedCell, load_matrix
-from factory.provenance import manifest_name, sha256_file, write_manifest
-from factory.tags import local_tag
+from factory.matrix.load import PlannedCell, load_matrix
+from factory.wheels.provenance import manifest_name, sha256_file, write_manifest
+from factory.matrix.tags import local_tag
 
 from index_wheels import make_wheel
 
@@ -82,8 +82,8 @@ def fake_build(out_dir: Path, pc: PlannedCell, *, created: str = "2026-01-01T00:
 
 
 def publish_build(store: Path | str, out_dir: Path, pc: PlannedCell, **kwargs: Any) -> Path:
-    from factory.publish import publish
-    from factory.store import open_store
+    from factory.index.publish import publish
+    from factory.index.store import open_store
 
     wheel = fake_build(out_dir, pc, **kwargs)
     publish(open_store(str(store)), [wheel])

@@ -27,9 +27,9 @@ from index_fixtures import cli, write_htpasswd
 from index_wheels import make_wheel, variant_wheel
 
 from factory.cli import main
-from factory.publish import publish
-from factory.server import running_server
-from factory.store import LocalStore
+from factory.index.publish import publish
+from factory.index.server import running_server
+from factory.index.store import LocalStore
 
 SECRET = f"planted-{uuid.uuid4().hex}"  # a password and a token no output may ever show
 SECRET_B64 = base64.b64encode(f"uploader:{SECRET}".encode()).decode()
@@ -82,7 +82,7 @@ def test_wrong_upload_credentials_are_refused_and_counted(
 ) -> None:
     """40 uploads with wrong or missing credentials at once: every one refused and counted,
     nothing stored, and no credential, right or wrong, in the server's log."""
-    caplog.set_level(logging.DEBUG, logger="factory.server")
+    caplog.set_level(logging.DEBUG, logger="factory.index.server")
     wheel = make_wheel(tmp_path / "up", "intruder", "0.1")
     body, ctype = _upload_body(wheel)
     wrong = [None, _auth("uploader", SECRET + "x"), _auth("uploader", ""),

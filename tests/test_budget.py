@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.budget import (
+from factory.planning.budget import (
     GIB,
     cgroup_cpu_limit,
     cgroup_memory_limit,
@@ -174,7 +174,7 @@ def test_detect_budget_on_this_host_is_sane() -> None:
 
 
 def test_resolve_budget_given_figures_win() -> None:
-    from factory.budget import resolve_budget
+    from factory.planning.budget import resolve_budget
 
     b = resolve_budget(3 * GIB, 7, memory_label="--memory", cpus_label="--cpus")
     assert (b.memory_bytes, b.cpus) == (3 * GIB, 7)

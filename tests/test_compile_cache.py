@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from factory import compile_cache
-from factory.compile_cache import (
+from factory.build import compile_cache
+from factory.build.compile_cache import (
     CacheSettings,
     RemoteCache,
     cache_settings,
@@ -26,7 +26,7 @@ from factory.compile_cache import (
     size_bytes,
 )
 from factory.errors import ConfigError
-from factory.matrix import base_image_for, load_matrix
+from factory.matrix.load import base_image_for, load_matrix
 
 # The shape of `sccache --show-stats --stats-format json` (0.16), from a real second compile whose
 # object missed but whose nvcc stages hit.
@@ -204,7 +204,7 @@ def test_images_table_is_checked() -> None:
 
 
 def test_python_image_names() -> None:
-    from factory.python_image import parse_image
+    from factory.toolchain.python_image import parse_image
 
     assert parse_image("factory-base:bookworm-py3.13") == ("bookworm", "3.13")
     assert parse_image("factory-base:trixie") == ("trixie", None)

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from factory.cell import Cell
-from factory.critical_path import (
+from factory.matrix.cell import Cell
+from factory.planning.critical_path import (
     BEGIN,
     END,
     prepare_build_tree,
     reorder_build_ninja,
     strip_hook,
 )
-from factory.matrix import load_matrix
-from factory.memory_model import BuildMeasurement, MemoryHistory
+from factory.matrix.load import load_matrix
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory
 
 REPO = Path(__file__).resolve().parents[1]
 EXT = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.doctor import driver_max_cuda, driver_runs_cuda, parse_nvidia_smi
+from factory.hosts.doctor import driver_max_cuda, driver_runs_cuda, parse_nvidia_smi
 
 from ops_builds import REPO, factory_cli, planned, publish_build, write_matrix
 

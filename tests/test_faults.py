@@ -34,9 +34,9 @@ from index_wheels import variant_wheel
 from factory.cli import main
 from factory.errors import StoreError
 from factory.index import rebuild_index, verify_index
-from factory.publish import publish
-from factory.store import LocalStore, Store
-from factory.store.s3 import S3Store
+from factory.index.publish import publish
+from factory.index.store import LocalStore, Store
+from factory.index.store.s3 import S3Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -336,7 +336,7 @@ _LOCKER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     sys.path.insert(0, {repo!r})
-    from factory.build import _cell_lock
+    from factory.build.pipeline import _cell_lock
     from factory.logger import Log
     work, me, events = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     with _cell_lock(work, Log()):
@@ -392,10 +392,10 @@ def test_the_waiting_builder_skips_a_cell_the_first_published(
 ) -> None:
     """build_cell in two threads with the build itself stubbed: one builds, the other waits on
     the cell lock, then finds the content key published and skips."""
-    import factory.build as build
-    from factory.build import BuildOptions, BuildOutcome, build_cell
+    import factory.build.pipeline as build
+    from factory.build.pipeline import BuildOptions, BuildOutcome, build_cell
     from factory.logger import Log
-    from factory.matrix import load_matrix
+    from factory.matrix.load import load_matrix
 
     (tmp_path / "matrix.toml").write_text(textwrap.dedent("""
         [settings]

@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 from index_fixtures import cli
 from index_wheels import make_wheel, variant_wheel
 
-from factory.cell import parse_arch, parse_cuda, parse_python, parse_version
+from factory.matrix.cell import parse_arch, parse_cuda, parse_python, parse_version
 from factory.cli import COMMANDS, main
-from factory.publish import publish
-from factory.store import LocalStore
+from factory.index.publish import publish
+from factory.index.store import LocalStore
 
 INTERNAL_ERROR = 70  # cli.main's code for an exception that is not a FactoryError: a bug
 SCALE = int(os.environ.get("FACTORY_FUZZ_SCALE", "1"))
@@ -211,7 +211,7 @@ _TABLES = {
 
 @st.composite
 def unknown_key_matrix(draw: st.DrawFn) -> bytes:
-    from factory.matrix import SETTINGS_KEYS
+    from factory.matrix.load import SETTINGS_KEYS
 
     where = draw(st.sampled_from(sorted(_TABLES)))
     allowed = SETTINGS_KEYS if where == ("settings",) else _TABLES[where]

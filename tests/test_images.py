@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from factory import images
+from factory.toolchain import images
 from factory.errors import EngineError
 
 REPO = Path(__file__).resolve().parent.parent

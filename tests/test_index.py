@@ -11,8 +11,8 @@ from index_wheels import make_wheel, variant_wheel
 
 from factory.index import rebuild_index, verify_index
 from factory.index.pages import project_html, project_json
-from factory.publish import publish, yank
-from factory.store import LocalStore, Store, WheelEntry
+from factory.index.publish import publish, yank
+from factory.index.store import LocalStore, Store, WheelEntry
 
 # The shared fixtures (a module of their own: conftest.py belongs to everyone).
 moto_endpoint = index_fixtures.moto_endpoint

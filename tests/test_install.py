@@ -17,9 +17,9 @@ import pytest
 from index_fixtures import installer_env, uv_bin
 from index_wheels import make_wheel, variant_wheel
 
-from factory.publish import publish, yank
-from factory.server import RunningServer, running_server
-from factory.store import LocalStore
+from factory.index.publish import publish, yank
+from factory.index.server import RunningServer, running_server
+from factory.index.store import LocalStore
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from factory.cell import Cell
+from factory.matrix.cell import Cell
 from factory.cli import main
 from factory.errors import CellError, ConfigError
-from factory.matrix import load_matrix, wheel_filename
+from factory.matrix.load import load_matrix, wheel_filename
 
 REPO = Path(__file__).resolve().parent.parent
 

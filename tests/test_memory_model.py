@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from factory.cell import Cell
+from factory.matrix.cell import Cell
 from factory.errors import ConfigError
-from factory.memory_model import (
+from factory.planning.memory_model import (
     HISTORY_ENV,
     INFERRED_MARGIN,
     RECENT_PEAKS,
@@ -275,7 +275,7 @@ class FakePlan:
 
 
 def _planned_ext():  # type: ignore[no-untyped-def]
-    from factory.matrix import load_matrix
+    from factory.matrix.load import load_matrix
 
     repo = Path(__file__).resolve().parents[1]
     return load_matrix(repo / "matrix.toml").find(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.oom import cgroup_anon_bytes, cgroup_oom_kills, log_shows_oom_kill, was_oom_killed
+from factory.runners.oom import cgroup_anon_bytes, cgroup_oom_kills, log_shows_oom_kill, was_oom_killed
 
 
 def test_v2_oom_kill_counter(tmp_path: Path) -> None:

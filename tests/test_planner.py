@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from factory.budget import GIB, parse_size
-from factory.cell import Cell
+from factory.planning.budget import GIB, parse_size
+from factory.matrix.cell import Cell
 from factory.cli import main
 from factory.errors import PlanError
-from factory.matrix import PlannedCell, load_matrix
-from factory.memory_model import MemoryHistory, shipped_history_path
-from factory.planner import (
+from factory.matrix.load import PlannedCell, load_matrix
+from factory.planning.memory_model import MemoryHistory, shipped_history_path
+from factory.planning.planner import (
     BuildPlan,
     jobs_that_fit,
     list_schedule,
@@ -272,7 +272,7 @@ def test_oom_retry_survives_an_unwritable_history(matrix, tmp_path: Path) -> Non
 
 
 def test_a_hand_picked_plan_is_judged_by_the_same_peak_model(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    from factory.build import BuildOptions, _resolve_plan
+    from factory.build.pipeline import BuildOptions, _resolve_plan
 
     opts = BuildOptions(memory=7 * GIB, cpus=1, max_jobs=1)
     plan = _resolve_plan(pc_of(matrix, FA_SM100), opts, history)

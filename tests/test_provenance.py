@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from factory.errors import WheelError
-from factory.provenance import (
+from factory.wheels.provenance import (
     Manifest,
     manifest_name,
     parse_manifest,
@@ -18,7 +18,7 @@ from factory.provenance import (
     render_text,
     write_manifest,
 )
-from factory.store import open_store
+from factory.index.store import open_store
 
 from ops_builds import factory_cli, fake_build, manifest_for, planned, publish_build, write_matrix
 

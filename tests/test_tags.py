@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from factory.cell import Cell
+from factory.matrix.cell import Cell
 from factory.errors import WheelError
-from factory.matrix import wheel_filename
+from factory.matrix.load import wheel_filename
 from factory.recipes import get_recipe
-from factory.tags import (
+from factory.matrix.tags import (
     LocalTag,
     cell_from_wheel_filename,
     local_tag,
@@ -21,7 +21,7 @@ from factory.tags import (
     torch_pin,
     variant_of_filename,
 )
-from factory.toolchain import torch_cuda_table
+from factory.toolchain.resolve import torch_cuda_table
 
 FLASH = get_recipe("flash-attn")
 GENERIC = get_recipe("torch-extension")

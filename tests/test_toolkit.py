@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from factory import toolkit
+from factory.toolchain import toolkit
 from factory.errors import ToolchainError
 
 

@@ -20,11 +20,11 @@ from wheel_fixtures import (
     wheelhouse_has_torch,
 )
 
-from factory import verify as verify_mod
+from factory.wheels import verify as verify_mod
 from factory.cli import main
 from factory.errors import EngineError, VerifyError
-from factory.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
-from factory.wheel import analyse_wheel, finalize_wheel
+from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
+from factory.wheels.finalize import analyse_wheel, finalize_wheel
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from factory import wheelhouse as wh
+from factory.toolchain import wheelhouse as wh
 from factory.errors import BuildError, ConfigError
 
 

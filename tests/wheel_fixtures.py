@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from factory.cell import Cell
-from factory.matrix import DEFAULT_SETTINGS, PackageSpec, PlannedCell, plan_cell
+from factory.matrix.cell import Cell
+from factory.matrix.load import DEFAULT_SETTINGS, PackageSpec, PlannedCell, plan_cell
 from factory.recipes import get_recipe
 
 REPO = Path(__file__).resolve().parent.parent
@@ -146,7 +146,7 @@ def example_raw_wheel() -> Path:
         pytest.skip(
             f"torch {TORCH} is not in the wheelhouse {WHEELHOUSE}; cannot build the example"
         )
-    from factory.toolchain import find_system_cuda
+    from factory.toolchain.resolve import find_system_cuda
 
     # A toolkit with headers, checked by nvcc --version: the nvcc on PATH may be a wrapper
     # script whose parent directory is no CUDA_HOME (seen on a fresh clone).

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..matrix import Matrix, default_matrix_path, load_matrix
+from factory.matrix.load import Matrix, default_matrix_path, load_matrix
 
 
 def add_matrix_arg(parser: argparse.ArgumentParser) -> None:

@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import FactoryError, UsageError
-from ..logger import Log
-from ._common import add_matrix_arg, add_store_arg, matrix_from_args, store_from_args
+from factory.errors import FactoryError, UsageError
+from factory.logger import Log
+from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from packaging.utils import canonicalize_name
 
-    from ..build import BuildOptions, build_cell, build_cells, default_memory
+    from factory.build.pipeline import BuildOptions, build_cell, build_cells, default_memory
 
     for flag in ("max_jobs", "nvcc_threads", "attempts"):
         value = getattr(args, flag)

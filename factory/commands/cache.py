@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from ..errors import BuildError, ConfigError
-from ._common import add_matrix_arg, matrix_from_args, print_json
+from factory.errors import BuildError, ConfigError
+from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,8 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _running_builds() -> list[str]:
     """Build containers that may be writing to the cache right now (none when docker is absent)."""
     try:
-        from ..engine import docker_client
-        from ..runners.docker import LABEL
+        from factory.runners.engine import docker_client
+        from factory.runners.docker import LABEL
 
         client = docker_client(timeout=10)
         return [
@@ -40,14 +40,14 @@ def _running_builds() -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import compile_cache
-    from ..compile_cache import cache_settings, disk_usage, recorded_builds
-    from ..logger import human_bytes
+    from factory.build import compile_cache
+    from factory.build.compile_cache import cache_settings, disk_usage, recorded_builds
+    from factory.logger import human_bytes
 
     matrix = matrix_from_args(args)
     settings = cache_settings(matrix.settings, root=matrix.root, store=args.store)
     if args.action in ("pull", "push"):
-        from .. import remote_cache
+        from factory.build import remote_cache
 
         if settings.remote is None:
             raise ConfigError(

@@ -10,8 +10,8 @@ import argparse
 import os
 from pathlib import Path
 
-from ..doctor import NO_FIT_EXIT, diagnose, read_host, render_text
-from ._common import print_json
+from factory.hosts.doctor import NO_FIT_EXIT, diagnose, read_host, render_text
+from factory.commands._common import print_json
 
 INDEX_ENV = "FACTORY_INDEX_URL"
 

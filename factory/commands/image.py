@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ..images import DEFAULT_BASE_IMAGE, ensure_base_image
+from factory.toolchain.images import DEFAULT_BASE_IMAGE, ensure_base_image
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _work_dir() -> Path:
-    from ..matrix import DEFAULT_SETTINGS, default_matrix_path, load_matrix
+    from factory.matrix.load import DEFAULT_SETTINGS, default_matrix_path, load_matrix
 
     try:
         m = load_matrix(default_matrix_path())

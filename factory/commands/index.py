@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import IndexError_
-from ._common import add_store_arg, print_json, store_from_args
+from factory.errors import IndexError_
+from factory.commands._common import add_store_arg, print_json, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,8 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..index import rebuild_index, verify_index
-    from ..store import open_store
+    from factory.index import rebuild_index, verify_index
+    from factory.index.store import open_store
 
     store = open_store(store_from_args(args))
     if args.action == "rebuild":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
+from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         want = {canonicalize_name(p) for p in args.package}
         cells = [c for c in cells if c.cell.package in want]
     if args.missing:
-        from ..store import open_store
+        from factory.index.store import open_store
 
         store = open_store(store_from_args(args))
         published = store.published_content_keys()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..budget import format_size, parse_size
-from ..errors import UsageError
-from ..build import load_history
-from ..memory_model import HISTORY_ENV
-from ..planner import plan_build
-from ._common import add_matrix_arg, matrix_from_args, print_json
+from factory.planning.budget import format_size, parse_size
+from factory.errors import UsageError
+from factory.build.pipeline import load_history
+from factory.planning.memory_model import HISTORY_ENV
+from factory.planning.planner import plan_build
+from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._common import add_store_arg, print_json, store_from_args
+from factory.commands._common import add_store_arg, print_json, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -21,8 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..publish import publish
-    from ..store import open_store
+    from factory.index.publish import publish
+    from factory.index.store import open_store
 
     store = open_store(store_from_args(args))
     report = publish(store, args.wheels)

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
+from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -34,13 +34,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..build import default_memory
-    from ..request import request, request_cell
+    from factory.build.pipeline import default_memory
+    from factory.hosts.request import request, request_cell
 
     cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch, python=args.python)
     matrix = matrix_from_args(args)
     if args.print_cell:
-        from ..ci import runner_label
+        from factory.ci import runner_label
 
         pc = matrix.find(cell.id)  # validates the cell against the recipe and the torch/CUDA table
         if args.json:

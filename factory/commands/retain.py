@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_store_arg, print_json, store_from_args
+from factory.commands._common import add_store_arg, print_json, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -18,8 +18,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..retention import KEEP, retain
-    from ..store import open_store
+    from factory.index.retention import KEEP, retain
+    from factory.index.store import open_store
 
     store = open_store(store_from_args(args))
     actions, counts = retain(store, keep=args.keep, force=args.force, dry_run=args.dry_run)

@@ -6,8 +6,8 @@ import argparse
 import logging
 from pathlib import Path
 
-from ..errors import UsageError
-from ._common import add_store_arg, store_from_args
+from factory.errors import UsageError
+from factory.commands._common import add_store_arg, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +30,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..index import rebuild_index
-    from ..server import ServerConfig, make_server
+    from factory.index import rebuild_index
+    from factory.index.server import ServerConfig, make_server
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be 0-65535 (0: any free port), not {args.port}")
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         )
     root = Path(spec)
     if not (root / "simple").is_dir():
-        from ..store import open_store
+        from factory.index.store import open_store
 
         rebuild_index(open_store(spec))  # an empty or never-indexed store still gets its pages
     server = make_server(

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import CellError, WheelError
-from ..provenance import SUFFIX, Manifest, published_builds, read_manifest, render_text
-from ._common import add_store_arg, print_json, store_from_args
+from factory.errors import CellError, WheelError
+from factory.wheels.provenance import SUFFIX, Manifest, published_builds, read_manifest, render_text
+from factory.commands._common import add_store_arg, print_json, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def _from_file(path: Path) -> Manifest | None:
 def _lookup(args: argparse.Namespace) -> list[tuple[Manifest, str | None]]:
     from packaging.utils import parse_wheel_filename
 
-    from ..store import open_store
+    from factory.index.store import open_store
 
     target = str(args.target)
     local = _from_file(Path(target))
@@ -58,7 +58,7 @@ def _lookup(args: argparse.Namespace) -> list[tuple[Manifest, str | None]]:
             )
         return [(b.manifest, b.yanked) for b in builds]
 
-    from ..cell import Cell
+    from factory.matrix.cell import Cell
 
     cell = Cell.from_id(target)  # raises CellError with the id format as a tip
     builds = [

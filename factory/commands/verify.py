@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError, VerifyError
-from ..matrix import Matrix, PlannedCell, default_matrix_path, load_matrix
-from ..verify import VerifyReport, verify_wheel
-from ._common import print_json
+from factory.errors import ConfigError, VerifyError
+from factory.matrix.load import Matrix, PlannedCell, default_matrix_path, load_matrix
+from factory.wheels.verify import VerifyReport, verify_wheel
+from factory.commands._common import print_json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

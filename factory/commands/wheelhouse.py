@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ._common import add_matrix_arg, matrix_from_args
+from factory.commands._common import add_matrix_arg, matrix_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..wheelhouse import build_requirements, prepare_wheelhouse
+    from factory.toolchain.wheelhouse import build_requirements, prepare_wheelhouse
 
     matrix = matrix_from_args(args)
     pc = matrix.find(args.cell)

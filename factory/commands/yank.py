@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_store_arg, store_from_args
+from factory.commands._common import add_store_arg, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -14,8 +14,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..publish import yank
-    from ..store import open_store
+    from factory.index.publish import yank
+    from factory.index.store import open_store
 
     store = open_store(store_from_args(args))
     if yank(store, args.filename, args.reason):

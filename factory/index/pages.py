@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
-from ..store.base import FILES, WheelEntry
+from factory.index.store.base import FILES, WheelEntry
 
 API_VERSION = "1.1"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"

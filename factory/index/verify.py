@@ -15,8 +15,8 @@ from collections import defaultdict
 from html.parser import HTMLParser
 from urllib.parse import unquote, urljoin
 
-from ..store.base import FILES, METADATA_SUFFIX, Store
-from . import pages
+from factory.index.store.base import FILES, METADATA_SUFFIX, Store
+from factory.index import pages
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

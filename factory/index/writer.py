@@ -15,9 +15,9 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from ..errors import ConflictError
-from ..store.base import Store, WheelEntry
-from . import pages
+from factory.errors import ConflictError
+from factory.index.store.base import Store, WheelEntry
+from factory.index import pages
 
 _MAX_ATTEMPTS = 200
 
@@ -138,7 +138,7 @@ class RebuildReport:
 
 def rebuild_index(store: Store) -> RebuildReport:
     """Regenerate every page from the store listing (no wheel is re-hashed)."""
-    from ..publish import commit_stored_wheel
+    from factory.index.publish import commit_stored_wheel
 
     started = time.perf_counter()
     completed = tuple(commit_stored_wheel(store, key) for key in store.uncommitted_wheels())

@@ -5,10 +5,10 @@ Adding a package is adding a module here and a line in ``RECIPES``; the pipeline
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-from .base import Recipe, SourceFix
-from .flash_attn import RECIPE as FLASH_ATTN
-from .torch_extension import RECIPE as TORCH_EXTENSION
+from factory.errors import ConfigError
+from factory.recipes.base import Recipe, SourceFix
+from factory.recipes.flash_attn import RECIPE as FLASH_ATTN
+from factory.recipes.torch_extension import RECIPE as TORCH_EXTENSION
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (FLASH_ATTN, TORCH_EXTENSION)}
 

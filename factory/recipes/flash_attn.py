@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..cell import Cell
-from .base import Recipe, SourceFix
+from factory.matrix.cell import Cell
+from factory.recipes.base import Recipe, SourceFix
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

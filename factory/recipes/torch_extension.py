@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..cell import Cell, arch_cc
-from .base import Recipe
+from factory.matrix.cell import Cell, arch_cc
+from factory.recipes.base import Recipe
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UsageError
-from .base import INSIDE, BuildJob, Runner, RunResult
+from factory.errors import UsageError
+from factory.runners.base import INSIDE, BuildJob, Runner, RunResult
 
 RUNNERS = ("docker", "local", "cibuildwheel")
 
@@ -13,15 +13,15 @@ RUNNERS = ("docker", "local", "cibuildwheel")
 def get_runner(name: str, **options: Any) -> Runner:
     """A runner by name; ``options`` go to its constructor (e.g. local: uncapped=True, mode=...)."""
     if name == "docker":
-        from .docker import DockerRunner
+        from factory.runners.docker import DockerRunner
 
         return DockerRunner(**options)
     if name == "local":
-        from .local import LocalRunner
+        from factory.runners.local import LocalRunner
 
         return LocalRunner(**options)
     if name == "cibuildwheel":
-        from .cibuildwheel import CibuildwheelRunner
+        from factory.runners.cibuildwheel import CibuildwheelRunner
 
         return CibuildwheelRunner(**options)
     raise UsageError(f"unknown runner {name!r}; known: {', '.join(RUNNERS)}")

@@ -21,9 +21,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..compile_cache import SCCACHE_SUBDIR
-from ..process import run_command
-from .base import BuildJob, LineCallback, RunResult
+from factory.build.compile_cache import SCCACHE_SUBDIR
+from factory.process import run_command
+from factory.runners.base import BuildJob, LineCallback, RunResult
 
 DEFAULT_IMAGE = "quay.io/pypa/manylinux_2_28_x86_64"
 WHEELHOUSE = "/factory/wheelhouse"

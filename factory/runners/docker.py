@@ -28,10 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..compile_cache import inside_config
-from ..engine import docker_client, image_exists
-from ..errors import EngineError
-from .base import (
+from factory.build.compile_cache import inside_config
+from factory.runners.engine import docker_client, image_exists
+from factory.errors import EngineError
+from factory.runners.base import (
     INSIDE,
     BuildJob,
     LineCallback,
@@ -41,9 +41,9 @@ from .base import (
     result_from_report,
 )
 
-LABEL = "factory.build"
+LABEL = "factory.build.pipeline"
 OWNER_LABEL = "factory.owner"
-CELL_LABEL = "factory.cell"
+CELL_LABEL = "factory.matrix.cell"
 KEEP_ENV = "FACTORY_KEEP_CONTAINER"
 INSIDE_SCRIPT = Path(__file__).with_name("inside.py")
 
@@ -111,7 +111,7 @@ def _default_python(image: str, python: str) -> str:
     if "manylinux" in image or "musllinux" in image:
         tag = "cp" + python.replace(".", "")
         return f"/opt/python/{tag}-{tag}/bin/python"
-    # python3.X, not python3: an image with a second interpreter (see factory.python_image)
+    # python3.X, not python3: an image with a second interpreter (see factory.toolchain.python_image)
     # must build the cell's Python, and an image without it must fail, not build another.
     return f"python{python}"
 

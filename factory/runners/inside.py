@@ -375,7 +375,7 @@ def _sccache_stats(sccache: str, env: dict[str, str]) -> dict[str, Any]:
         "sccache_hits": hits,
         "sccache_misses": misses,
         "compile_requests": total("compile_requests"),
-        "sccache": doc,  # the whole document: factory.compile_cache parses it per step
+        "sccache": doc,  # the whole document: factory.build.compile_cache parses it per step
     }
 
 
@@ -522,7 +522,7 @@ def main(argv: list[str]) -> int:
             # torch's cpp_extension takes PYTORCH_NVCC verbatim as the ninja nvcc command;
             # newer torch also puts sccache in front of the C++ compiler when it is on PATH.
             extra["PYTORCH_NVCC"] = f"{sccache} {nvcc}"
-            # factory.compile_cache: the size bound, and compiler wrappers (nvcc, C++) that spell
+            # factory.build.compile_cache: the size bound, and compiler wrappers (nvcc, C++) that spell
             # paths the same for every Python version (so cp311 and cp313 share objects).
             sccache_env.update(cache.get("env", {}))
             extra.update(cache.get("env", {}))

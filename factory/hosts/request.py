@@ -1,0 +1,169 @@
+"""One-off requests: find a cell's wheel in the store by content key, or build and publish it,
+then give the exact install line.
+
+The store answers "already built" from the provenance manifests (their ``content_key``), so a
+request for a published cell costs one listing and no compile. A missing cell goes through the
+same build as the nightly matrix (``factory.build.pipeline.build_cells``) with publishing on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from factory.matrix.cell import Cell, parse_arch
+from factory.errors import BuildError, StoreError, ToolchainError, UsageError
+from factory.matrix.load import Matrix, PlannedCell
+from factory.wheels.provenance import PublishedBuild, published_builds
+
+INDEX_URL_ENV = "FACTORY_INDEX_URL"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RequestResult:
+    cell_id: str
+    content_key: str
+    wheel: str
+    variant: str
+    built: bool  # False: it was already published
+    install: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """'flash-attn==2.8.3.post2' -> ('flash-attn', '2.8.3.post2'); exactly one pinned version."""
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement:
+        raise UsageError(f"cannot read the request {spec!r}", tip="write it like flash-attn==2.8.3.post2") from None
+    specs = list(req.specifier)
+    if len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
+        raise UsageError(f"{spec!r} must pin exactly one version with ==",
+                         tip="a request builds one cell: write it like flash-attn==2.8.3.post2")
+    if req.extras or req.marker or req.url:
+        raise UsageError(f"{spec!r}: extras, markers and URLs have no meaning for a build request")
+    return canonicalize_name(req.name), specs[0].version
+
+
+def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], python: str) -> Cell:
+    package, version = parse_spec(spec)
+    sms: set[int] = set()
+    for a in archs:
+        for part in str(a).replace(";", ",").split(","):
+            if part.strip():
+                sms.add(parse_arch(part))
+    if not sms:
+        raise UsageError("--arch needs at least one GPU arch, e.g. --arch 10.0")
+    return Cell(package=package, version=version, torch=torch, cuda=cuda, archs=tuple(sorted(sms)), python=python)
+
+
+def index_url_for(store_spec: str, index_url: str | None) -> str:
+    """Where hosts install from. A local store holds its own pages, so it can be a file:// URL;
+    an S3 store is served through some URL only the operator knows."""
+    url = index_url or os.environ.get(INDEX_URL_ENV)
+    if url:
+        return url.rstrip("/")
+    if store_spec.startswith("s3://"):
+        raise UsageError(
+            f"the install line needs the URL hosts reach {store_spec} through",
+            tip=f"pass --index-url https://... or set {INDEX_URL_ENV}",
+        )
+    return Path(store_spec).resolve().as_uri()
+
+
+def install_line(index_url: str, variant: str, wheel: str) -> str:
+    from packaging.utils import parse_wheel_filename
+
+    name, version, _, _ = parse_wheel_filename(wheel)
+    # The full version with its local tag: '==2.8.3.post2' alone would accept any variant.
+    return f"pip install --extra-index-url {index_url}/{variant}/simple/ {canonicalize_name(name)}=={version}"
+
+
+def find_published(store: Any, pc: PlannedCell) -> PublishedBuild | None:
+    """The newest installable build with the cell's content key; StoreError if all are yanked."""
+    same = [b for b in published_builds(store, pc.cell.package) if b.manifest.content_key == pc.content_key]
+    live = [b for b in same if b.yanked is None]
+    if live:
+        return live[-1]  # published_builds is oldest first
+    if same:
+        b = same[-1]
+        raise StoreError(
+            f"{b.manifest.wheel} (the build of {pc.cell.id}) is yanked: {b.yanked or 'no reason given'}",
+            tip="pip still installs it with an exact == pin; publish a fixed build under a new recipe revision",
+        )
+    return None
+
+
+def check_buildable_here(pc: PlannedCell, runner: str) -> None:
+    """Fail before any work when the cell's toolkit lives in a builder image this host lacks
+    (CUDA 12.x: NVIDIA's PyPI wheels for 12.x ship no nvcc)."""
+    image = pc.toolchain.image
+    if pc.toolchain.nvcc_source != "image" or image is None:
+        return
+    reason = None
+    if runner != "docker":
+        reason = f"the {runner} runner cannot use a builder image"
+    else:
+        from factory.runners.engine import docker_client, image_exists
+        from factory.errors import EngineError
+
+        try:
+            if not image_exists(docker_client(timeout=30), image):
+                reason = f"this host has no {image} image"
+        except EngineError as exc:
+            reason = exc.message
+    if reason:
+        raise ToolchainError(
+            f"{pc.cell.id} needs the CUDA {pc.toolchain.cuda} builder image {image} ({reason})",
+            tip="build that cell on a builder with the CUDA image, or request a CUDA 13.x cell",
+        )
+
+
+BuildFn = Callable[..., Any]
+
+
+def request(
+    cell: Cell,
+    *,
+    matrix: Matrix,
+    store_spec: str,
+    index_url: str | None,
+    runner: str,
+    memory: int | None,
+    out_dir: Path | None,
+    build: BuildFn | None = None,
+    log: Any = None,
+) -> RequestResult:
+    from factory.index.store import open_store
+
+    url = index_url_for(store_spec, index_url)  # before any work: an S3 store needs --index-url
+    pc = matrix.find(cell.id)
+    store = open_store(store_spec)
+    found = find_published(store, pc)
+    if found is not None:
+        return RequestResult(cell_id=pc.cell.id, content_key=pc.content_key, wheel=found.manifest.wheel,
+                             variant=pc.cell.variant, built=False,
+                             install=install_line(url, pc.cell.variant, found.manifest.wheel))
+    check_buildable_here(pc, runner)
+    from factory.build.pipeline import BuildOptions
+
+    if build is None:
+        from factory.build.pipeline import build_cells as build
+    opts = BuildOptions(runner=runner, memory=memory, out_dir=out_dir or Path("dist"), store=store_spec,
+                        publish=True)
+    build([pc], matrix=matrix, opts=opts, log=log)
+    found = find_published(store, pc)
+    if found is None:
+        raise BuildError(f"{pc.cell.id} was built but no build with content key {pc.content_key} "
+                         f"is in {store.url}")
+    return RequestResult(cell_id=pc.cell.id, content_key=pc.content_key, wheel=found.manifest.wheel,
+                         variant=pc.cell.variant, built=True,
+                         install=install_line(url, pc.cell.variant, found.manifest.wheel))

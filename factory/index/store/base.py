@@ -1,0 +1,212 @@
+"""The Store: where wheels and their side files live, and where the index pages are written.
+
+Two kinds of object share one key space:
+
+* files under ``files/<project>/``: a wheel, its PEP 658 ``.metadata``, its provenance
+  manifest, an ``.entry.json`` written last (the index entry: hashes and metadata the pages
+  need, so a rebuild never re-hashes a wheel) and an optional ``.yank.json``. All of them are
+  created once with an exclusive write and never changed.
+* index pages (``simple/...``, ``<variant>/simple/...``, ``index.html``): derived, rewritten
+  with compare-and-swap so concurrent publishers never drop each other's wheels.
+
+A backend implements the few primitives of ``Store``; ``StoreBase`` builds the wheel-level
+reads on top of them so both backends answer them the same way.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import json
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from factory.errors import StoreError
+
+FILES = "files"
+ENTRY_SUFFIX = ".entry.json"
+YANK_SUFFIX = ".yank.json"
+METADATA_SUFFIX = ".metadata"
+PROVENANCE_SUFFIX = ".provenance.json"
+
+# One path segment: no separators, no dot-only names, nothing a URL or shell would reinterpret.
+_SEGMENT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]{0,254}$")
+
+
+def check_key(key: str) -> str:
+    """Refuse keys that could escape the store root or mean two things."""
+    parts = key.split("/")
+    if not key or any(not _SEGMENT_RE.match(p) or p in {".", ".."} for p in parts):
+        raise StoreError(f"unsafe store key {key!r}")
+    return key
+
+
+def file_key(project: str, filename: str, suffix: str = "") -> str:
+    return check_key(f"{FILES}/{project}/{filename}{suffix}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoreObject:
+    key: str
+    size: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WheelEntry:
+    """What the index needs to know about one published wheel (``<wheel>.entry.json``)."""
+
+    filename: str
+    project: str  # canonical name
+    version: str
+    sha256: str
+    size: int
+    metadata_sha256: str
+    requires_python: str | None
+    variant: str | None  # 'cu130-torch2.14', None for untagged wheels
+    uploaded: str  # ISO 8601 UTC
+    yanked: str | None = None  # the reason ('' is allowed by PEP 592), None if not yanked
+
+    @property
+    def key(self) -> str:
+        return file_key(self.project, self.filename)
+
+    def to_json(self) -> bytes:
+        d = dataclasses.asdict(self)
+        d.pop("yanked")  # the yank lives in its own file: entries never change
+        d["dist_version"] = d.pop("version")  # "version" is the format's own version
+        return json.dumps({"version": 1, **d}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, *, yanked: str | None = None) -> WheelEntry:
+        try:
+            d = json.loads(data)
+            if d.pop("version") != 1:
+                raise ValueError("unknown entry format version")
+            d["version"] = d.pop("dist_version")
+            return cls(**d, yanked=yanked)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise StoreError(f"corrupt index entry: {exc}") from None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The primitives a backend provides, plus the wheel-level reads of ``StoreBase``."""
+
+    url: str
+
+    def read(self, key: str) -> bytes | None:
+        """The object's bytes, or None when it does not exist."""
+
+    def read_with_token(self, key: str) -> tuple[bytes | None, str | None]:
+        """Bytes and version token (both None when absent), for a later ``put_if``."""
+
+    def put_new(self, key: str, data: bytes | Path) -> bool:
+        """Create the object only if absent (exclusive); False when it already exists."""
+
+    def put_if(self, key: str, data: bytes, token: str | None, *, content_type: str) -> bool:
+        """Compare-and-swap: write only if the current token is ``token`` (None: absent)."""
+
+    def delete(self, key: str) -> None: ...
+
+    def list(self, prefix: str, *, sizes: bool = True) -> Iterator[StoreObject]:
+        """Every object whose key starts with ``prefix``, in no particular order.
+
+        ``sizes=False`` lets a backend report size 0 where sizes cost extra (a stat each)."""
+
+    def read_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]: ...
+
+    def page_objects(self) -> builtins.list[StoreObject]: ...
+
+    def uncommitted_wheels(self) -> builtins.list[str]: ...
+
+    def published_content_keys(self) -> set[str]: ...
+
+    def wheels(self, project: str | None = None) -> builtins.list[WheelEntry]: ...
+
+
+class StoreBase:
+    """Wheel-level reads shared by the backends; they only need the primitives."""
+
+    url: str
+
+    # primitives, provided by the backend
+    def read(self, key: str) -> bytes | None:
+        raise NotImplementedError
+
+    def list(self, prefix: str, *, sizes: bool = True) -> Iterator[StoreObject]:
+        raise NotImplementedError
+
+    def read_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]:
+        """``read`` for many keys, in order; parallel where reads are round trips (S3)."""
+        return self._read_many(keys)
+
+    def _read_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]:
+        return [self.read(k) for k in keys]
+
+    def page_objects(self) -> builtins.list[StoreObject]:
+        """Every object that is not under ``files/``: the index pages."""
+        return [o for o in self.list("") if not o.key.startswith(f"{FILES}/")]
+
+    def wheels(self, project: str | None = None) -> builtins.list[WheelEntry]:
+        """Every committed wheel (its entry written), with yank state, sorted by filename."""
+        prefix = f"{FILES}/{project}/" if project else f"{FILES}/"
+        entry_keys: builtins.list[str] = []
+        yank_keys: builtins.list[str] = []
+        for obj in self.list(prefix, sizes=False):
+            if obj.key.endswith(ENTRY_SUFFIX):
+                entry_keys.append(obj.key)
+            elif obj.key.endswith(YANK_SUFFIX):
+                yank_keys.append(obj.key)
+        yanks: dict[str, str] = {}
+        for key, data in zip(yank_keys, self._read_many(yank_keys), strict=True):
+            if data is not None:
+                yanks[key[: -len(YANK_SUFFIX)]] = str(json.loads(data).get("reason", ""))
+        entries = []
+        for key, data in zip(entry_keys, self._read_many(entry_keys), strict=True):
+            if data is not None:
+                entries.append(
+                    WheelEntry.from_json(data, yanked=yanks.get(key[: -len(ENTRY_SUFFIX)]))
+                )
+        entries.sort(key=lambda e: e.filename)
+        return entries
+
+    def uncommitted_wheels(self) -> builtins.list[str]:
+        """Keys of wheels whose entry is missing: a publisher stopped between upload and commit."""
+        wheels, entries = set(), set()
+        for obj in self.list(f"{FILES}/", sizes=False):
+            if obj.key.endswith(".whl"):
+                wheels.add(obj.key)
+            elif obj.key.endswith(ENTRY_SUFFIX):
+                entries.add(obj.key[: -len(ENTRY_SUFFIX)])
+        return sorted(wheels - entries)
+
+    def published_content_keys(self) -> set[str]:
+        """The ``content_key`` of every provenance manifest whose wheel is in the store."""
+        keys = [o.key for o in self.list(f"{FILES}/", sizes=False)]
+        present = set(keys)
+        manifests = [
+            k
+            for k in keys
+            if k.endswith(PROVENANCE_SUFFIX) and k[: -len(PROVENANCE_SUFFIX)] in present
+        ]
+        out: set[str] = set()
+        for key, data in zip(manifests, self._read_many(manifests), strict=True):
+            try:
+                value = json.loads(data or b"{}").get("content_key")
+            except (ValueError, AttributeError):
+                raise StoreError(f"corrupt provenance manifest {key}") from None
+            if isinstance(value, str) and value:
+                out.add(value)
+        return out
+
+
+def parallel_reads(
+    store: StoreBase, keys: builtins.list[str], workers: int = 16
+) -> builtins.list[bytes | None]:
+    if len(keys) < 2:
+        return [store.read(k) for k in keys]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(store.read, keys))

@@ -1,0 +1,156 @@
+"""The store in S3 or any S3-compatible service (boto3).
+
+``FACTORY_S3_ENDPOINT_URL`` points boto3 at a non-AWS endpoint; credentials and region come
+from the standard AWS variables and files. Exclusive create is ``PutObject`` with
+``If-None-Match: *`` and compare-and-swap is ``If-Match: <ETag>`` (S3 conditional writes,
+available since 2024), so no lock object is needed and a dead publisher cannot leave one behind.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from factory.errors import StoreError
+from factory.index.store.base import StoreBase, StoreObject, check_key, parallel_reads
+
+ENDPOINT_ENV = "FACTORY_S3_ENDPOINT_URL"
+
+
+def error_code(exc: Exception) -> str:
+    """The S3 error code of a botocore ClientError ('' for other errors)."""
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: Exception) -> int:
+    response = getattr(exc, "response", None) or {}
+    return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def s3_client(
+    *, endpoint: str | None = None, region: str | None = None, max_attempts: int = 8, **config: Any
+) -> Any:
+    """A boto3 S3 client. The endpoint and region default to what the environment says
+    (``FACTORY_S3_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, else us-east-1);
+    ``config`` adds botocore settings (timeouts)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint or os.environ.get(ENDPOINT_ENV) or None,
+        region_name=region
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or "us-east-1",
+        config=Config(
+            retries={"max_attempts": max_attempts, "mode": "standard"},
+            max_pool_connections=32,
+            **config,
+        ),
+    )
+
+
+class S3Store(StoreBase):
+    def __init__(self, bucket: str, prefix: str = "", *, client: Any = None) -> None:
+        if not bucket:
+            raise StoreError("an S3 store needs a bucket: s3://bucket/prefix")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.client = client if client is not None else s3_client()
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.url!r})"
+
+    def _k(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _fail(self, what: str, key: str, exc: Exception) -> StoreError:
+        return StoreError(f"S3 {what} {self.url}/{key} failed: {error_code(exc) or type(exc).__name__}")
+
+    # -- reads --------------------------------------------------------------------------------
+    def read_with_token(self, key: str) -> tuple[bytes | None, str | None]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self._k(key))
+            return response["Body"].read(), str(response["ETag"])
+        except ClientError as exc:
+            if error_code(exc) in {"NoSuchKey", "404", "NotFound"}:
+                return None, None
+            raise self._fail("read of", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("read of", key, exc) from None
+
+    def read(self, key: str) -> bytes | None:
+        return self.read_with_token(key)[0]
+
+    def _read_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]:
+        return parallel_reads(self, keys)
+
+    def list(self, prefix: str, *, sizes: bool = True) -> Iterator[StoreObject]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=full
+            )
+            for page in pages:
+                for obj in page.get("Contents", ()):
+                    yield StoreObject(key=obj["Key"][cut:], size=int(obj["Size"]))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("listing of", prefix, exc) from None
+
+    # -- writes -------------------------------------------------------------------------------
+    def _put(self, key: str, body: Any, content_type: str, **conditions: str) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=self._k(key),
+                Body=body,
+                ContentType=content_type,
+                **conditions,
+            )
+            return True
+        except ClientError as exc:
+            # 412: the condition failed; 409: another conditional write to the key was in flight.
+            if _status(exc) in {409, 412} or error_code(exc) in {
+                "PreconditionFailed",
+                "ConditionalRequestConflict",
+            }:
+                return False
+            raise self._fail("write of", key, exc) from None
+        except BotoCoreError as exc:
+            raise self._fail("write of", key, exc) from None
+
+    def put_new(self, key: str, data: bytes | Path) -> bool:
+        content_type = "application/octet-stream"
+        if isinstance(data, Path):
+            with open(data, "rb") as body:
+                return self._put(key, body, content_type, IfNoneMatch="*")
+        return self._put(key, data, content_type, IfNoneMatch="*")
+
+    def put_if(
+        self, key: str, data: bytes, token: str | None, *, content_type: str = "text/html"
+    ) -> bool:
+        if token is None:
+            return self._put(key, data, content_type, IfNoneMatch="*")
+        return self._put(key, data, content_type, IfMatch=token)
+
+    def delete(self, key: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("delete of", key, exc) from None

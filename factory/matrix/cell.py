@@ -1,0 +1,166 @@
+"""A Cell: one (package, version, torch, CUDA, arch set, Python) combination.
+
+The cell id is human-readable and parseable back (``Cell.from_id``); the content key hashes the
+values plus the recipe revision and decides "already built".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from factory.errors import CellError
+
+_ARCH_RE = re.compile(r"^(?:sm_?)?(\d{1,3})(?:\.(\d))?$")
+
+
+def parse_arch(text: str) -> int:
+    """'10.0' / '100' / 'sm_100' / 'sm100' -> 100; '9.0' -> 90; '8.6' -> 86."""
+    t = str(text).strip().lower()
+    m = _ARCH_RE.match(t)
+    if not m:
+        raise CellError(f"unparseable GPU arch {text!r}: use compute capability like '10.0' or 'sm_100'")
+    major, minor = m.group(1), m.group(2)
+    if minor is not None:
+        value = int(major) * 10 + int(minor)
+    else:
+        value = int(major)
+        if value < 10:  # bare '9' means 9.0
+            value *= 10
+    if not 30 <= value <= 200:
+        raise CellError(f"GPU arch {text!r} is out of range")
+    return value
+
+
+def arch_cc(sm: int) -> str:
+    """100 -> '10.0' (the TORCH_CUDA_ARCH_LIST spelling)."""
+    return f"{sm // 10}.{sm % 10}"
+
+
+def parse_cuda(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d{1,2})\.(\d{1,2})(?:\.\d+)?", str(text).strip())
+    if not m:
+        raise CellError(f"unparseable CUDA version {text!r}: use MAJOR.MINOR like '12.8'")
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_python(text: str) -> tuple[int, int]:
+    t = str(text).strip()
+    m = re.fullmatch(r"(?:cp)?3\.?(\d{1,2})", t)
+    if not m:
+        raise CellError(f"unparseable Python version {text!r}: use '3.12' or 'cp312'")
+    return 3, int(m.group(1))
+
+
+def parse_version(text: str, what: str) -> Version:
+    try:
+        v = Version(str(text))
+    except (InvalidVersion, ValueError):  # ValueError: a number longer than int() accepts
+        raise CellError(f"unparseable {what} version {str(text)[:80]!r}") from None
+    if v.local is not None:
+        raise CellError(f"{what} version {text!r} must not carry a local part (+...)")
+    return v
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, order=True)
+class Cell:
+    package: str  # canonical project name, e.g. "flash-attn"
+    version: str  # package version, e.g. "2.8.3.post2"
+    torch: str  # full torch version, e.g. "2.14.1"
+    cuda: str  # "13.0"
+    archs: tuple[int, ...]  # sorted sm numbers, e.g. (100,)
+    python: str  # "3.11"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "package", canonicalize_name(self.package))
+        parse_version(self.version, self.package)
+        parse_version(self.torch, "torch")
+        maj, mnr = parse_cuda(self.cuda)
+        object.__setattr__(self, "cuda", f"{maj}.{mnr}")
+        _, pmin = parse_python(self.python)
+        object.__setattr__(self, "python", f"3.{pmin}")
+        archs = tuple(sorted({int(a) for a in self.archs}))
+        if not archs:
+            raise CellError("a cell needs at least one GPU arch")
+        object.__setattr__(self, "archs", archs)
+
+    # -- derived values ------------------------------------------------------------------
+    @property
+    def cuda_tuple(self) -> tuple[int, int]:
+        return parse_cuda(self.cuda)
+
+    @property
+    def cuda_tag(self) -> str:
+        """'13.0' -> 'cu130' (PyTorch's spelling)."""
+        maj, mnr = self.cuda_tuple
+        return f"cu{maj}{mnr}"
+
+    @property
+    def torch_minor(self) -> str:
+        v = Version(self.torch)
+        return f"{v.major}.{v.minor}"
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def arch_list(self) -> str:
+        """TORCH_CUDA_ARCH_LIST spelling: '9.0;10.0'."""
+        return ";".join(arch_cc(a) for a in self.archs)
+
+    @property
+    def variant(self) -> str:
+        """The per-variant index name: 'cu130-torch2.14'."""
+        return f"{self.cuda_tag}-torch{self.torch_minor}"
+
+    @property
+    def id(self) -> str:
+        archs = "+".join(f"sm{a}" for a in self.archs)
+        return (
+            f"{self.package}-{self.version}-torch{self.torch}-{self.cuda_tag}-{archs}-{self.python_tag}"
+        )
+
+    @classmethod
+    def from_id(cls, cell_id: str) -> Cell:
+        m = re.fullmatch(
+            r"(?P<pkg>[a-z0-9][a-z0-9._-]*?)-(?P<ver>[0-9][^-]*)-torch(?P<torch>[0-9][^-]*)"
+            r"-cu(?P<cu>\d{2,4})-(?P<archs>sm\d+(?:\+sm\d+)*)-cp3(?P<py>\d{1,2})",
+            cell_id.strip().lower(),
+        )
+        if not m:
+            raise CellError(
+                f"unparseable cell id {cell_id!r}",
+                tip="cell ids look like flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311; "
+                "'factory matrix' lists them",
+            )
+        cu = m.group("cu")
+        return cls(
+            package=m.group("pkg"),
+            version=m.group("ver"),
+            torch=m.group("torch"),
+            cuda=f"{cu[:2]}.{cu[2:]}" if len(cu) >= 3 else f"{cu[0]}.{cu[1]}",
+            archs=tuple(int(a[2:]) for a in m.group("archs").split("+")),
+            python=f"3.{m.group('py')}",
+        )
+
+    def content_key(self, recipe_revision: str) -> str:
+        payload = json.dumps(
+            {**self.as_dict(), "recipe_revision": recipe_revision}, sort_keys=True
+        ).encode()
+        return hashlib.sha256(payload).hexdigest()[:16]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "package": self.package,
+            "version": self.version,
+            "torch": self.torch,
+            "cuda": self.cuda,
+            "archs": list(self.archs),
+            "python": self.python,
+        }

@@ -1,0 +1,164 @@
+"""The local version scheme, and the filename <-> cell round trip.
+
+Scheme: ``<version>+cu{MAJ}{MIN}torch{MAJ}.{MIN}[sm{A}[.{B}...]]``.
+
+* ``cu130`` carries the CUDA major and minor (upstream uses only the major: ``cu12``), so every
+  (torch minor, CUDA major.minor) pair gets its own tag. The CUDA major is always two digits
+  (CUDA 10 and later), which is what keeps ``cu1210`` (12.10) apart from ``cu121`` (12.1).
+* ``sm100`` / ``sm90.100`` is added only when the arch set differs from the recipe's default
+  arch set, so a wheel built with the package's defaults looks like upstream's. The archs are
+  written sorted and without repeats: one arch set has exactly one spelling.
+* Requires-Dist pins ``torch==MAJ.MIN.*``; resolvers use that, not the local tag, to choose.
+
+The tag round-trips: ``parse_local(local_tag(...))`` gives the values back, and
+``cell_from_wheel_filename`` rebuilds the cell (given the package's default arch set; the tag
+holds only the torch minor, so pass the full torch version to get it back exactly).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from factory.errors import CellError, WheelError
+
+if TYPE_CHECKING:
+    from factory.matrix.cell import Cell
+
+_LOCAL_RE = re.compile(
+    r"cu(?P<cu>[1-9]\d)(?P<cumin>\d{1,2})torch(?P<tmaj>\d+)\.(?P<tmin>\d+)"
+    r"(?:sm(?P<archs>\d+(?:\.\d+)*))?"
+)
+_MINOR_RE = re.compile(r"\d+\.\d+")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LocalTag:
+    cuda: str  # "13.0"
+    torch_minor: str  # "2.14"
+    archs: tuple[int, ...] | None  # None: the package's default arch set
+
+    @property
+    def variant(self) -> str:
+        maj, mnr = self.cuda.split(".")
+        return f"cu{maj}{mnr}-torch{self.torch_minor}"
+
+
+def local_tag(
+    *, cuda: str, torch_minor: str, archs: Iterable[int], default_archs: Iterable[int] | None
+) -> str:
+    m = re.fullmatch(r"(\d+)\.(\d+)", cuda)
+    if not m or not (10 <= int(m.group(1)) <= 99 and int(m.group(2)) <= 99):
+        # A one-digit major would make 'cu920' mean both 9.20 and 92.0.
+        raise WheelError(f"CUDA {cuda!r} cannot be tagged: the scheme needs CUDA 10.0 to 99.99")
+    if not _MINOR_RE.fullmatch(torch_minor):
+        raise WheelError(f"torch minor {torch_minor!r} must look like '2.14' (no patch level)")
+    archs_t = tuple(sorted(set(archs)))
+    if not archs_t:
+        raise WheelError("cannot tag a wheel with an empty arch set")
+    tag = f"cu{int(m.group(1))}{int(m.group(2))}torch{_canonical_minor(torch_minor)}"
+    if default_archs is None or archs_t != tuple(sorted(set(default_archs))):
+        tag += "sm" + ".".join(str(a) for a in archs_t)
+    return tag
+
+
+def _canonical_minor(torch_minor: str) -> str:
+    # '2.014' would be normalised to '2.14' by packaging; write it the way it will read back.
+    maj, mnr = torch_minor.split(".")
+    return f"{int(maj)}.{int(mnr)}"
+
+
+def parse_local(local: str) -> LocalTag:
+    m = _LOCAL_RE.fullmatch(local.lower())
+    if not m:
+        raise WheelError(
+            f"local version {local!r} is not a factory tag (expected cuXYtorchA.B[smN])"
+        )
+    archs: tuple[int, ...] | None = None
+    if m.group("archs"):
+        archs = tuple(int(a) for a in m.group("archs").split("."))
+        if archs != tuple(sorted(set(archs))):
+            raise WheelError(f"local version {local!r}: the archs must be sorted, without repeats")
+    return LocalTag(
+        cuda=f"{int(m.group('cu'))}.{int(m.group('cumin'))}",
+        torch_minor=f"{int(m.group('tmaj'))}.{int(m.group('tmin'))}",
+        archs=archs,
+    )
+
+
+def torch_pin(torch_minor: str) -> str:
+    return f"torch=={torch_minor}.*"
+
+
+def _parse_filename(filename: str):  # type: ignore[no-untyped-def]
+    try:
+        return parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        raise WheelError(f"invalid wheel filename {filename!r}: {exc}") from None
+
+
+def variant_of_filename(filename: str) -> str | None:
+    """'flash_attn-2.8.3+cu130torch2.14sm100-cp311-...whl' -> 'cu130-torch2.14'.
+
+    None when the wheel carries no factory tag."""
+    _, version, _, _ = _parse_filename(filename)
+    if version.local is None:
+        return None
+    try:
+        return parse_local(version.local).variant
+    except WheelError:
+        return None
+
+
+def split_version(version: str) -> tuple[str, str | None]:
+    v = Version(version)
+    return v.public, v.local
+
+
+def cell_from_wheel_filename(
+    filename: str, default_archs: Iterable[int] | None = None, *, torch: str | None = None
+) -> Cell:
+    """Rebuild the Cell a wheel was built from. Raises WheelError if the name carries no tag.
+
+    The tag holds only the torch minor; ``torch`` (the full version, e.g. from provenance)
+    restores the patch level, else it reads as ``MAJ.MIN.0``.
+    """
+    from factory.matrix.cell import Cell
+
+    name, version, _, tags = _parse_filename(filename)
+    if version.local is None:
+        raise WheelError(f"{filename}: no local version tag, not a factory wheel")
+    lt = parse_local(version.local)
+    archs = lt.archs if lt.archs is not None else tuple(default_archs or ())
+    if not archs:
+        raise WheelError(f"{filename}: arch set not in the tag and no default arch set given")
+    if torch is None:
+        torch = f"{lt.torch_minor}.0"
+    else:
+        try:
+            tv = Version(torch)
+        except InvalidVersion:
+            raise WheelError(f"unparseable torch version {torch!r}") from None
+        if f"{tv.major}.{tv.minor}" != lt.torch_minor:
+            raise WheelError(f"{filename}: tagged for torch {lt.torch_minor}, not torch {torch}")
+    interps = sorted({t.interpreter for t in tags})
+    if len(interps) != 1 or not re.fullmatch(r"cp3\d+", interps[0]):
+        raise WheelError(
+            f"{filename}: expected one CPython tag like cp311, got {'.'.join(interps)}"
+        )
+    try:
+        return Cell(
+            package=str(name),
+            version=version.public,
+            torch=torch,
+            cuda=lt.cuda,
+            archs=archs,
+            python=f"3.{interps[0][3:]}",
+        )
+    except CellError as exc:
+        raise WheelError(f"{filename}: {exc.message}") from None

@@ -1,0 +1,561 @@
+"""Per-job memory and per-object compile times, learned from builds and kept in a history file.
+
+Memory is keyed by (package, version, CUDA major.minor, archs compiled concurrently per job,
+NVCC_THREADS). "Concurrently" is min(NVCC_THREADS, archs): nvcc --threads compiles that many
+archs of one file at once, and each costs about a whole compiler's memory (FIELD-NOTES s.3:
+~4.5 GB per concurrently compiling arch). A key nobody measured falls back to less specific
+keys, then to the recipe's per-arch default, and says which one it used.
+
+Every figure is a PEAK: memory per job swings widely within a build and a plan sized on the
+mean is OOM-killed at the first coincidence of heavy kernels. A record keeps the last few
+observed peaks and answers with their maximum, so one bad measurement ages out but a
+lighter build never talks the model below what it has recently seen.
+
+The history is one JSON document, ``"version": 1``. The project ships defaults
+(``factory/data/memory_history.json``); ``FACTORY_MEMORY_HISTORY`` or a path argument points
+at another file (e.g. on a share, for several builders), which overlays the shipped one.
+Writes are atomic (temp file + os.replace) under an advisory lock, so builders sharing the
+file do not lose each other's records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import fcntl
+import importlib.resources
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from factory.planning.budget import format_size
+from factory.matrix.cell import Cell
+from factory.errors import ConfigError
+
+if TYPE_CHECKING:
+    from factory.matrix.load import PlannedCell
+
+HISTORY_ENV = "FACTORY_MEMORY_HISTORY"
+HISTORY_VERSION = 1
+RECENT_PEAKS = 5  # peaks remembered per key; the estimate is their maximum
+# An estimate borrowed from another version, CUDA or arch count gets this much on top:
+# kernels and compilers change between releases, and an OOM costs more than one job less.
+INFERRED_MARGIN = 0.10
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, order=True)
+class ModelKey:
+    package: str
+    version: str
+    cuda: str  # "13.0"
+    concurrent_archs: int  # min(NVCC_THREADS, archs)
+    nvcc_threads: int
+
+    @classmethod
+    def for_cell(cls, cell: Cell, nvcc_threads: int) -> ModelKey:
+        threads = max(1, nvcc_threads)
+        return cls(
+            package=cell.package, version=cell.version, cuda=cell.cuda,
+            concurrent_archs=min(threads, len(cell.archs)), nvcc_threads=threads,
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        return (
+            f"{self.package} {self.version} CUDA {self.cuda}, {self.concurrent_archs} arch(s) "
+            f"at once, {self.nvcc_threads} nvcc thread(s)"
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Estimate:
+    per_job_bytes: int  # a job's peak, taken over all objects (what many jobs average to)
+    source: str  # a sentence: which record or default, and any margin added
+    exact: bool  # measured for exactly this key
+    # The heaviest single object, when one was measured above the per-job peak (flash-attn's
+    # backward hdim256 kernels: 6.7 GiB against 4.2 GiB per job over a whole build); else
+    # per_job_bytes. The planner counts it for the first jobs (factory.planning.planner.predicted_peak).
+    largest_object_bytes: int = 0
+    largest_object_source: str = ""
+
+    @property
+    def largest(self) -> int:
+        return max(self.per_job_bytes, self.largest_object_bytes)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ObjectTimes:
+    """Per-object compile seconds from one build, and the conditions they were measured in."""
+
+    package: str
+    version: str
+    cuda: str
+    archs: tuple[int, ...]
+    nvcc_threads: int
+    seconds: Mapping[str, float]  # object key (see object_key) -> seconds
+    source: str
+
+    def per_arch_rounds(self) -> int:
+        """How many sequential arch rounds each measured compile ran."""
+        return math.ceil(len(self.archs) / min(self.nvcc_threads, len(self.archs)))
+
+    def scaled(self, archs: int, nvcc_threads: int) -> dict[str, float]:
+        """Seconds per object for a build of ``archs`` archs at ``nvcc_threads`` threads.
+
+        The device compile (cicc + ptxas) dominates and runs once per arch, min(threads,
+        archs) at a time, so a file's time scales with the number of rounds.
+        """
+        rounds = math.ceil(archs / min(max(1, nvcc_threads), archs))
+        factor = rounds / self.per_arch_rounds()
+        return {k: v * factor for k, v in self.seconds.items()}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildMeasurement:
+    """What one finished (or OOM-killed) build attempt measured; see ``MemoryHistory.record``."""
+
+    cell: Cell
+    nvcc_threads: int
+    max_jobs: int
+    # The largest peak of one compile job's process tree (nvcc and its cicc/ptxas children),
+    # or the compile's anonymous memory peak divided by the jobs that ran; None: not measured.
+    peak_job_bytes: int | None
+    object_seconds: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    source: str = ""
+
+
+def object_key(path: str) -> str:
+    """A build output or source path -> a name stable across build trees.
+
+    '/src/x/build/temp.linux-x86_64-cpython-311/csrc/a/b.o' -> 'csrc/a/b'; 'csrc/a/b.cu' ->
+    'csrc/a/b'. setuptools puts objects under build/temp.<platform>/ mirroring the sources.
+    """
+    parts = path.replace("\\", "/").replace("$ ", " ").split("/")
+    for i, part in enumerate(parts):
+        if part.startswith("temp."):
+            parts = parts[i + 1 :]
+            break
+    name = "/".join(p for p in parts if p not in ("", "."))
+    for suffix in (".cuda.o", ".o", ".obj", ".cu", ".cpp", ".cc", ".cxx", ".c"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def read_ninja_log(path: Path) -> dict[str, float]:
+    """Object key -> seconds from a .ninja_log (v5-v7; the last entry of an output wins)."""
+    out: dict[str, float] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read ninja log {path}: {exc}") from None
+    for line in lines:
+        if line.startswith("#") or not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < 4:
+            continue
+        try:
+            start, end = int(fields[0]), int(fields[1])
+        except ValueError:
+            continue
+        out[object_key(fields[3])] = (end - start) / 1000.0
+    return out
+
+
+def shipped_history_path() -> Path:
+    return Path(str(importlib.resources.files("factory.data").joinpath("memory_history.json")))
+
+
+def history_path(path: Path | str | None = None) -> Path:
+    """Explicit path, else $FACTORY_MEMORY_HISTORY, else the shipped defaults."""
+    if path:
+        return Path(path)
+    env = os.environ.get(HISTORY_ENV)
+    return Path(env) if env else shipped_history_path()
+
+
+def _today() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+
+
+def _key_of(rec: Mapping[str, Any]) -> ModelKey:
+    return ModelKey(
+        package=str(rec["package"]), version=str(rec["version"]), cuda=str(rec["cuda"]),
+        concurrent_archs=int(rec["concurrent_archs"]), nvcc_threads=int(rec["nvcc_threads"]),
+    )
+
+
+class MemoryHistory:
+    """The memory model and object times. Mutable: it is the store builds write back into."""
+
+    def __init__(self, document: Mapping[str, Any], *, path: Path | None,
+                 base: Mapping[str, Any] | None = None) -> None:
+        self.path = path
+        self._doc = _checked(document, str(path) if path else "history")
+        self._base = _checked(base, "shipped history") if base is not None else None
+
+    # -- loading and saving -------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: Path | str | None = None) -> MemoryHistory:
+        target = history_path(path)
+        shipped = shipped_history_path()
+        base = None
+        if target.resolve() != shipped.resolve():
+            base = _read_document(shipped)
+        doc = _read_document(target) if target.exists() else _empty_document()
+        return cls(doc, path=target, base=base)
+
+    @classmethod
+    def scratch(cls) -> MemoryHistory:
+        """A history that remembers nothing (path None: save does nothing)."""
+        return cls(_empty_document(), path=None)
+
+    def as_document(self) -> dict[str, Any]:
+        copy: dict[str, Any] = json.loads(json.dumps(self._doc))  # a deep copy, JSON-clean
+        return copy
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        try:
+            _atomic_write_json(self.path, self._doc)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write memory history {self.path}: {exc.strerror or exc}",
+                tip=f"point ${HISTORY_ENV} at a writable file",
+            ) from None
+
+    # -- reading ------------------------------------------------------------------------------
+    def _layers(self) -> list[Mapping[str, Any]]:
+        return [self._doc] + ([self._base] if self._base is not None else [])
+
+    def _records(self) -> dict[ModelKey, Mapping[str, Any]]:
+        out: dict[ModelKey, Mapping[str, Any]] = {}
+        for layer in reversed(self._layers()):  # the user's file overrides the shipped one
+            for rec in layer.get("memory", []):
+                key = _key_of(rec)
+                below = out.get(key)
+                if below and below.get("largest_object_bytes", 0) > rec.get("largest_object_bytes", 0):
+                    # a measured heavy object stays known when a later layer re-measures the key
+                    rec = {**rec, "largest_object_bytes": below["largest_object_bytes"],
+                           "largest_object_source": below.get("largest_object_source", "")}
+                out[key] = rec
+        return out
+
+    def _default(self, model_key: str) -> tuple[str, Mapping[str, Any]] | None:
+        for layer in self._layers():
+            defaults = layer.get("defaults", {})
+            for name in (model_key, "*"):
+                if name and name in defaults:
+                    return name, defaults[name]
+        return None
+
+    def headroom_bytes(self, model_key: str) -> int:
+        found = self._default(model_key)
+        if found and "headroom_bytes" in found[1]:
+            return int(found[1]["headroom_bytes"])
+        return 2 * 1024**3
+
+    def estimate(self, key: ModelKey, *, model_key: str = "") -> Estimate:
+        """Per-job peak for ``key``, from the most specific record that exists; the heaviest
+        object from the same record, else from another record of the package and version
+        (scaled per arch compiled at once: a heavy kernel stays heavy at any arch count)."""
+        est = self._estimate(key, model_key=model_key)
+        if est.largest_object_bytes:
+            return est
+        heavy = [(k, r) for k, r in self._records().items()
+                 if (k.package, k.version) == (key.package, key.version)
+                 and r.get("largest_object_bytes")]
+        if not heavy:
+            return est
+        k, rec = max(heavy, key=lambda kr: int(kr[1]["largest_object_bytes"]) / kr[0].concurrent_archs)
+        return dataclasses.replace(est, **_largest(rec, key.concurrent_archs / k.concurrent_archs))
+
+    def _estimate(self, key: ModelKey, *, model_key: str = "") -> Estimate:
+        records = self._records()
+        if key in records:
+            rec = records[key]
+            return Estimate(per_job_bytes=_peak(rec), exact=True,
+                            source=f"measured for {key.describe()} ({_provenance(rec)})",
+                            **_largest(rec, 1.0))
+
+        def best(match: Any) -> tuple[ModelKey, Mapping[str, Any]] | None:
+            found = [(k, r) for k, r in records.items() if match(k)]
+            if not found:
+                return None
+            return max(found, key=lambda kr: _peak(kr[1]) / kr[0].concurrent_archs)
+
+        p, c = key.package, key.concurrent_archs
+        levels: list[tuple[str, Any, float]] = [
+            ("other nvcc threads", lambda k: (k.package, k.version, k.cuda, k.concurrent_archs)
+             == (p, key.version, key.cuda, c), 0.0),
+            ("CUDA {cuda}", lambda k: (k.package, k.version, k.concurrent_archs)
+             == (p, key.version, c), INFERRED_MARGIN),
+            ("version {version}", lambda k: (k.package, k.concurrent_archs) == (p, c),
+             INFERRED_MARGIN),
+            ("{archs} arch(s) at once, scaled per arch", lambda k: k.package == p,
+             INFERRED_MARGIN),
+        ]
+        for label, match, margin in levels:
+            hit = best(match)
+            if hit is None:
+                continue
+            k, rec = hit
+            per_job = _peak(rec) / k.concurrent_archs * c
+            value = int(per_job * (1 + margin))
+            what = label.format(cuda=k.cuda, version=k.version, archs=k.concurrent_archs)
+            extra = f" + {margin:.0%} margin" if margin else ""
+            return Estimate(per_job_bytes=value, exact=False,
+                            source=f"inferred from {what}: {k.describe()} "
+                            f"({_provenance(rec)}){extra}",
+                            **_largest(rec, c / k.concurrent_archs * (1 + margin)))
+        found = self._default(model_key or p)
+        if found is None:
+            raise ConfigError(f"the memory history has no default for {model_key or p!r} nor '*'")
+        name, default = found
+        per_arch = int(default["per_arch_bytes"])
+        return Estimate(per_job_bytes=per_arch * c, exact=False,
+                        source=f"default for recipe {name!r}: {format_size(per_arch)} per arch "
+                        f"compiled at once ({default.get('source', 'no source given')})")
+
+    def object_times(self, cell: Cell) -> ObjectTimes | None:
+        """The best-matching per-object times for a cell: same archs and CUDA first."""
+        candidates: list[tuple[tuple[int, ...], ObjectTimes]] = []
+        for depth, layer in enumerate(self._layers()):
+            for entry in layer.get("objects", []):
+                if entry.get("package") != cell.package:
+                    continue
+                ot = ObjectTimes(
+                    package=entry["package"], version=str(entry["version"]),
+                    cuda=str(entry["cuda"]),
+                    archs=tuple(int(a) for a in entry["archs"]),
+                    nvcc_threads=int(entry.get("nvcc_threads", 1)),
+                    seconds={str(k): float(v) for k, v in entry["seconds"].items()},
+                    source=str(entry.get("source", "")),
+                )
+                rank = (
+                    ot.version != cell.version, ot.cuda != cell.cuda,
+                    ot.archs != cell.archs, depth,
+                )
+                candidates.append((tuple(int(r) for r in rank), ot))
+        if not candidates:
+            return None
+        return min(candidates, key=lambda c: c[0])[1]
+
+    # -- writing ------------------------------------------------------------------------------
+    def record(self, m: BuildMeasurement) -> None:
+        """Fold one build's measurement in and save; re-reads the file under the lock first so
+        concurrent builders sharing it keep each other's records."""
+        with self._locked():
+            key = ModelKey.for_cell(m.cell, m.nvcc_threads)
+            if m.peak_job_bytes is not None and m.peak_job_bytes > 0:
+                self._add_peak(key, int(m.peak_job_bytes), m.source, oom=False)
+            if m.object_seconds:
+                self._set_objects(m)
+            self.save()
+
+    def record_oom(self, key: ModelKey, per_job_floor_bytes: int, source: str) -> None:
+        """An OOM kill proves a job needs more than ``per_job_floor_bytes``; remember that."""
+        with self._locked():
+            self._add_peak(key, int(per_job_floor_bytes), source, oom=True)
+            self.save()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        if self.path is None:
+            yield
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create {self.path.parent}: {exc.strerror or exc}") from None
+        # Lock the directory, not the file: os.replace swaps the file's inode, so a lock on
+        # the file would not exclude a writer that opened the new one; and no lock file is
+        # left lying in the package or on the share.
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if self.path.exists():
+                self._doc = _checked(_read_document(self.path), str(self.path))
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _add_peak(self, key: ModelKey, peak: int, source: str, *, oom: bool) -> None:
+        records: list[dict[str, Any]] = self._doc.setdefault("memory", [])
+        rec = next((r for r in records if _key_of(r) == key), None)
+        if rec is None:
+            inherited = self._records().get(key)  # start from the shipped record, if any
+            rec = {**key.as_dict(), "recent_peaks": list(inherited["recent_peaks"])
+                   if inherited else [], "builds": int(inherited["builds"]) if inherited else 0,
+                   "ooms": int(inherited.get("ooms", 0)) if inherited else 0}
+            records.append(rec)
+        rec["recent_peaks"] = (list(rec.get("recent_peaks", [])) + [peak])[-RECENT_PEAKS:]
+        rec["peak_bytes"] = max(rec["recent_peaks"])
+        if oom:
+            rec["ooms"] = int(rec.get("ooms", 0)) + 1
+        else:
+            rec["builds"] = int(rec.get("builds", 0)) + 1
+        rec["source"] = source or rec.get("source", "")
+        rec["updated"] = _today()
+        records.sort(key=lambda r: _key_of(r))
+
+    def _set_objects(self, m: BuildMeasurement) -> None:
+        entries: list[dict[str, Any]] = self._doc.setdefault("objects", [])
+        ident = (m.cell.package, m.cell.version, m.cell.cuda, list(m.cell.archs), m.nvcc_threads)
+        entries[:] = [
+            e for e in entries
+            if (e["package"], str(e["version"]), str(e["cuda"]), list(e["archs"]),
+                int(e.get("nvcc_threads", 1))) != ident
+        ]
+        entries.append({
+            "package": m.cell.package, "version": m.cell.version, "cuda": m.cell.cuda,
+            "archs": list(m.cell.archs), "nvcc_threads": m.nvcc_threads, "max_jobs": m.max_jobs,
+            "source": m.source, "updated": _today(),
+            "seconds": {k: round(float(v), 3) for k, v in sorted(m.object_seconds.items())},
+        })
+
+
+def _largest(rec: Mapping[str, Any], scale: float) -> dict[str, Any]:
+    """The record's heaviest single object (``largest_object_bytes``), scaled like its peak."""
+    if not rec.get("largest_object_bytes"):
+        return {}
+    return {
+        "largest_object_bytes": int(int(rec["largest_object_bytes"]) * scale),
+        "largest_object_source": str(rec.get("largest_object_source", "")),
+    }
+
+
+def _peak(rec: Mapping[str, Any]) -> int:
+    peaks = [int(p) for p in rec.get("recent_peaks", [])]
+    return max(peaks + [int(rec.get("peak_bytes", 0))])
+
+
+def _provenance(rec: Mapping[str, Any]) -> str:
+    builds, ooms = int(rec.get("builds", 0)), int(rec.get("ooms", 0))
+    bits = [f"{format_size(_peak(rec))} peak"]
+    if builds:
+        bits.append(f"{builds} build(s)")
+    if ooms:
+        bits.append(f"{ooms} OOM(s)")
+    if rec.get("source"):
+        bits.append(str(rec["source"]))
+    return "; ".join(bits)
+
+
+def _empty_document() -> dict[str, Any]:
+    return {"version": HISTORY_VERSION, "defaults": {}, "memory": [], "objects": []}
+
+
+def _read_document(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read memory history {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"memory history {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"memory history {path} must be a JSON object")
+    return data
+
+
+def _checked(doc: Mapping[str, Any], where: str) -> dict[str, Any]:
+    if doc.get("version") != HISTORY_VERSION:
+        raise ConfigError(
+            f"{where}: memory history version {doc.get('version')!r} is not supported (only 1)"
+        )
+    out = dict(doc)
+    for field in ("memory", "objects"):
+        if not isinstance(out.setdefault(field, []), list):
+            raise ConfigError(f"{where}: {field!r} must be a list")
+    if not isinstance(out.setdefault("defaults", {}), dict):
+        raise ConfigError(f"{where}: 'defaults' must be an object")
+    try:
+        for rec in out["memory"]:
+            _key_of(rec)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: a memory record lacks or mangles {exc}") from None
+    return out
+
+
+def _atomic_write_json(path: Path, doc: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=1, sort_keys=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class CompileMeasurements(Protocol):
+    """What record_build reads from a runner's result (factory.runners.base.RunResult)."""
+
+    oom_killed: bool
+    compile_peak_rss_bytes: int | None  # peak of the summed RSS of all compiler processes
+    max_concurrent_compiles: int | None  # most compile jobs alive at one sample
+    cache_hits: int | None
+    sccache_hits: int | None
+    objects_built: int | None  # objects compiled in this attempt (ninja's [N/M] lines)
+    log_path: Path
+
+
+class PlanShape(Protocol):
+    max_jobs: int
+    nvcc_threads: int
+
+
+def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, *,
+                 build_tree: Path | None = None, history: MemoryHistory | None = None) -> str:
+    """Fold one finished attempt into the history; returns a line for the build log.
+
+    Per-job peak: the compilers' peak summed RSS over the most jobs seen at once (a peak of
+    the sum, like the shipped 16-job figure). Object times: the build tree's .ninja_log, which
+    after an OOM resume holds every attempt's objects; skipped when a compile cache answered
+    (hits are not compile times). An OOM-killed attempt is recorded by plan_after_oom instead.
+    A history that cannot be written is reported, never fatal: the wheel matters more.
+    """
+    if result.oom_killed:
+        return "memory history: OOM attempt (recorded by the re-plan)"
+    peak = result.compile_peak_rss_bytes
+    jobs = result.max_concurrent_compiles
+    per_job = peak // jobs if peak and jobs else None
+    if not result.objects_built:
+        # a resumed build with every object already there only links: its small peak says
+        # nothing about a compile job, and would drag the model down
+        per_job = None
+    # build.py keeps the tree in <work>/src and logs in <work>/logs/attempt-N.log.
+    tree = build_tree if build_tree is not None else result.log_path.parent.parent / "src"
+    seconds: dict[str, float] = {}
+    if not result.cache_hits and not result.sccache_hits:  # any hit: not compile times
+        for log in sorted(tree.glob("build/temp*/.ninja_log")):
+            seconds.update(read_ninja_log(log))
+    if per_job is None and not seconds:
+        return "memory history: nothing measured"
+    history = history if history is not None else MemoryHistory.load()
+    measurement = BuildMeasurement(
+        cell=pc.cell, nvcc_threads=plan.nvcc_threads, max_jobs=plan.max_jobs,
+        peak_job_bytes=per_job, object_seconds=seconds,
+        source=f"factory build {_today()}, {plan.max_jobs} job(s) x {plan.nvcc_threads} "
+        "thread(s): peak compiler RSS / most jobs at once",
+    )
+    try:
+        history.record(measurement)
+    except ConfigError as exc:
+        return f"memory history: not recorded ({exc.message})"
+    got = f"{format_size(per_job)} per job" if per_job else "no memory figure"
+    return f"memory history {history.path}: {got}, {len(seconds)} object time(s)"

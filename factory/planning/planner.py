@@ -1,0 +1,370 @@
+"""Choose MAX_JOBS and NVCC_THREADS so the build's peak memory fits the budget, fastest first.
+
+The story in FIELD-NOTES s.1 (five OOM kills and a reboot) came from picking MAX_JOBS by the
+core count. Here the per-job PEAK memory at a given thread count comes from the memory model
+(factory.planning.memory_model), and the plan is the (jobs, threads) pair with the shortest predicted
+compile time among those whose predicted peak fits:
+
+    predicted peak = headroom + min(jobs, 2) x largest + max(0, jobs - 2) x per_job
+
+per_job is a job's peak over a whole build (what many jobs average to); largest is the heaviest
+single object where one was measured above it (flash-attn's backward hdim256 kernels take 6.7 GiB
+against 4.2 GiB per job). Two jobs count at that size: the heaviest objects come in pairs (the
+fp16 and bf16 builds of one kernel), and longest-first ordering starts them together. Without
+such a measurement largest = per_job and the formula is jobs x per_job + headroom.
+headroom covers the pip/setup.py Python process (torch imported) and the final link of the
+.so, which runs after the compiles but in the same memory.
+
+Throughput: each object compiles every arch; nvcc --threads T runs min(T, archs) of them at
+once, so an object takes ceil(archs / T) "arch rounds". With per-object times from history
+the prediction is a longest-first list schedule on ``jobs`` slots (what the critical-path
+ordering in factory.planning.critical_path makes ninja do); without them it is total work divided by
+the parallelism min(cores, jobs x threads). Threads never exceed the arch count (more only
+cost memory) and jobs x threads never exceeds the cores (oversubscribed compilers run no
+faster and each still holds its memory).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from factory.planning.budget import format_size, resolve_budget
+from factory.matrix.cell import Cell
+from factory.errors import ConfigError, PlanError
+from factory.matrix.load import PlannedCell
+from factory.planning.memory_model import MemoryHistory, ModelKey, ObjectTimes
+
+# A tie within this fraction of the best predicted time goes to the plan with the lower peak:
+# the time model is not that precise, and memory left over is safety.
+_TIE = 0.01
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    cell_id: str
+    max_jobs: int
+    nvcc_threads: int
+    memory_budget_bytes: int
+    cpus: int
+    per_job_bytes: int
+    per_job_source: str
+    predicted_peak_bytes: int
+    headroom_bytes: int
+    predicted_seconds: float | None  # None: no per-object times in history for this package
+    model_key: ModelKey
+    memory_model_key: str  # the recipe's default key (for a re-plan after an OOM)
+    attempt: int = 1  # 1 for the first plan, n+1 after the n-th OOM
+    reasons: tuple[str, ...] = ()
+    largest_object_bytes: int = 0  # the heaviest single object (predicted_peak); 0: per_job
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cell": self.cell_id,
+            "max_jobs": self.max_jobs,
+            "nvcc_threads": self.nvcc_threads,
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "cpus": self.cpus,
+            "per_job_bytes": self.per_job_bytes,
+            "per_job_source": self.per_job_source,
+            "predicted_peak_bytes": self.predicted_peak_bytes,
+            "largest_object_bytes": max(self.largest_object_bytes, self.per_job_bytes),
+            "headroom_bytes": self.headroom_bytes,
+            "predicted_seconds": self.predicted_seconds,
+            "model_key": self.model_key.as_dict(),
+            "attempt": self.attempt,
+            "reasons": list(self.reasons),
+        }
+
+
+def list_schedule(durations: Iterable[float], slots: int) -> float:
+    """Makespan of running ``durations`` in the given order on ``slots`` parallel slots
+    (each starts on the first free slot), as ninja does with a ready queue of independent
+    compiles."""
+    free = [0.0] * max(1, slots)
+    end = 0.0
+    for d in durations:
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + d)
+        end = max(end, start + d)
+    return end
+
+
+def longest_first(seconds: Iterable[float]) -> list[float]:
+    return sorted(seconds, reverse=True)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Option:
+    jobs: int
+    threads: int
+    per_job: int
+    source: str
+    peak: int
+    seconds: float | None
+    parallelism: int
+    largest: int = 0
+    largest_source: str = ""
+
+
+HEAVY_JOBS = 2  # jobs counted at the largest object's peak
+
+
+def predicted_peak(jobs: int, *, per_job: int, largest: int, headroom: int) -> int:
+    heavy = min(jobs, HEAVY_JOBS)
+    return headroom + heavy * max(largest, per_job) + (jobs - heavy) * per_job
+
+
+def jobs_that_fit(memory: int, *, per_job: int, largest: int, headroom: int) -> int:
+    """The most jobs whose predicted peak fits ``memory`` (0 when not even one does)."""
+    largest = max(largest, per_job)
+    free = memory - headroom
+    if free < largest:
+        return 0
+    if free < HEAVY_JOBS * largest:
+        return free // largest
+    return HEAVY_JOBS + (free - HEAVY_JOBS * largest) // per_job
+
+
+def _predict(times: ObjectTimes | None, archs: int, jobs: int, threads: int, cpus: int
+             ) -> float | None:
+    if times is None:
+        return None
+    scaled = times.scaled(archs, threads)
+    # More compilers than cores: everything runs proportionally slower.
+    slowdown = max(1.0, jobs * min(threads, archs) / cpus)
+    return list_schedule(longest_first(scaled.values()), jobs) * slowdown
+
+
+def thread_choices(cell: Cell, supports_threads: bool, cpus: int) -> list[int]:
+    if not supports_threads:
+        return [1]
+    return list(range(1, max(1, min(len(cell.archs), cpus)) + 1))
+
+
+def plan_for(
+    cell: Cell,
+    *,
+    supports_threads: bool,
+    memory_model_key: str,
+    memory: int,
+    cpus: int,
+    history: MemoryHistory,
+    memory_source: str = "given",
+    cpus_source: str = "given",
+) -> BuildPlan:
+    """The planner proper, on plain values (the simulator calls this too)."""
+    if memory <= 0 or cpus <= 0:
+        raise PlanError(f"the budget must be positive (memory {memory} bytes, {cpus} CPUs)")
+    archs = len(cell.archs)
+    headroom = history.headroom_bytes(memory_model_key or cell.package)
+    times = history.object_times(cell)
+    n_objects = len(times.seconds) if times else None  # more jobs than objects never help
+
+    options: list[_Option] = []
+    smallest: _Option | None = None
+    for threads in thread_choices(cell, supports_threads, cpus):
+        key = ModelKey.for_cell(cell, threads)
+        est = history.estimate(key, model_key=memory_model_key)
+        conc = key.concurrent_archs
+        sizes = {"per_job": est.per_job_bytes, "largest": est.largest, "headroom": headroom}
+        by_memory = jobs_that_fit(memory, **sizes)
+        by_cpu = cpus // conc
+        jobs = min(by_memory, by_cpu, n_objects or by_cpu)
+        big = {"largest": est.largest, "largest_source": est.largest_object_source}
+        one = _Option(jobs=1, threads=threads, per_job=est.per_job_bytes, source=est.source,
+                      peak=predicted_peak(1, **sizes), seconds=None, parallelism=conc, **big)
+        if smallest is None or one.peak < smallest.peak:
+            smallest = one
+        if jobs < 1:
+            continue
+        options.append(_Option(
+            jobs=int(jobs), threads=threads, per_job=est.per_job_bytes, source=est.source,
+            peak=predicted_peak(int(jobs), **sizes),
+            seconds=_predict(times, archs, int(jobs), threads, cpus),
+            parallelism=int(jobs) * conc, **big,
+        ))
+
+    budget_txt = f"{format_size(memory)} ({memory_source})"
+    if not options:
+        assert smallest is not None
+        raise PlanError(
+            f"{cell.id} needs at least {format_size(smallest.peak)} of memory "
+            f"(one job of {format_size(smallest.largest)} at {smallest.threads} nvcc thread(s) "
+            f"+ {format_size(headroom)} headroom) but the budget is {budget_txt}",
+            tip="raise --memory / the container's memory limit, or build fewer archs per cell",
+        )
+
+    def cost(o: _Option) -> float:
+        if o.seconds is not None:
+            return o.seconds
+        # No object times: work / parallelism, with the work per object in arch rounds.
+        return math.ceil(archs / min(o.threads, archs)) / o.jobs
+
+    best_cost = min(cost(o) for o in options)
+    near = [o for o in options if cost(o) <= best_cost * (1 + _TIE)]
+    chosen = min(near, key=lambda o: (o.peak, -o.threads))
+    return dataclasses.replace(
+        _plan(cell, chosen, memory=memory, cpus=cpus, headroom=headroom,
+              memory_model_key=memory_model_key),
+        reasons=_explain(cell, chosen, options, memory=memory, cpus=cpus, headroom=headroom,
+                         budget_txt=budget_txt, cpus_source=cpus_source,
+                         supports_threads=supports_threads, n_objects=n_objects, times=times),
+    )
+
+
+def _plan(cell: Cell, o: _Option, *, memory: int, cpus: int, headroom: int,
+          memory_model_key: str, attempt: int = 1) -> BuildPlan:
+    return BuildPlan(
+        cell_id=cell.id, max_jobs=o.jobs, nvcc_threads=o.threads, memory_budget_bytes=memory,
+        cpus=cpus, per_job_bytes=o.per_job, per_job_source=o.source, predicted_peak_bytes=o.peak,
+        headroom_bytes=headroom, largest_object_bytes=o.largest,
+        predicted_seconds=round(o.seconds, 1) if o.seconds is not None else None,
+        model_key=ModelKey.for_cell(cell, o.threads), memory_model_key=memory_model_key,
+        attempt=attempt,
+    )
+
+
+def _explain(cell: Cell, o: _Option, options: Sequence[_Option], *, memory: int, cpus: int,
+             headroom: int, budget_txt: str, cpus_source: str, supports_threads: bool,
+             n_objects: int | None, times: ObjectTimes | None) -> tuple[str, ...]:
+    archs = len(cell.archs)
+    out = [
+        f"budget: {budget_txt} of memory, {cpus} CPU(s) ({cpus_source})",
+        f"per-job peak {format_size(o.per_job)} at {o.threads} nvcc thread(s): {o.source}",
+        f"{format_size(headroom)} reserved as headroom for the pip/setup.py Python process and "
+        "the final link",
+    ]
+    if o.largest > o.per_job:
+        out.append(
+            f"largest single object {format_size(o.largest)}: the first {HEAVY_JOBS} jobs are "
+            f"counted at that size ({o.largest_source or 'measured'})"
+        )
+    by_memory = jobs_that_fit(memory, per_job=o.per_job, largest=o.largest, headroom=headroom)
+    limits = [f"memory allows {by_memory} job(s)",
+              f"{cpus} CPU(s) allow {cpus // min(o.threads, archs)}"]
+    if n_objects:
+        limits.append(f"there are {n_objects} objects")
+    out.append(f"at {o.threads} thread(s): " + ", ".join(limits) + f" -> {o.jobs} job(s)")
+    if not supports_threads:
+        out.append(f"nvcc threads fixed at 1: {cell.package}'s recipe does not pass "
+                   "NVCC_THREADS to nvcc")
+    elif archs == 1:
+        out.append("nvcc threads 1: the cell compiles one arch, more threads would only "
+                   "cost memory")
+    heavy = min(o.jobs, HEAVY_JOBS) if o.largest > o.per_job else 0
+    terms = ([f"{heavy} x {format_size(o.largest)}"] if heavy else []) + (
+        [f"{o.jobs - heavy} x {format_size(o.per_job)}"] if o.jobs > heavy else [])
+    out.append(
+        f"predicted peak {' + '.join(terms)} + {format_size(headroom)} = "
+        f"{format_size(o.peak)} <= {format_size(memory)}"
+    )
+    if o.seconds is not None and times is not None:
+        out.append(
+            f"predicted compile time {o.seconds / 60:.0f} min, longest objects first "
+            f"(object times from {times.source})"
+        )
+    for alt in options:
+        if alt is o:
+            continue
+        if alt.seconds is not None and o.seconds is not None:
+            out.append(
+                f"rejected {alt.jobs} job(s) x {alt.threads} thread(s): predicted "
+                f"{alt.seconds / 60:.0f} min, peak {format_size(alt.peak)}"
+            )
+        else:
+            out.append(
+                f"rejected {alt.jobs} job(s) x {alt.threads} thread(s): parallelism "
+                f"{alt.parallelism} vs {o.parallelism}, peak {format_size(alt.peak)}"
+            )
+    return tuple(out)
+
+
+def plan_build(pc: PlannedCell, *, memory: int | None, cpus: int | None,
+               history: MemoryHistory | None = None, memory_label: str = "given",
+               cpus_label: str = "given") -> BuildPlan:
+    """Plan one cell. ``memory``/``cpus`` None: detect them from this process's cgroup.
+    The labels say where given figures came from (e.g. "--memory"), for the reasons."""
+    budget = resolve_budget(memory, cpus, memory_label=memory_label, cpus_label=cpus_label)
+    return plan_for(
+        pc.cell,
+        supports_threads=pc.recipe.supports_threads(),
+        memory_model_key=pc.recipe.memory_model_key or pc.recipe.name,
+        memory=budget.memory_bytes, cpus=budget.cpus,
+        history=history if history is not None else MemoryHistory.load(),
+        memory_source=budget.memory_source, cpus_source=budget.cpus_source,
+    )
+
+
+def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: int, *,
+                   history: MemoryHistory | None = None) -> BuildPlan:
+    """The plan for the retry after attempt ``attempt`` (1-based) was OOM-killed.
+
+    The kill proves each of ``plan.max_jobs`` jobs needed more than the plan assumed: at least
+    (observed peak - headroom) / jobs when the runner measured the peak, else at least the
+    budget share per job. That floor (and 25 % on top of the old estimate, whichever is more)
+    goes into the model, so the next plan of this key starts lower too. Jobs then drop to what
+    fits, always at least one fewer; a second OOM halves them. At one job, threads drop to
+    one; at one job and one thread there is nothing left to give up: PlanError.
+    """
+    history = history if history is not None else MemoryHistory.load()
+    budget = plan.memory_budget_bytes
+    usable = max(1, budget - plan.headroom_bytes)
+    proven = (
+        (max(observed_peak_bytes, budget) - plan.headroom_bytes) / plan.max_jobs
+        if observed_peak_bytes
+        else usable / plan.max_jobs
+    )
+    per_job = int(max(plan.per_job_bytes * 1.25, proven))
+    try:
+        history.record_oom(
+            plan.model_key, per_job,
+            f"OOM-killed at {plan.max_jobs} job(s) x {plan.nvcc_threads} thread(s) under "
+            f"{format_size(budget)}" + (f", peak {format_size(observed_peak_bytes)}"
+                                         if observed_peak_bytes else ""),
+        )
+        recorded = "recorded in the memory history"
+    except ConfigError as exc:
+        # The retry matters more than the record: go on, and say so in the cell report.
+        recorded = f"not recorded: {exc.message}"
+    threads = plan.nvcc_threads
+    if plan.max_jobs <= 1:
+        if threads <= 1:
+            raise PlanError(
+                f"{plan.cell_id} was OOM-killed with one job and one nvcc thread under "
+                f"{format_size(budget)}: it needs more than "
+                f"{format_size(per_job + plan.headroom_bytes)}",
+                tip="raise --memory / the container's memory limit",
+            )
+        threads = 1
+        per_job = int(per_job / plan.model_key.concurrent_archs)
+        jobs = 1
+    else:
+        # what fits, the heaviest objects counted as in the first plan
+        fit = jobs_that_fit(budget, per_job=per_job, largest=plan.largest_object_bytes,
+                            headroom=plan.headroom_bytes)
+        jobs = min(plan.max_jobs - 1, fit)
+        if attempt >= 2:
+            jobs = min(jobs, plan.max_jobs // 2)
+        jobs = max(1, int(jobs))
+    new_key = dataclasses.replace(
+        plan.model_key, nvcc_threads=threads,
+        concurrent_archs=min(threads, plan.model_key.concurrent_archs),
+    )
+    peak = predicted_peak(jobs, per_job=per_job, largest=plan.largest_object_bytes,
+                          headroom=plan.headroom_bytes)
+    reasons = plan.reasons + (
+        f"attempt {attempt} was OOM-killed at {plan.max_jobs} job(s) x {plan.nvcc_threads} "
+        f"thread(s); per-job peak now taken as {format_size(per_job)} ({recorded})",
+        f"retry {attempt + 1}: {jobs} job(s) x {threads} thread(s), predicted peak "
+        f"{format_size(peak)}; finished objects are kept in the build directory",
+    )
+    return dataclasses.replace(
+        plan, max_jobs=jobs, nvcc_threads=threads, per_job_bytes=per_job,
+        per_job_source=f"raised after an OOM kill at {plan.max_jobs} job(s)",
+        predicted_peak_bytes=peak, predicted_seconds=None, model_key=new_key,
+        attempt=attempt + 1, reasons=reasons,
+    )

@@ -1,0 +1,162 @@
+"""Builder images: which base each one stands on, the platform tag its glibc allows, and how the
+offline base image is made (debootstrap + docker import) where no image registry is reachable."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from factory.runners.engine import docker_client
+from factory.errors import EngineError
+from factory.process import find_program, run_command
+
+# The manylinux tag follows the glibc of the build image (auditwheel refuses anything lower).
+IMAGE_PLATS = {
+    "factory-base:bookworm": "manylinux_2_36_x86_64",  # Debian 12, glibc 2.36 (tests, offline)
+    "factory-base:trixie": "manylinux_2_41_x86_64",  # Debian 13, glibc 2.41 (Python 3.13)
+    "quay.io/pypa/manylinux_2_28_x86_64": "manylinux_2_28_x86_64",
+}
+
+DEFAULT_BASE_IMAGE = "factory-base:bookworm"
+DEFAULT_WORK_DIR = Path(".cache/factory/work")
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+# What a build needs in the base: an interpreter that can make venvs and build C++ (torch's
+# extension builder calls g++ for .cpp files and as nvcc's host compiler). Keep in sync with
+# docker/make-base-image.sh, which shares the cached tarball.
+BASE_PACKAGES = (
+    "python3",
+    "python3-venv",
+    "python3-dev",
+    "python3-pip",
+    "g++",
+    "make",
+    "ca-certificates",
+    "ccache",  # the compile cache's direct layer (factory.build.compile_cache)
+)
+# Every image the factory makes carries the key of its package set: one made from an older set
+# (say, before ccache was in it) is made again instead of being used as it is.
+PACKAGES_LABEL = "org.factory.base-packages"
+
+
+def plat_for_image(image: str) -> str:
+    for prefix, plat in IMAGE_PLATS.items():
+        if image.startswith(prefix):
+            return plat
+    if "manylinux_2_28" in image or "manylinux2_28" in image:
+        return "manylinux_2_28_x86_64"
+    return "manylinux_2_36_x86_64"
+
+
+def packages_key() -> str:
+    """The package set's key (docker/make-base-image.sh: ``echo "$packages" | sha256sum``)."""
+    return hashlib.sha256((",".join(BASE_PACKAGES) + "\n").encode()).hexdigest()[:12]
+
+
+def rootfs_tarball(work_dir: Path, suite: str) -> Path:
+    """The cached root filesystem; its name carries the package set so a change rebuilds it."""
+    return work_dir / "images" / f"rootfs-{suite}-{packages_key()}.tar"
+
+
+def image_state(client: Any, name: str) -> str:
+    """'missing', 'current' (made from today's package set) or 'stale'."""
+    from docker.errors import ImageNotFound
+
+    try:
+        image = client.images.get(name)
+    except ImageNotFound:
+        return "missing"
+    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+    return "current" if labels.get(PACKAGES_LABEL) == packages_key() else "stale"
+
+
+def ensure_base_image(
+    name: str = DEFAULT_BASE_IMAGE,
+    *,
+    suite: str = "bookworm",
+    work_dir: Path = DEFAULT_WORK_DIR,
+    mirror: str | None = None,
+) -> str:
+    """Make sure image ``name`` exists; make it from a Debian root filesystem when it does not.
+
+    The rootfs tarball is cached under ``work_dir/images``: a fresh engine only re-imports it
+    (seconds) instead of running debootstrap again (minutes). Returns the image name.
+    """
+    client = docker_client()
+    state = image_state(client, name)
+    if state == "current":
+        return name
+    if state == "stale":
+        print(f"+ image {name} was made from an older package set: making it again",
+              file=sys.stderr, flush=True)
+    tarball = rootfs_tarball(work_dir, suite)
+    if not tarball.is_file() or tarball.stat().st_size == 0:
+        _debootstrap_tarball(
+            tarball, suite=suite, mirror=mirror or os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR)
+        )
+    repo, _, tag = name.rpartition(":") if ":" in name.split("/")[-1] else (name, "", "latest")
+    print(f"+ docker import {tarball} {name}", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    from docker.errors import APIError
+
+    try:
+        client.api.import_image_from_file(
+            str(tarball),
+            repository=repo,
+            tag=tag,
+            changes=["ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]',
+                     f"LABEL {PACKAGES_LABEL}={packages_key()}"],
+        )
+    except APIError as exc:
+        raise EngineError(f"docker import of {tarball} failed: {exc.explanation or exc}") from None
+    if image_state(client, name) != "current":
+        raise EngineError(f"docker import reported success but image {name} is missing")
+    print(f"  imported in {time.monotonic() - start:.0f} s", file=sys.stderr)
+    return name
+
+
+def _debootstrap_tarball(tarball: Path, *, suite: str, mirror: str) -> None:
+    find_program("debootstrap")
+    find_program("tar")
+    if os.geteuid() != 0:
+        raise EngineError(
+            "debootstrap needs root to make the base image",
+            tip="run 'sudo docker/make-base-image.sh' once; later runs reuse the image",
+        )
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    log = tarball.parent / f"debootstrap-{suite}.log"
+    root = Path(tempfile.mkdtemp(prefix="rootfs.", dir=tarball.parent))
+    try:
+        run_command(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                suite,
+                root,
+                mirror,
+            ],
+            log_path=log,
+            error=EngineError,
+            what="debootstrap",
+        )
+        # Package lists and downloaded .debs are 100+ MB that no build needs.
+        for junk in (root / "var/cache/apt/archives", root / "var/lib/apt/lists"):
+            for item in junk.glob("*"):
+                if item.is_file():
+                    item.unlink()
+        partial = tarball.with_suffix(".tar.partial")
+        run_command(
+            ["tar", "-C", root, "-cf", partial, "."],
+            log_path=log,
+            error=EngineError,
+            what="tar of the root filesystem",
+        )
+        os.replace(partial, tarball)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

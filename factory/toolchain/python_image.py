@@ -1,0 +1,114 @@
+"""Builder images per Python version.
+
+``factory-base:<suite>`` is a Debian release as debootstrap makes it (factory.toolchain.images), with that
+release's one Python: bookworm 3.11, trixie 3.13. ``factory-base:<suite>-py<X.Y>`` adds a second
+CPython, built from Debian's own source package of it, to the same release.
+
+Why the second form: the compile cache keys nvcc's work on the preprocessed source, which holds
+the host compiler's and libc's headers. A cp313 build on trixie (g++ 14, glibc 2.41) shares only
+ptxas results with a cp311 build on bookworm (g++ 12, glibc 2.36); on bookworm-py3.13 it shares
+every kernel object. It also keeps every Python's wheels on one manylinux tag.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+
+from factory.runners.engine import docker_client
+from factory.errors import EngineError
+
+IMAGE_RE = re.compile(r"^factory-base:(?P<suite>[a-z]+)(?:-py(?P<python>3\.\d+))?$")
+# Which Debian release ships the source package of each CPython (``python3.X``).
+SOURCE_SUITES = {"3.11": "bookworm", "3.13": "trixie"}
+# Run in the base image, as root, with the network on (only this image build has it): the
+# release's build deps, the source from Debian's archive, a plain (no PGO) build, altinstall so
+# python3 stays the release's own interpreter.
+BUILD_SCRIPT = r"""set -eu
+echo "deb-src {mirror} {source_suite} main" \
+    > /etc/apt/sources.list.d/python-source.list
+apt-get update -q
+DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends xz-utils \
+    libssl-dev zlib1g-dev libbz2-dev libreadline-dev libsqlite3-dev libffi-dev liblzma-dev \
+    uuid-dev libgdbm-dev libncurses-dev pkgconf
+mkdir -p /tmp/pysrc && cd /tmp/pysrc
+apt-get source --download-only python{python}
+tar xf python{python}_*.orig.tar.xz
+cd Python-{python}*/
+./configure --prefix=/usr/local --with-ensurepip=install > /tmp/pysrc/configure.log
+make -j"$(nproc)" > /tmp/pysrc/make.log 2>&1 || {{ tail -n 40 /tmp/pysrc/make.log; exit 1; }}
+make altinstall > /tmp/pysrc/install.log 2>&1 || {{ tail -n 40 /tmp/pysrc/install.log; exit 1; }}
+/usr/local/bin/python{python} -c 'import ssl, sqlite3, ctypes, venv, zlib, bz2, lzma'
+rm -rf /tmp/pysrc /var/lib/apt/lists/* /etc/apt/sources.list.d/python-source.list
+"""
+
+
+def parse_image(name: str) -> tuple[str, str | None]:
+    """'factory-base:bookworm-py3.13' -> ('bookworm', '3.13');
+    'factory-base:trixie' -> ('trixie', None)."""
+    m = IMAGE_RE.match(name)
+    if not m:
+        raise EngineError(
+            f"builder image {name} is not one the factory can make",
+            tip="names it makes: factory-base:<debian suite>[-py<X.Y>]",
+        )
+    return m.group("suite"), m.group("python")
+
+
+def ensure_builder_image(name: str) -> str:
+    """Make sure ``name`` exists; make it (debootstrap, then a CPython build) when it does not."""
+    from factory.toolchain.images import ensure_base_image, image_state
+
+    client = docker_client()
+    state = image_state(client, name)
+    if state == "current":
+        return name
+    if not IMAGE_RE.match(name):
+        # any other name: an image of the user's is used as it is; a missing one is made as the
+        # default base, as before
+        return name if state == "stale" else ensure_base_image(name)
+    suite, python = parse_image(name)
+    base = ensure_base_image(f"factory-base:{suite}", suite=suite)
+    if python is None:
+        return base
+    return build_python_image(base, name, python=python)
+
+
+def build_python_image(base: str, name: str, *, python: str) -> str:
+    """Build CPython ``python`` from Debian's source into ``base`` and commit it as ``name``."""
+    source_suite = SOURCE_SUITES.get(python)
+    if source_suite is None:
+        known = ", ".join(sorted(SOURCE_SUITES))
+        raise EngineError(f"no Debian source package known for Python {python} (known: {known})")
+    from docker.errors import APIError, ContainerError
+
+    client = docker_client()
+    from factory.toolchain.images import DEBIAN_MIRROR
+
+    mirror = os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR)  # as the base image's debootstrap
+    script = BUILD_SCRIPT.format(mirror=mirror, source_suite=source_suite, python=python)
+    print(
+        f"+ build CPython {python} (Debian {source_suite} source) into {base} -> {name}",
+        file=sys.stderr,
+        flush=True,
+    )
+    start = time.monotonic()
+    container = client.containers.create(base, ["bash", "-c", script], user="0:0")
+    try:
+        container.start()
+        status = container.wait(
+            timeout=3 * 3600
+        )  # minutes of compiling; the client default is 120 s
+        if int(status.get("StatusCode", 1)) != 0:
+            tail = container.logs(tail=40).decode(errors="replace")
+            raise EngineError(f"building CPython {python} for {name} failed", tip=tail.strip())
+        repo, _, tag = name.rpartition(":")
+        container.commit(repository=repo, tag=tag, changes=['CMD ["/bin/bash"]'])
+    except (APIError, ContainerError) as exc:
+        raise EngineError(f"building image {name} failed: {exc}") from None
+    finally:
+        container.remove(force=True)
+    print(f"  built in {time.monotonic() - start:.0f} s", file=sys.stderr)
+    return name

@@ -1,0 +1,184 @@
+"""Toolchain per cell: where torch and nvcc come from, checked against each other before a build.
+
+The CUDA toolkit must match ``torch.version.cuda`` (major.minor): torch's extension builder
+refuses a different major and only warns on a different minor, and a wheel built that way is a
+variant nobody asked for. Sources for nvcc, tried in order:
+
+1. ``pypi``: NVIDIA's CUDA 13.x component wheels (``nvidia-cuda-nvcc`` ships the full nvcc).
+   The 12.x ``-cu12`` wheels ship only ptxas, so they cannot compile.
+2. ``image``: a builder image with NVIDIA's toolkit (``docker/Dockerfile.cuda``), any version.
+3. ``system``: a matching toolkit already on the host (``/usr/local/cuda-X.Y``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.resources
+import tomllib
+from pathlib import Path
+
+from packaging.version import Version
+
+from factory.matrix.cell import Cell, parse_cuda
+from factory.errors import ConfigError, ToolchainError
+
+PYTORCH_INDEX = "https://download.pytorch.org/whl/{cuda_tag}"
+
+# The CUDA component wheels that together make a CUDA_HOME able to build torch extensions.
+CUDA13_COMPONENTS = (
+    "nvidia-cuda-nvcc",
+    "nvidia-cuda-crt",
+    "nvidia-nvvm",
+    "nvidia-cuda-runtime",
+    "nvidia-cuda-cccl",
+)
+
+
+@functools.cache
+def torch_cuda_table() -> dict[str, object]:
+    text = importlib.resources.files("factory.data").joinpath("torch_cuda.toml").read_text()
+    return tomllib.loads(text)
+
+
+def torch_builds(torch_minor: str) -> tuple[str | None, list[str]]:
+    """(PyPI's CUDA, all CUDA builds) for a torch minor; (None, []) when unknown."""
+    table = torch_cuda_table()["torch"]  # type: ignore[index]
+    entry = table.get(torch_minor)  # type: ignore[union-attr]
+    if entry is None:
+        return None, []
+    return entry["pypi"], list(entry["builds"])
+
+
+def arch_min_cuda(sm: int) -> str | None:
+    table = torch_cuda_table()["arch_min_cuda"]  # type: ignore[index]
+    return table.get(str(sm))  # type: ignore[union-attr,no-any-return]
+
+
+def check_cell_cuda(cell: Cell) -> None:
+    """Raise ConfigError when no torch build uses the cell's CUDA or the CUDA lacks an arch."""
+    cmaj, cmin = cell.cuda_tuple
+    for sm in cell.archs:
+        need = arch_min_cuda(sm)
+        if need and parse_cuda(need) > (cmaj, cmin):
+            raise ConfigError(
+                f"sm_{sm} needs CUDA >= {need}, but the cell asks for CUDA {cell.cuda} ({cell.id})"
+            )
+    pypi, builds = torch_builds(cell.torch_minor)
+    if not builds:
+        known = ", ".join(torch_cuda_table()["torch"])  # type: ignore[arg-type]
+        raise ConfigError(
+            f"torch {cell.torch} is not in the torch/CUDA table (known minors: {known})"
+        )
+    if cell.cuda in builds:
+        return
+    majors = {b.split(".")[0] for b in builds}
+    if str(cmaj) not in majors:
+        raise ConfigError(
+            f"no build of torch {cell.torch_minor} uses CUDA {cmaj}.x "
+            f"(its builds: {', '.join(builds)}); torch's extension builder refuses a different CUDA major"
+        )
+    raise ConfigError(
+        f"torch {cell.torch_minor} has no CUDA {cell.cuda} build (its builds: {', '.join(builds)}); "
+        "the toolkit must match torch.version.cuda"
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    cuda: str  # "13.0"
+    nvcc_source: str  # "pypi" | "image" | "system"
+    nvcc_requirements: tuple[str, ...]  # pip requirements for the pypi source
+    system_path: str | None  # CUDA_HOME for the system source
+    image: str | None  # builder image for the image source
+    torch_requirement: str  # "torch==2.14.1"
+    torch_index: str | None  # None: PyPI's default build; else PyTorch's per-CUDA index
+
+    def as_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def resolve_toolchain(
+    cell: Cell,
+    *,
+    torch_indexes: dict[str, str] | None = None,
+    prefer: tuple[str, ...] = ("pypi", "image", "system"),
+    system_root: Path = Path("/usr/local"),
+) -> Toolchain:
+    check_cell_cuda(cell)
+    pypi_cuda, _ = torch_builds(cell.torch_minor)
+    cmaj, cmin = cell.cuda_tuple
+    if cell.cuda == pypi_cuda:
+        torch_index = None
+    else:
+        torch_index = (torch_indexes or {}).get(cell.cuda) or PYTORCH_INDEX.format(
+            cuda_tag=cell.cuda_tag
+        )
+    torch_req = f"torch=={cell.torch}" + (f"+{cell.cuda_tag}" if torch_index else "")
+    for source in prefer:
+        if source == "pypi" and cmaj >= 13:
+            nxt = f"{cmaj}.{cmin + 1}"
+            reqs = tuple(f"{p}>={cell.cuda},<{nxt}" for p in CUDA13_COMPONENTS)
+            return Toolchain(
+                cuda=cell.cuda, nvcc_source="pypi", nvcc_requirements=reqs, system_path=None,
+                image=None, torch_requirement=torch_req, torch_index=torch_index,
+            )
+        if source == "image":
+            return Toolchain(
+                cuda=cell.cuda, nvcc_source="image", nvcc_requirements=(), system_path=None,
+                image=f"factory-cuda:{cell.cuda}", torch_requirement=torch_req, torch_index=torch_index,
+            )
+        if source == "system":
+            path = find_system_cuda(cell.cuda, system_root=system_root)
+            if path is not None:
+                return Toolchain(
+                    cuda=cell.cuda, nvcc_source="system", nvcc_requirements=(), system_path=str(path),
+                    image=None, torch_requirement=torch_req, torch_index=torch_index,
+                )
+    raise ToolchainError(
+        f"no CUDA {cell.cuda} toolkit source for {cell.id} (tried {', '.join(prefer)})",
+        tip="CUDA 12.x needs the builder image (docker/Dockerfile.cuda) or a system toolkit",
+    )
+
+
+def find_system_cuda(cuda: str, *, system_root: Path = Path("/usr/local")) -> Path | None:
+    """A toolkit on this host whose nvcc reports exactly ``cuda`` (major.minor), looked for where
+    torch's builder looks: $CUDA_HOME, the directory above ``nvcc`` on PATH, then the usual
+    install directories."""
+    import os
+    import shutil
+
+    candidates: list[Path] = []
+    if os.environ.get("CUDA_HOME"):
+        candidates.append(Path(os.environ["CUDA_HOME"]))
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append(Path(on_path).resolve().parent.parent)
+    candidates += [system_root / f"cuda-{cuda}", system_root / "cuda"]
+    want = Version(cuda)
+    for root in candidates:
+        nvcc = root / "bin" / "nvcc"
+        # a wrapper script on PATH is not a toolkit: it needs the headers beside it
+        if not nvcc.exists() or not (root / "include" / "cuda_runtime.h").exists():
+            continue
+        try:
+            if nvcc_version(nvcc) == want:
+                return root
+        except ToolchainError:
+            continue
+    return None
+
+
+def nvcc_version(nvcc: Path) -> Version:
+    """Parse ``nvcc --version`` ('release 13.0, V13.0.88')."""
+    import re
+    import subprocess
+
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ToolchainError(f"cannot run {nvcc}: {exc}") from None
+    m = re.search(r"release (\d+\.\d+)", out)
+    if not m:
+        raise ToolchainError(f"cannot read the CUDA version from {nvcc} --version")
+    return Version(m.group(1))
