@@ -36,7 +36,8 @@ def _work_dir() -> Path:
     from factory.matrix.load import default_matrix_path, load_matrix
     from factory.matrix.settings import default_settings
 
-    path = default_matrix_path()
-    if not path.exists():  # no matrix here: the default layout
+    try:
+        m = load_matrix(default_matrix_path())
+    except Exception:  # no matrix here: the default layout
         return default_settings().work_dir
-    return load_matrix(path).settings.work_dir
+    return m.settings.work_dir
