@@ -26,7 +26,8 @@ from factory.build.compile_cache import (
     size_bytes,
 )
 from factory.errors import ConfigError
-from factory.matrix.load import base_image_for, load_matrix
+from factory.matrix.load import load_matrix
+from factory.matrix.settings import Settings
 
 # The shape of `sccache --show-stats --stats-format json` (0.16), from a real second compile whose
 # object missed but whose nvcc stages hit.
@@ -79,27 +80,27 @@ def test_size_bytes() -> None:
 
 
 def test_cache_settings_defaults_next_to_work_dir(tmp_path: Path) -> None:
-    s = cache_settings({"work-dir": ".cache/factory/work"}, root=tmp_path)
+    s = cache_settings(Settings.from_table({"work-dir": ".cache/factory/work"}, root=tmp_path))
     assert s == CacheSettings(
         dir=tmp_path / ".cache/factory/compile-cache", size="20G", remote=None
     )
 
 
 def test_cache_settings_table(tmp_path: Path) -> None:
-    s = cache_settings(
+    s = cache_settings(Settings.from_table(
         {"work-dir": "w", "compile-cache": {"dir": "cc", "size": "5g"}}, root=tmp_path
-    )
+    ))
     assert (s.dir, s.size) == (tmp_path / "cc", "5G")
-    with pytest.raises(ConfigError, match="unknown key 'szie'"):
-        cache_settings({"compile-cache": {"szie": "5G"}}, root=tmp_path)
+    with pytest.raises(ConfigError, match="unknown key 'szie'.*did you mean 'size'"):
+        Settings.from_table({"compile-cache": {"szie": "5G"}}, root=tmp_path)
 
 
 def test_remote_cache_from_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FACTORY_S3_ENDPOINT_URL", "http://127.0.0.1:9000")
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
-    s = cache_settings(
+    s = cache_settings(Settings.from_table(
         {"store": "s3://wheels/index", "compile-cache": {"remote": "store"}}, root=tmp_path
-    )
+    ))
     assert s.remote == RemoteCache(
         bucket="wheels",
         prefix="index/compile-cache",
@@ -111,9 +112,9 @@ def test_remote_cache_from_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert env["SCCACHE_S3_KEY_PREFIX"] == "index/compile-cache"
     assert env["SCCACHE_S3_USE_SSL"] == "false"
     with pytest.raises(ConfigError, match="s3://"):
-        cache_settings(
+        cache_settings(Settings.from_table(
             {"store": "index/store", "compile-cache": {"remote": "store"}}, root=tmp_path
-        )
+        ))
 
 
 def test_inside_config_carries_the_bound_and_the_wrapper() -> None:
@@ -189,9 +190,9 @@ source = "."
 
 def test_images_per_python_version() -> None:
     m = load_matrix(text=MATRIX)
-    assert base_image_for(m.settings, "3.13") == "factory-base:trixie"
-    assert base_image_for(m.settings, "cp313") == "factory-base:trixie"
-    assert base_image_for(m.settings, "3.11") == "factory-base:bookworm"
+    assert m.settings.image_for("3.13") == "factory-base:trixie"
+    assert m.settings.image_for("cp313") == "factory-base:trixie"
+    assert m.settings.image_for("3.11") == "factory-base:bookworm"
     wheels = {pc.cell.python: pc.wheel for pc in m.cells}
     # The wheel's platform tag follows the glibc of the cell's own image.
     assert wheels["3.11"].endswith("manylinux_2_36_x86_64.whl")

@@ -211,7 +211,7 @@ _TABLES = {
 
 @st.composite
 def unknown_key_matrix(draw: st.DrawFn) -> bytes:
-    from factory.matrix.load import SETTINGS_KEYS
+    from factory.matrix.settings import SETTINGS_KEYS
 
     where = draw(st.sampled_from(sorted(_TABLES)))
     allowed = SETTINGS_KEYS if where == ("settings",) else _TABLES[where]

@@ -301,3 +301,40 @@ def test_factory_matrix_json_on_the_shipped_matrix(
         assert Cell.from_id(cell["id"]).id == cell["id"]
         assert cell["wheel"].endswith(".whl")
     assert any(c["package"] == "flash-attn" and c["archs"] == [100] for c in out["cells"])
+
+
+# -- settings -------------------------------------------------------------------------------------
+def test_settings_are_resolved_once(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.toml"
+    path.write_text(
+        '[settings]\nstore = "st"\nwork-dir = "/abs/work"\nmemory = "16g"\ncpus = 4\n'
+        '[settings.compile-cache]\nsize = "5g"\n' + BASE
+    )
+    s = load_matrix(path).settings
+    assert s.store == str(tmp_path / "st")  # relative to the matrix file's directory
+    assert s.wheelhouse == tmp_path / ".cache/factory/wheelhouse"
+    assert s.work_dir == Path("/abs/work")
+    assert (s.memory, s.cpus) == (16 * 1024**3, 4)
+    assert (s.compile_cache.dir, s.compile_cache.size) == (Path("/abs/compile-cache"), "5G")
+    defaults = load_matrix(text=BASE).settings
+    assert (defaults.memory, defaults.cpus) == (None, None)
+    assert defaults.store == str(Path.cwd() / "index/store")  # no file: from the current directory
+    s3 = load_matrix(text='[settings]\nstore = "s3://bucket/pre"\n' + BASE).settings
+    assert s3.store == "s3://bucket/pre"
+
+
+@pytest.mark.parametrize("spec", ["ftp://host/x", "s3://", "s3:///prefix"])
+def test_an_unparseable_store_is_one_line(spec: str) -> None:
+    assert _error(f'[settings]\nstore = "{spec}"\n' + BASE) == (
+        f"[settings] store {spec!r} is not a directory or s3://bucket/prefix"
+    )
+
+
+def test_a_broken_matrix_is_no_reason_to_use_the_default_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "matrix.toml").write_text("[settings]\nstore = 5\n" + BASE)
+    assert main(["index", "rebuild"]) == ConfigError.exit_code
+    assert "[settings] store must be a non-empty string" in capsys.readouterr().err
+    assert not (tmp_path / "index").exists()

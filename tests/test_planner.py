@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.planning.budget import GIB, parse_size
+from factory.planning.budget import GIB, BudgetRequest, parse_size
 from factory.matrix.cell import Cell
 from factory.cli import main
 from factory.errors import PlanError
@@ -24,6 +24,8 @@ from factory.planning.planner import (
     plan_for,
     predicted_peak,
 )
+
+from test_matrix import BASE as FLASH_ATTN_ONLY  # a matrix of one flash-attn cell: FA_SM100
 
 REPO = Path(__file__).resolve().parents[1]
 FA_SM100 = "flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311"
@@ -50,7 +52,8 @@ def pc_of(matrix, cell_id: str) -> PlannedCell:  # type: ignore[no-untyped-def]
 def test_acceptance_sm100_16g_16cpus_chooses_2_jobs_and_explains(matrix, history) -> None:  # type: ignore[no-untyped-def]
     # 4.2 GiB per job over a whole build, but the backward hdim256 kernels take 6.7 GiB each and
     # start together: 2 of them + 2 GiB headroom = 15.3 GiB; a third job would not fit.
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=parse_size("16g"), cpus=16, history=history)
+    budget = BudgetRequest(memory=parse_size("16g"), cpus=16)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     assert (plan.max_jobs, plan.nvcc_threads) == (2, 1)
     assert plan.predicted_peak_bytes <= 16 * GIB
     largest = 7159746560
@@ -62,7 +65,8 @@ def test_acceptance_sm100_16g_16cpus_chooses_2_jobs_and_explains(matrix, history
 
 
 def test_the_heaviest_objects_count_only_for_the_first_jobs(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=parse_size("64g"), cpus=16, history=history)
+    budget = BudgetRequest(memory=parse_size("64g"), cpus=16)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     assert plan.max_jobs == 13
     assert plan.predicted_peak_bytes == (
         2 * 7159746560 + 11 * plan.per_job_bytes + plan.headroom_bytes
@@ -70,20 +74,23 @@ def test_the_heaviest_objects_count_only_for_the_first_jobs(matrix, history) -> 
 
 
 def test_acceptance_2g_refuses_naming_the_memory_needed(matrix, history) -> None:  # type: ignore[no-untyped-def]
+    budget = BudgetRequest(memory=parse_size("2g"), cpus=16)
     with pytest.raises(PlanError) as err:
-        plan_build(pc_of(matrix, FA_SM100), memory=parse_size("2g"), cpus=16, history=history)
+        plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     msg = err.value.message
     assert "\n" not in msg
     assert "needs at least 8.7 GiB" in msg and "6.7 GiB" in msg and "2.0 GiB" in msg
 
 
 def test_cpu_bound_plan_uses_every_core_and_no_more(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=512 * GIB, cpus=16, history=history)
+    budget = BudgetRequest(memory=512 * GIB, cpus=16)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     assert (plan.max_jobs, plan.nvcc_threads) == (16, 1)
 
 
 def test_jobs_never_exceed_the_number_of_objects(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=4096 * GIB, cpus=256, history=history)
+    budget = BudgetRequest(memory=4096 * GIB, cpus=256)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     assert plan.max_jobs == 73
 
 
@@ -92,7 +99,7 @@ def test_four_arch_plans_respect_threads_cores_and_memory(  # type: ignore[no-un
     matrix, history, memory: int, cpus: int
 ) -> None:
     pc = pc_of(matrix, FA_ALL)
-    plan = plan_build(pc, memory=memory * GIB, cpus=cpus, history=history)
+    plan = plan_build(pc, budget=BudgetRequest(memory=memory * GIB, cpus=cpus), history=history)
     assert 1 <= plan.nvcc_threads <= 4
     assert plan.max_jobs * plan.nvcc_threads <= cpus
     assert plan.predicted_peak_bytes <= memory * GIB
@@ -106,33 +113,37 @@ def test_four_arch_plans_respect_threads_cores_and_memory(  # type: ignore[no-un
 def test_threads_are_used_when_jobs_cannot_use_the_cores(matrix, history) -> None:  # type: ignore[no-untyped-def]
     # 4 archs, 4 cores, plenty of memory: 4 jobs x 1 thread and 2 x 2 and 1 x 4 all fill the
     # cores; threads shorten the longest object, so the tail is shorter.
-    plan = plan_build(pc_of(matrix, FA_ALL), memory=256 * GIB, cpus=4, history=history)
+    budget = BudgetRequest(memory=256 * GIB, cpus=4)
+    plan = plan_build(pc_of(matrix, FA_ALL), budget=budget, history=history)
     assert plan.max_jobs * plan.nvcc_threads == 4
 
 
 def test_recipe_without_thread_support_gets_one_thread(matrix, history) -> None:  # type: ignore[no-untyped-def]
     pc = pc_of(matrix, EXT)
     assert not pc.recipe.supports_threads()
-    plan = plan_build(pc, memory=8 * GIB, cpus=8, history=history)
+    plan = plan_build(pc, budget=BudgetRequest(memory=8 * GIB, cpus=8), history=history)
     assert plan.nvcc_threads == 1
     assert plan.max_jobs >= 1
     assert any("does not pass NVCC_THREADS" in r for r in plan.reasons)
 
 
 def test_example_extension_uses_its_measured_peak(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, EXT), memory=8 * GIB, cpus=4, history=history)
+    budget = BudgetRequest(memory=8 * GIB, cpus=4)
+    plan = plan_build(pc_of(matrix, EXT), budget=budget, history=history)
     assert "measured" in plan.per_job_source
     assert 1.5 * GB <= plan.per_job_bytes <= 3 * GB
     assert plan.max_jobs == (8 * GIB - plan.headroom_bytes) // plan.per_job_bytes
 
 
 def test_plan_build_without_a_budget_detects_it(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, EXT), memory=None, cpus=None, history=history)
+    budget = BudgetRequest(memory=None, cpus=None)
+    plan = plan_build(pc_of(matrix, EXT), budget=budget, history=history)
     assert plan.cpus >= 1 and plan.memory_budget_bytes > 0
 
 
 def test_as_dict_is_json_and_has_the_contract_keys(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=16 * GIB, cpus=16, history=history)
+    budget = BudgetRequest(memory=16 * GIB, cpus=16)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     d = json.loads(json.dumps(plan.as_dict()))
     assert d["max_jobs"] == 2 and d["nvcc_threads"] == 1
     for k in ("memory_budget_bytes", "cpus", "per_job_bytes", "per_job_source",
@@ -154,14 +165,16 @@ def test_list_schedule_reproduces_the_reference_numbers() -> None:
 
 
 def test_predicted_time_uses_longest_first(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=512 * GIB, cpus=16, history=history)
+    budget = BudgetRequest(memory=512 * GIB, cpus=16)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     assert plan.predicted_seconds == pytest.approx(1083.8, abs=0.1)
 
 
 # -- OOM --------------------------------------------------------------------------------------
 
 def test_plan_after_oom_drops_jobs_and_records(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=32, history=history)
+    budget = BudgetRequest(memory=64 * GIB, cpus=32)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     retry = plan_after_oom(plan, 64 * GIB, 1, history=history)
     assert retry.max_jobs < plan.max_jobs
     assert retry.attempt == 2
@@ -169,7 +182,7 @@ def test_plan_after_oom_drops_jobs_and_records(matrix, history) -> None:  # type
     assert retry.predicted_peak_bytes <= plan.memory_budget_bytes
     assert any("OOM-killed" in r for r in retry.reasons)
     # The model learnt it: a fresh plan for the same cell starts lower.
-    again = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=32,
+    again = plan_build(pc_of(matrix, FA_SM100), budget=BudgetRequest(memory=64 * GIB, cpus=32),
                        history=MemoryHistory.load(history.path))
     assert again.max_jobs <= retry.max_jobs
 
@@ -177,7 +190,8 @@ def test_plan_after_oom_drops_jobs_and_records(matrix, history) -> None:  # type
 def test_the_retry_counts_the_heaviest_objects_too(matrix, history) -> None:  # type: ignore[no-untyped-def]
     # flash-attn's heaviest object (6.7 GiB) is far above its typical job: the retry's jobs and
     # predicted peak must count it as the first plan did (jobs x per-job alone under-predicts).
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=32, history=history)
+    budget = BudgetRequest(memory=64 * GIB, cpus=32)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     assert plan.largest_object_bytes > plan.per_job_bytes
     retry = plan_after_oom(plan, None, 1, history=history)
     assert retry.predicted_peak_bytes == predicted_peak(
@@ -191,13 +205,15 @@ def test_the_retry_counts_the_heaviest_objects_too(matrix, history) -> None:  # 
 
 
 def test_second_oom_at_least_halves(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=128 * GIB, cpus=64, history=history)
+    budget = BudgetRequest(memory=128 * GIB, cpus=64)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     retry = plan_after_oom(plan, None, 2, history=history)
     assert retry.max_jobs <= plan.max_jobs // 2
 
 
 def test_oom_at_one_job_drops_threads_then_refuses(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, FA_ALL), memory=12 * GIB, cpus=2, history=history)
+    budget = BudgetRequest(memory=12 * GIB, cpus=2)
+    plan = plan_build(pc_of(matrix, FA_ALL), budget=budget, history=history)
     # One job compiling two archs at once (what a tighter plan could have chosen).
     key = dataclasses.replace(plan.model_key, nvcc_threads=2, concurrent_archs=2)
     plan = dataclasses.replace(plan, max_jobs=1, nvcc_threads=2, model_key=key)
@@ -209,7 +225,8 @@ def test_oom_at_one_job_drops_threads_then_refuses(matrix, history) -> None:  # 
 
 
 def test_oom_repeatedly_reaches_one_job_then_refuses(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=64, history=history)
+    budget = BudgetRequest(memory=64 * GIB, cpus=64)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     jobs = [plan.max_jobs]
     with pytest.raises(PlanError):
         for attempt in range(1, 50):
@@ -224,8 +241,7 @@ def test_oom_repeatedly_reaches_one_job_then_refuses(matrix, history) -> None:  
 def test_unknown_package_uses_the_star_default(history) -> None:  # type: ignore[no-untyped-def]
     cell = Cell(package="mystery", version="1.0", torch="2.14.1", cuda="13.0", archs=(100,),
                 python="3.11")
-    plan = plan_for(cell, supports_threads=False, memory_model_key="", memory=32 * GIB, cpus=64,
-                    history=history)
+    plan = plan_for(cell, supports_threads=False, memory_model_key="", memory=32 * GIB, cpus=64, history=history)
     assert "'*'" in plan.per_job_source
     assert plan.predicted_seconds is None
     assert plan.max_jobs == (32 * GIB - plan.headroom_bytes) // plan.per_job_bytes
@@ -265,7 +281,8 @@ def test_oom_retry_survives_an_unwritable_history(matrix, tmp_path: Path) -> Non
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     history = MemoryHistory.load(blocker / "h.json")
-    plan = plan_build(pc_of(matrix, FA_SM100), memory=64 * GIB, cpus=32, history=history)
+    budget = BudgetRequest(memory=64 * GIB, cpus=32)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
     retry = plan_after_oom(plan, None, 1, history=history)
     assert retry.max_jobs < plan.max_jobs
     assert any("not recorded: cannot create" in r for r in retry.reasons)
@@ -274,10 +291,43 @@ def test_oom_retry_survives_an_unwritable_history(matrix, tmp_path: Path) -> Non
 def test_a_hand_picked_plan_is_judged_by_the_same_peak_model(matrix, history) -> None:  # type: ignore[no-untyped-def]
     from factory.build.pipeline import BuildOptions, _resolve_plan
 
-    opts = BuildOptions(memory=7 * GIB, cpus=1, max_jobs=1)
+    opts = BuildOptions(budget=BudgetRequest(memory=7 * GIB, cpus=1), max_jobs=1)
     plan = _resolve_plan(pc_of(matrix, FA_SM100), opts, history)
     assert plan.max_jobs == 1
     # the planner refuses 7 GiB (one backward hdim256 kernel + headroom is 8.7 GiB); the
     # hand-picked plan still runs, and its prediction says it does not fit
     assert plan.predicted_peak_bytes == 7159746560 + plan.headroom_bytes
     assert "does NOT fit" in plan.reasons[-1]
+
+
+@pytest.mark.parametrize(
+    "settings,flags",
+    [
+        ("", []),  # both detect this process's budget
+        ('memory = "512g"\ncpus = 64', []),  # the settings' figures
+        ('memory = "512g"', ["--cpus", "8"]),  # a flag for one, the settings for the other
+        ('memory = "512g"\ncpus = 64', ["--memory", "24g", "--cpus", "16"]),  # flags win
+        ('cpus = 64', ["--memory", "auto"]),  # --memory auto: detected despite the settings
+    ],
+)
+def test_plan_and_build_dry_run_plan_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    settings: str, flags: list[str],
+) -> None:
+    monkeypatch.delenv("FACTORY_MEMORY_HISTORY", raising=False)
+    path = tmp_path / "matrix.toml"
+    path.write_text(f"[settings]\n{settings}\n{FLASH_ATTN_ONLY}")
+    assert main(["plan", FA_SM100, "--json", "--matrix", str(path), *flags]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert main(["build", FA_SM100, "--dry-run", "--json", "--matrix", str(path), *flags]) == 0
+    built = json.loads(capsys.readouterr().out)["dry_run"][0]["plan"]
+    for key in ("max_jobs", "nvcc_threads", "cpus"):
+        assert built[key] == planned[key], key
+    memory_given = ("memory" in settings and "auto" not in flags) or "24g" in flags
+    if memory_given:  # a detected budget follows the host's free memory from call to call
+        assert built == {k: v for k, v in planned.items() if k != "version"}
+    if "cpus = 64" in settings and "--cpus" not in flags:
+        assert planned["cpus"] == 64
+        assert any("[settings] cpus" in r for r in planned["reasons"])
+    if "--memory" in flags and "24g" in flags:
+        assert planned["memory_budget_bytes"] == 24 * GIB

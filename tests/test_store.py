@@ -31,6 +31,8 @@ def test_open_store_picks_the_backend(tmp_path: Path, s3_env: dict[str, str]) ->
     assert (s3.bucket, s3.prefix) == ("bucket-name", "some/prefix")
     with pytest.raises(StoreError):
         open_store("gs://bucket/prefix")
+    with pytest.raises(StoreError, match="'s3:///x' names no bucket"):
+        open_store("s3:///x")
 
 
 @pytest.mark.parametrize(

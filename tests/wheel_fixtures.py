@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from factory.matrix.cell import Cell
-from factory.matrix.load import DEFAULT_SETTINGS, PackageSpec, PlannedCell, plan_cell
+from factory.matrix.load import PackageSpec, PlannedCell, plan_cell
+from factory.matrix.settings import Settings
 from factory.recipes import get_recipe
 
 REPO = Path(__file__).resolve().parent.parent
@@ -129,7 +130,7 @@ def planned(
         sha256=None,
         axes={},
     )
-    return plan_cell(cell, spec, settings={**DEFAULT_SETTINGS, "plat": plat})
+    return plan_cell(cell, spec, settings=Settings.from_table({"plat": plat}, root=Path.cwd()))
 
 
 def wheelhouse_has_torch() -> bool:

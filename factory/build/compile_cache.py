@@ -41,9 +41,12 @@ import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from factory.errors import ConfigError
+
+if TYPE_CHECKING:
+    from factory.matrix.settings import Settings
 
 DEFAULT_SIZE = "20G"
 SIZE_RE = re.compile(r"^[1-9][0-9]*[KMGT]?$")
@@ -187,38 +190,17 @@ class CacheSettings:
         }
 
 
-CACHE_KEYS = {"dir", "size", "remote"}
-
-
-def cache_settings(
-    settings: Mapping[str, Any], *, root: Path, store: str | None = None
-) -> CacheSettings:
-    """From the matrix settings: ``compile-cache = {dir, size, remote}``; ``remote = "store"``
-    puts the remote cache in the (s3://) store, or give an ``s3://bucket/prefix`` of its own."""
-    raw = settings.get("compile-cache", {}) or {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError("[settings] compile-cache must be a table")
-    unknown = sorted(set(raw) - CACHE_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"unknown key {unknown[0]!r} in [settings.compile-cache] "
-            f"(known: {', '.join(sorted(CACHE_KEYS))})"
-        )
-    work = Path(str(settings.get("work-dir", ".cache/factory/work")))
-    default_dir = (work if work.is_absolute() else root / work).parent / "compile-cache"
-    dir_ = Path(str(raw["dir"])) if "dir" in raw else default_dir
-    if not dir_.is_absolute():
-        dir_ = root / dir_
-    remote_spec = raw.get("remote")
+def cache_settings(settings: Settings, *, store: str | None = None) -> CacheSettings:
+    """The matrix's ``compile-cache = {dir, size, remote}`` with its remote resolved:
+    ``remote = "store"`` puts the remote cache in the (s3://) store (``store``, the --store
+    given, before the matrix's), or give an ``s3://bucket/prefix`` of its own."""
+    config = settings.compile_cache
     remote = None
-    if remote_spec:
-        spec = str(settings.get("store", "")) if remote_spec == "store" else str(remote_spec)
-        if remote_spec == "store" and store:
-            spec = store
-        remote = RemoteCache.from_store(spec)
-    return CacheSettings(
-        dir=dir_, size=parse_size(str(raw.get("size", DEFAULT_SIZE))), remote=remote
-    )
+    if config.remote == "store":
+        remote = RemoteCache.from_store(store or settings.store)
+    elif config.remote:
+        remote = RemoteCache.from_store(config.remote)
+    return CacheSettings(dir=config.dir, size=config.size, remote=remote)
 
 
 # -- inside the container -----------------------------------------------------------------------

@@ -23,7 +23,8 @@ from typing import Any
 
 from factory.errors import BuildError, FactoryError, OOMError, PlanError, VerifyError
 from factory.logger import Log, NinjaProgress, human_bytes
-from factory.matrix.load import Matrix, PlannedCell, base_image_for
+from factory.matrix.load import Matrix, PlannedCell
+from factory.planning.budget import BudgetRequest
 
 MAX_ATTEMPTS = 4
 # Fault injection for tests: the first attempt is OOM-killed once this many objects are done.
@@ -34,8 +35,7 @@ SOURCE_MARKER = ".factory-source.json"
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BuildOptions:
     runner: str = "docker"
-    memory: int | None = None  # bytes; None: detect from the runner's limits
-    cpus: int | None = None
+    budget: BudgetRequest = BudgetRequest()  # what it leaves None: detect from the runner's limits
     out_dir: Path = Path("dist")
     store: str | None = None
     publish: bool = False
@@ -69,31 +69,26 @@ class BuildOutcome:
     detail: str = ""
 
 
-def _settings_path(matrix: Matrix, key: str) -> Path:
-    p = Path(str(matrix.settings[key]))
-    return p if p.is_absolute() else matrix.root / p
-
-
 def load_history(matrix: Matrix, explicit: str | Path | None = None):  # type: ignore[no-untyped-def]
     """--history, else $FACTORY_MEMORY_HISTORY, else the matrix's memory-history setting."""
     from factory.planning.memory_model import HISTORY_ENV, MemoryHistory
 
-    path = explicit or os.environ.get(HISTORY_ENV) or _settings_path(matrix, "memory-history")
+    path = explicit or os.environ.get(HISTORY_ENV) or matrix.settings.memory_history
     return MemoryHistory.load(path)
 
 
 def cell_work_dir(matrix: Matrix, pc: PlannedCell) -> Path:
-    return _settings_path(matrix, "work-dir") / pc.cell.id
+    return matrix.settings.work_dir / pc.cell.id
 
 
 def toolkits_dir(matrix: Matrix) -> Path:
     """Where CUDA toolkits made from PyPI wheels live (next to the work dir)."""
-    return _settings_path(matrix, "work-dir").parent / "toolkits"
+    return matrix.settings.work_dir.parent / "toolkits"
 
 
 def build_image(matrix: Matrix, pc: PlannedCell) -> str:
     """The image a containerized build of the cell runs in."""
-    return pc.toolchain.image or base_image_for(matrix.settings, pc.cell.python)
+    return pc.toolchain.image or matrix.settings.image_for(pc.cell.python)
 
 
 def job_requirements(pc: PlannedCell) -> tuple[str, ...]:
@@ -109,7 +104,7 @@ def cell_venv(matrix: Matrix, pc: PlannedCell, runner: str) -> Path:
     from factory.runners.base import shared_venv_name
 
     name = shared_venv_name(runner, pc.cell.python, build_image(matrix, pc), job_requirements(pc))
-    return _settings_path(matrix, "venv-dir") / name
+    return matrix.settings.venv_dir / name
 
 
 # -- source tree ---------------------------------------------------------------------------
@@ -132,7 +127,7 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
 
     src = work / "src"
     if pc.source == "pypi":
-        sdist = fetch_sdist(pc.cell.package, pc.cell.version, pc.sha256, _settings_path(matrix, "wheelhouse") / "sdists")
+        sdist = fetch_sdist(pc.cell.package, pc.cell.version, pc.sha256, matrix.settings.wheelhouse / "sdists")
         signature = hashlib.sha256(sdist.read_bytes()).hexdigest()
     else:
         origin = matrix.root / pc.source
@@ -168,17 +163,18 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
 
 # -- one cell ------------------------------------------------------------------------------
 def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: ignore[no-untyped-def]
-    from factory.planning.budget import format_size, resolve_budget
+    from factory.planning.budget import format_size
     from factory.planning.planner import plan_build, predicted_peak
 
     try:
-        plan = plan_build(pc, memory=opts.memory, cpus=opts.cpus, history=history)
+        plan = plan_build(pc, budget=opts.budget, history=history)
     except PlanError:
         if not opts.hand_picked:
             raise
         # a hand-picked plan runs even where the planner would refuse: that is its point
-        budget = resolve_budget(opts.memory, opts.cpus).memory_bytes
-        plan = plan_build(pc, memory=1 << 50, cpus=opts.cpus, history=history)
+        budget = opts.budget.resolve().memory_bytes
+        unbounded = dataclasses.replace(opts.budget, memory=1 << 50)
+        plan = plan_build(pc, budget=unbounded, history=history)
         plan = dataclasses.replace(plan, memory_budget_bytes=budget, reasons=(
             f"the planner refuses a budget of {format_size(budget)} for this cell",))
     if not opts.hand_picked:
@@ -208,7 +204,7 @@ def _cache_settings(matrix: Matrix, opts: BuildOptions) -> Any:
 
     if not opts.cache:
         return None
-    return cache_settings(matrix.settings, root=matrix.root, store=opts.store)
+    return cache_settings(matrix.settings, store=opts.store)
 
 
 def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
@@ -231,7 +227,7 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         image=build_image(matrix, pc),
         src_dir=src,
         out_dir=work / "raw",
-        wheelhouse=_settings_path(matrix, "wheelhouse") / pc.cell.python_tag,
+        wheelhouse=matrix.settings.wheelhouse / pc.cell.python_tag,
         cuda_home=cuda_home,
         requirements=job_requirements(pc),
         env=env,
@@ -243,7 +239,7 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         cache_dir=cache.dir if cache else None,
         cache_size=cache.size if cache else DEFAULT_SIZE,
         timeout=None,
-        venv_root=_settings_path(matrix, "venv-dir"),
+        venv_root=matrix.settings.venv_dir,
     )
 
 
@@ -334,7 +330,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
         log.step("wheelhouse skipped: the build uses the interpreter's own packages")
     else:
         log.step("wheelhouse (offline deps for the build)")
-        prepare_wheelhouse(pc, _settings_path(matrix, "wheelhouse"))
+        prepare_wheelhouse(pc, matrix.settings.wheelhouse)
     log.step("source tree")
     src = prepare_source(matrix, pc, work, log)
     from factory.planning.critical_path import prepare_build_tree
@@ -347,7 +343,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     if opts.runner == "docker" and pc.toolchain.image is None:
         from factory.toolchain.python_image import ensure_builder_image
 
-        ensure_builder_image(base_image_for(matrix.settings, pc.cell.python))
+        ensure_builder_image(matrix.settings.image_for(pc.cell.python))
 
     attempts: list[dict[str, Any]] = []
     result = None
@@ -421,7 +417,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     log.step(f"verify {wheel.name}")
     report = verify_wheel(
         wheel, expected=pc, import_check=opts.verify_import,
-        wheelhouse=_settings_path(matrix, "wheelhouse") / pc.cell.python_tag,
+        wheelhouse=matrix.settings.wheelhouse / pc.cell.python_tag,
         raise_on_failure=False, echo=log.detail if opts.verbose else None, log_path=post_log,
     )
     for check in report.checks:
@@ -434,8 +430,8 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
         from factory.index.publish import publish
         from factory.index.store import open_store
 
-        log.step(f"publish to {opts.store}")
-        publish(open_store(opts.store or "index/store"), [wheel])
+        log.step(f"publish to {opts.store or matrix.settings.store}")
+        publish(open_store(opts.store or matrix.settings.store), [wheel])
     return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
                         seconds=seconds)
 
@@ -509,12 +505,3 @@ def build_cells(cells: Sequence[PlannedCell], *, matrix: Matrix, opts: BuildOpti
     for pc in cells:
         outcomes.append(build_cell(matrix, pc, opts, log))
     return outcomes
-
-
-def default_memory(setting: object) -> int | None:
-    if setting in (None, "", "auto"):
-        return None
-    from factory.planning.budget import parse_size
-
-    return parse_size(str(setting))
-

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.matrix.load import Matrix, default_matrix_path, load_matrix
+from factory.matrix.settings import DEFAULT_STORE
 
 
 def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +19,8 @@ def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
 def add_store_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store", default=None,
-        help="a directory or s3://bucket/prefix (default: the matrix's settings.store, index/store)",
+        help="a directory or s3://bucket/prefix "
+        f"(default: the matrix's settings.store, {DEFAULT_STORE})",
     )
 
 
@@ -27,16 +29,15 @@ def matrix_from_args(args: argparse.Namespace) -> Matrix:
 
 
 def store_from_args(args: argparse.Namespace) -> str:
+    """--store, else the matrix's store setting; without a matrix file, the default store (under
+    the current directory). A matrix that does not load is an error, not a reason to publish
+    somewhere else."""
     if getattr(args, "store", None):
         return str(args.store)
-    try:
-        m = matrix_from_args(args) if hasattr(args, "matrix") else load_matrix(default_matrix_path())
-        store = str(m.settings["store"])
-        if "://" not in store and not Path(store).is_absolute():
-            store = str(m.root / store)
-        return store
-    except Exception:
-        return "index/store"
+    path = getattr(args, "matrix", None) or default_matrix_path()
+    if not path.exists():
+        return DEFAULT_STORE
+    return load_matrix(path).settings.store
 
 
 def print_json(obj: dict[str, Any]) -> None:

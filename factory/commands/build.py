@@ -47,7 +47,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from packaging.utils import canonicalize_name
 
-    from factory.build.pipeline import BuildOptions, build_cell, build_cells, default_memory
+    from factory.build.pipeline import BuildOptions, build_cell, build_cells
+    from factory.planning.budget import requested_budget
 
     for flag in ("max_jobs", "nvcc_threads", "attempts"):
         value = getattr(args, flag)
@@ -63,12 +64,11 @@ def run(args: argparse.Namespace) -> int:
             cells = [c for c in cells if c.cell.package in want]
     else:
         cells = [matrix.find(c) for c in args.cells]
-    memory = default_memory(args.memory if args.memory is not None else matrix.settings.get("memory"))
-    cpus = args.cpus if args.cpus is not None else (int(matrix.settings.get("cpus") or 0) or None)
+    budget = requested_budget(matrix.settings, memory=args.memory, cpus=args.cpus)
     store = store_from_args(args) if (args.publish or args.store) else None
     opts = BuildOptions(
-        runner=args.runner or str(matrix.settings["runner"]),
-        memory=memory, cpus=cpus, out_dir=args.out, store=store, publish=args.publish,
+        runner=args.runner or matrix.settings.runner,
+        budget=budget, out_dir=args.out, store=store, publish=args.publish,
         dry_run=args.dry_run, force=args.force, verify_import=not args.no_import_check,
         cache=args.cache, verbose=args.verbose, runner_options=_runner_options(args),
         max_jobs=args.max_jobs, nvcc_threads=args.nvcc_threads,

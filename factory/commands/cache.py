@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 from factory.errors import BuildError, ConfigError
 from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
@@ -45,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from factory.logger import human_bytes
 
     matrix = matrix_from_args(args)
-    settings = cache_settings(matrix.settings, root=matrix.root, store=args.store)
+    settings = cache_settings(matrix.settings, store=args.store)
     if args.action in ("pull", "push"):
         from factory.build import remote_cache
 
@@ -62,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(result.summary())
         return 0
-    work = Path(str(matrix.settings["work-dir"]))
-    work = work if work.is_absolute() else matrix.root / work
+    work = matrix.settings.work_dir
     if args.action == "clear":
         running = _running_builds()
         if running and not args.force:

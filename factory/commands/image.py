@@ -33,11 +33,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _work_dir() -> Path:
-    from factory.matrix.load import DEFAULT_SETTINGS, default_matrix_path, load_matrix
+    from factory.matrix.load import default_matrix_path, load_matrix
+    from factory.matrix.settings import default_settings
 
     try:
         m = load_matrix(default_matrix_path())
     except Exception:  # no matrix here: the default layout
-        return Path(str(DEFAULT_SETTINGS["work-dir"]))
-    wd = Path(str(m.settings.get("work-dir", DEFAULT_SETTINGS["work-dir"])))
-    return wd if wd.is_absolute() else m.root / wd
+        return default_settings().work_dir
+    return m.settings.work_dir

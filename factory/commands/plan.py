@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from factory.planning.budget import format_size, parse_size
-from factory.errors import UsageError
+from factory.planning.budget import format_size, requested_budget
 from factory.build.pipeline import load_history
 from factory.planning.memory_model import HISTORY_ENV
 from factory.planning.planner import plan_build
@@ -16,9 +15,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cell", metavar="CELL", help="a cell id ('factory matrix' lists them)")
     add_matrix_arg(parser)
     parser.add_argument("--memory", default=None, metavar="SIZE",
-                        help="memory budget like 16g or 512M (default: this cgroup's limit)")
+                        help="memory budget like 16g or 512M (default: the matrix's memory "
+                        "setting, else this cgroup's limit)")
     parser.add_argument("--cpus", type=int, default=None, metavar="N",
-                        help="CPU budget (default: this cgroup's quota and CPU affinity)")
+                        help="CPU budget (default: the matrix's cpus setting, else this cgroup's "
+                        "quota and CPU affinity)")
     parser.add_argument("--history", default=None, metavar="PATH",
                         help=f"memory history file (default: ${HISTORY_ENV}, else the matrix's "
                         "memory-history setting, layered over the shipped defaults)")
@@ -26,13 +27,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.cpus is not None and args.cpus < 1:
-        raise UsageError(f"--cpus must be at least 1, not {args.cpus}")
     matrix = matrix_from_args(args)
+    budget = requested_budget(matrix.settings, memory=args.memory, cpus=args.cpus)
     pc = matrix.find(args.cell)
-    memory = parse_size(args.memory) if args.memory is not None else None
-    plan = plan_build(pc, memory=memory, cpus=args.cpus, history=load_history(matrix, args.history),
-                      memory_label="--memory", cpus_label="--cpus")
+    plan = plan_build(pc, budget=budget, history=load_history(matrix, args.history))
     if args.json:
         print_json(plan.as_dict())
         return 0

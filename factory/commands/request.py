@@ -34,8 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.build.pipeline import default_memory
     from factory.hosts.request import request, request_cell
+    from factory.planning.budget import requested_budget
 
     cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch, python=args.python)
     matrix = matrix_from_args(args)
@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"request {cell.id} (store {store})", file=sys.stderr)
     result = request(
         cell, matrix=matrix, store_spec=store, index_url=args.index_url,
-        runner=args.runner or str(matrix.settings["runner"]),
-        memory=default_memory(args.memory if args.memory is not None else matrix.settings.get("memory")),
+        runner=args.runner or matrix.settings.runner,
+        budget=requested_budget(matrix.settings, memory=args.memory),
         out_dir=args.out,
     )
     status = "built and published" if result.built else "already published, nothing to build"

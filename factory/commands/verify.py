@@ -54,9 +54,7 @@ def _wheelhouse(args: argparse.Namespace, matrix: Matrix | None, wheel: Path) ->
         return Path(args.wheelhouse)
     if matrix is None:
         return None
-    base = Path(str(matrix.settings["wheelhouse"]))
-    if not base.is_absolute():
-        base = matrix.root / base
+    base = matrix.settings.wheelhouse
     parts = wheel.name.split("-")
     if len(parts) < 5:
         return None  # not a wheel name: verify says so

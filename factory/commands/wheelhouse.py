@@ -27,9 +27,7 @@ def run(args: argparse.Namespace) -> int:
     pc = matrix.find(args.cell)
     root = args.root
     if root is None:
-        root = Path(str(matrix.settings["wheelhouse"]))
-        if not root.is_absolute():
-            root = matrix.root / root
+        root = matrix.settings.wheelhouse
     start = time.monotonic()
     dest = prepare_wheelhouse(pc, root)
     wheels = sorted(dest.glob("*.whl"))

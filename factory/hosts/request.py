@@ -20,6 +20,7 @@ from packaging.utils import canonicalize_name
 from factory.matrix.cell import Cell, parse_arch
 from factory.errors import BuildError, StoreError, ToolchainError, UsageError
 from factory.matrix.load import Matrix, PlannedCell
+from factory.planning.budget import BudgetRequest
 from factory.wheels.provenance import PublishedBuild, published_builds
 
 INDEX_URL_ENV = "FACTORY_INDEX_URL"
@@ -137,7 +138,7 @@ def request(
     store_spec: str,
     index_url: str | None,
     runner: str,
-    memory: int | None,
+    budget: BudgetRequest,
     out_dir: Path | None,
     build: BuildFn | None = None,
     log: Any = None,
@@ -157,8 +158,8 @@ def request(
 
     if build is None:
         from factory.build.pipeline import build_cells as build
-    opts = BuildOptions(runner=runner, memory=memory, out_dir=out_dir or Path("dist"), store=store_spec,
-                        publish=True)
+    opts = BuildOptions(runner=runner, budget=budget, out_dir=out_dir or Path("dist"),
+                        store=store_spec, publish=True)
     build([pc], matrix=matrix, opts=opts, log=log)
     found = find_published(store, pc)
     if found is None:

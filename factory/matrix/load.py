@@ -7,10 +7,9 @@ Unknown keys get a did-you-mean suggestion.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import itertools
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,43 +18,14 @@ from packaging.version import Version
 
 from factory.matrix.cell import Cell, parse_arch, parse_cuda, parse_python, parse_version
 from factory.errors import CellError, ConfigError
+from factory.matrix.settings import Settings, check_keys, default_settings
 from factory.recipes import Recipe, get_recipe
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
 
 AXES = ("torch", "cuda", "archs", "python")
 TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes"}
 PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", *AXES}
-SETTINGS_KEYS = {
-    "store", "wheelhouse", "runner", "memory", "cpus", "base-image", "plat", "work-dir", "toolkit",
-    "memory-history", "venv-dir",
-    "images", "compile-cache",
-}
 RULE_KEYS = {"package", "version", *AXES, "reason"}
-
-DEFAULT_SETTINGS: dict[str, Any] = {
-    "store": "index/store",
-    "wheelhouse": ".cache/factory/wheelhouse",
-    "work-dir": ".cache/factory/work",
-    "venv-dir": ".cache/factory/venvs",  # build venvs, shared by cells with the same torch
-    "runner": "docker",
-    "memory": "auto",
-    "cpus": 0,  # 0: all the runner may use
-    "base-image": "factory-base:bookworm",
-    "plat": "auto",
-    "toolkit": ["pypi", "image", "system"],  # where nvcc comes from, in order of preference
-    # builds record measured memory here (layered over the shipped defaults); share it between
-    # builders by pointing this (or $FACTORY_MEMORY_HISTORY) at a common file
-    "memory-history": ".cache/factory/memory_history.json",
-}
-
-
-def _check_keys(table: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
-    allowed = set(allowed)
-    for key in table:
-        if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"unknown key {key!r} in {where}{hint}")
 
 
 def _as_list(value: Any, where: str) -> list[Any]:
@@ -146,7 +116,7 @@ class PlannedCell:
 class Matrix:
     path: Path | None
     root: Path  # directory relative paths are resolved against
-    settings: dict[str, Any]
+    settings: Settings
     packages: dict[str, PackageSpec]
     torch_indexes: dict[str, str]
     cells: tuple[PlannedCell, ...]
@@ -179,86 +149,10 @@ def wheel_filename(cell: Cell, recipe: Recipe, plat: str) -> str:
     return f"{dist}-{cell.version}+{local}-{cell.python_tag}-{cell.python_tag}-{plat}.whl"
 
 
-def base_image_for(settings: Mapping[str, Any], python: str | None = None) -> str:
-    """The builder image for a Python version: ``[settings.images]`` ("3.13" = "image"), else
-    ``base-image``. Versions that should share compiled kernels (the compile cache) need images
-    with one compiler and one set of system headers: one Debian release."""
-    images = settings.get("images") or {}
-    if python is not None:
-        want = parse_python(python)
-        for version, image in images.items():
-            if parse_python(str(version)) == want:
-                return str(image)
-    return str(settings.get("base-image", DEFAULT_SETTINGS["base-image"]))
-
-
-def _check_images(images: Any) -> None:
-    if not isinstance(images, dict):
-        raise ConfigError("[settings] images must be a table of Python version = image")
-    for version, image in images.items():
-        try:
-            parse_python(str(version))
-        except CellError as exc:
-            raise ConfigError(f"[settings.images]: {exc.message}") from None
-        if not isinstance(image, str) or not image:
-            raise ConfigError(f"[settings.images] {version!r} must name an image")
-
-
-_TEXT_SETTINGS = (
-    "store", "wheelhouse", "work-dir", "venv-dir", "runner", "base-image", "plat",
-    "memory-history",
-)
-
-
-def _check_settings(settings: dict[str, Any], root: Path) -> None:
-    """Types and values of [settings], checked now: a wrong one must fail here in one line, not
-    as a crash in the middle of a build."""
-    from factory.planning.budget import parse_size
-    from factory.errors import FactoryError
-    from factory.runners import RUNNERS
-
-    for key in _TEXT_SETTINGS:
-        if not isinstance(settings.get(key), str) or not settings[key]:
-            raise ConfigError(f"[settings] {key} must be a non-empty string")
-    if settings["runner"] not in RUNNERS:
-        raise ConfigError(
-            f"[settings] runner {settings['runner']!r} is not one of {', '.join(RUNNERS)}"
-        )
-    memory = settings.get("memory")
-    if memory not in ("auto", ""):
-        try:
-            if isinstance(memory, bool) or not isinstance(memory, (str, int)):
-                raise ConfigError("must be \"auto\" or a size like \"16g\"")
-            parse_size(memory)
-        except FactoryError as exc:
-            raise ConfigError(f"[settings] memory: {exc.message}") from None
-    cpus = settings.get("cpus")
-    if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 0:
-        raise ConfigError("[settings] cpus must be a whole number, 0 or more (0: all)")
-    toolkit = settings.get("toolkit")
-    sources = [toolkit] if isinstance(toolkit, str) else toolkit
-    if not isinstance(sources, list) or not sources or not all(isinstance(t, str) for t in sources):
-        raise ConfigError("[settings] toolkit must be a list of pypi, image, system")
-    _check_images(settings.get("images", {}))
-    if "compile-cache" in settings:
-        from factory.build.compile_cache import cache_settings
-
-        cache = settings["compile-cache"]
-        if isinstance(cache, dict):  # the remote is checked where it is used (--store may set it)
-            cache = {k: v for k, v in cache.items() if k != "remote"}
-        try:
-            cache_settings({**settings, "compile-cache": cache}, root=root)
-        except ConfigError:
-            raise
-        except FactoryError as exc:  # an unparseable size
-            raise ConfigError(f"[settings] compile-cache: {exc.message}") from None
-
-
-def default_plat(settings: Mapping[str, Any], python: str | None = None) -> str:
-    plat = str(settings.get("plat", "auto"))
-    if plat != "auto":
-        return plat
-    if settings.get("runner") == "local":
+def default_plat(settings: Settings, python: str | None = None) -> str:
+    if settings.plat != "auto":
+        return settings.plat
+    if settings.runner == "local":
         # the local runner builds against this host's glibc, so the tag follows it
         import platform
 
@@ -268,24 +162,20 @@ def default_plat(settings: Mapping[str, Any], python: str | None = None) -> str:
             return f"manylinux_{major}_{minor}_{platform.machine()}"
     from factory.toolchain.images import plat_for_image
 
-    return plat_for_image(base_image_for(settings, python))
+    return plat_for_image(settings.image_for(python))
 
 
-def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *, settings: Mapping[str, Any] | None = None, torch_indexes: Mapping[str, str] | None = None) -> PlannedCell:
-    settings = matrix.settings if matrix else (settings or DEFAULT_SETTINGS)
+def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
+              settings: Settings | None = None,
+              torch_indexes: Mapping[str, str] | None = None) -> PlannedCell:
+    settings = matrix.settings if matrix else (settings or default_settings())
     torch_indexes = matrix.torch_indexes if matrix else (torch_indexes or {})
     try:
         check_cell_cuda(cell)
         pkg.recipe.check_cell(cell)
     except ConfigError:
         raise
-    prefer = settings.get("toolkit", DEFAULT_SETTINGS["toolkit"])
-    if isinstance(prefer, str):
-        prefer = [prefer]
-    unknown = [p for p in prefer if p not in ("pypi", "image", "system")]
-    if unknown:
-        raise ConfigError(f"[settings] toolkit: unknown source {unknown[0]!r} (use pypi, image, system)")
-    toolchain = resolve_toolchain(cell, torch_indexes=dict(torch_indexes), prefer=tuple(prefer))
+    toolchain = resolve_toolchain(cell, torch_indexes=dict(torch_indexes), prefer=settings.toolkit)
     return PlannedCell(
         cell=cell,
         recipe=pkg.recipe,
@@ -347,122 +237,150 @@ def load_matrix(path: Path | None = None, *, text: str | None = None) -> Matrix:
 
 
 def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Matrix:
-    _check_keys(data, TOP_KEYS, "the matrix")
+    """Checked in the file's order, so the first problem is the one reported."""
+    check_keys(data, TOP_KEYS, "the matrix")
     if data.get("version", 1) != 1:
         raise ConfigError(f"matrix version {data.get('version')!r} is not supported (only 1)")
-    settings = dict(DEFAULT_SETTINGS)
     raw_settings = data.get("settings", {})
     if not isinstance(raw_settings, dict):
         raise ConfigError("[settings] must be a table")
-    _check_keys(raw_settings, SETTINGS_KEYS, "[settings]")
-    settings.update(raw_settings)
-    _check_settings(settings, root)
+    settings = Settings.from_table(raw_settings, root=root)
+    torch_indexes = _torch_indexes(data.get("torch-indexes", {}))
+    axes_raw = data.get("axes", {})
+    if not isinstance(axes_raw, dict):
+        raise ConfigError("[axes] must be a table")
+    check_keys(axes_raw, AXES, "[axes]")
+    global_axes = _parse_axes(axes_raw, "axes")
+    packages = _packages(data.get("packages", {}), root=root, global_axes=global_axes)
+    excludes = _rules(data, "exclude", packages)
+    includes = _rules(data, "include", packages)
+    matrix = Matrix(
+        path=path, root=root, settings=settings, packages=packages,
+        torch_indexes=torch_indexes, cells=(),
+    )
+    return dataclasses.replace(matrix, cells=_expand(matrix, excludes=excludes, includes=includes))
 
-    torch_indexes = data.get("torch-indexes", {})
-    if not isinstance(torch_indexes, dict):
+
+def _torch_indexes(raw: Any) -> dict[str, str]:
+    """``[torch-indexes]``: CUDA version = the PyTorch index URL for its torch builds."""
+    if not isinstance(raw, dict):
         raise ConfigError("[torch-indexes] must be a table of CUDA version = URL")
-    for k, v in torch_indexes.items():
+    for k, v in raw.items():
         try:
             parse_cuda(k)
         except CellError as exc:
             raise ConfigError(f"[torch-indexes]: {exc.message}") from None
         if not isinstance(v, str) or not v.startswith(("http://", "https://", "file://")):
             raise ConfigError(f"[torch-indexes] {k!r} must be an http(s) or file URL")
+    return dict(raw)
 
-    axes_raw = data.get("axes", {})
-    if not isinstance(axes_raw, dict):
-        raise ConfigError("[axes] must be a table")
-    _check_keys(axes_raw, AXES, "[axes]")
-    global_axes = _parse_axes(axes_raw, "axes")
 
-    packages_raw = data.get("packages", {})
-    if not isinstance(packages_raw, dict) or not packages_raw:
+def _packages(raw: Any, *, root: Path,
+              global_axes: Mapping[str, list[Any]]) -> dict[str, PackageSpec]:
+    if not isinstance(raw, dict) or not raw:
         raise ConfigError("the matrix declares no [packages.NAME] table")
     packages: dict[str, PackageSpec] = {}
-    for name, spec in packages_raw.items():
-        where = f"[packages.{name}]"
-        if not isinstance(spec, dict):
-            raise ConfigError(f"{where} must be a table")
-        _check_keys(spec, PACKAGE_KEYS, where)
-        recipe = get_recipe(str(spec.get("recipe", "torch-extension")))
-        if "versions" not in spec:
-            raise ConfigError(f"{where} needs versions = [...]")
-        versions = _scalar_axis(spec["versions"], f"{where} versions", lambda v: parse_version(v, name))
-        source = spec.get("source", "pypi")
-        if not isinstance(source, str) or not source:
-            raise ConfigError(f"{where} source must be 'pypi' or a directory path")
-        if source != "pypi" and not (root / source).is_dir():
-            raise ConfigError(f"{where} source directory {source!r} does not exist")
-        sha = spec.get("sha256")
-        if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
-            raise ConfigError(f"{where} sha256 must be 64 hex digits")
-        axes = dict(global_axes)
-        axes.update(_parse_axes({k: spec[k] for k in AXES if k in spec}, f"packages.{name}"))
-        for axis in AXES:
-            if axis not in axes:
-                raise ConfigError(f"{where} has no {axis} axis and [axes] sets none")
-        cname = canonicalize_name(name)
-        if cname in packages:
+    for name, spec in raw.items():
+        pkg = _package(name, spec, root=root, global_axes=global_axes)
+        if pkg.name in packages:
             raise ConfigError(f"package {name!r} is declared twice")
-        packages[cname] = PackageSpec(
-            name=cname, recipe=recipe, versions=tuple(versions), source=source, sha256=sha, axes=axes
-        )
+        packages[pkg.name] = pkg
+    return packages
 
-    rules: dict[str, list[dict[str, Any]]] = {}
-    for kind in ("exclude", "include"):
-        lst = data.get(kind, [])
-        if not isinstance(lst, list) or not all(isinstance(r, dict) for r in lst):
-            raise ConfigError(f"[[{kind}]] entries must be tables")
-        for i, rule in enumerate(lst):
-            _check_keys(rule, RULE_KEYS, f"[[{kind}]] #{i + 1}")
-            if "package" in rule and canonicalize_name(str(rule["package"])) not in packages:
-                raise ConfigError(f"[[{kind}]] #{i + 1} names unknown package {rule['package']!r}")
-            # Parse the rule's values now: a typo must fail here, not match nothing or crash later.
-            parsed = _parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
-            if kind == "include":
-                many = [a for a, v in parsed.items() if len(v) != 1]
-                if many:
-                    raise ConfigError(
-                        f"[[include]] #{i + 1} {many[0]} must be one value (one cell per include)"
-                    )
-        rules[kind] = lst
 
-    matrix = Matrix(
-        path=path, root=root, settings=settings, packages=packages,
-        torch_indexes=dict(torch_indexes), cells=(),
+def _package(name: str, spec: Any, *, root: Path,
+             global_axes: Mapping[str, list[Any]]) -> PackageSpec:
+    """One ``[packages.NAME]`` table; its own axes override the global ones."""
+    where = f"[packages.{name}]"
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where} must be a table")
+    check_keys(spec, PACKAGE_KEYS, where)
+    recipe = get_recipe(str(spec.get("recipe", "torch-extension")))
+    if "versions" not in spec:
+        raise ConfigError(f"{where} needs versions = [...]")
+    versions = _scalar_axis(spec["versions"], f"{where} versions", lambda v: parse_version(v, name))
+    source = spec.get("source", "pypi")
+    if not isinstance(source, str) or not source:
+        raise ConfigError(f"{where} source must be 'pypi' or a directory path")
+    if source != "pypi" and not (root / source).is_dir():
+        raise ConfigError(f"{where} source directory {source!r} does not exist")
+    sha = spec.get("sha256")
+    if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
+        raise ConfigError(f"{where} sha256 must be 64 hex digits")
+    axes = dict(global_axes)
+    axes.update(_parse_axes({k: spec[k] for k in AXES if k in spec}, f"packages.{name}"))
+    for axis in AXES:
+        if axis not in axes:
+            raise ConfigError(f"{where} has no {axis} axis and [axes] sets none")
+    return PackageSpec(
+        name=canonicalize_name(name), recipe=recipe, versions=tuple(versions), source=source,
+        sha256=sha, axes=axes,
     )
+
+
+def _rules(data: Mapping[str, Any], kind: str,
+           packages: Mapping[str, PackageSpec]) -> list[dict[str, Any]]:
+    """``[[exclude]]`` or ``[[include]]``, their values parsed now: a typo must fail here, not
+    match nothing or crash later."""
+    lst = data.get(kind, [])
+    if not isinstance(lst, list) or not all(isinstance(r, dict) for r in lst):
+        raise ConfigError(f"[[{kind}]] entries must be tables")
+    for i, rule in enumerate(lst):
+        check_keys(rule, RULE_KEYS, f"[[{kind}]] #{i + 1}")
+        if "package" in rule and canonicalize_name(str(rule["package"])) not in packages:
+            raise ConfigError(f"[[{kind}]] #{i + 1} names unknown package {rule['package']!r}")
+        parsed = _parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
+        if kind == "include":
+            many = [a for a, v in parsed.items() if len(v) != 1]
+            if many:
+                raise ConfigError(
+                    f"[[include]] #{i + 1} {many[0]} must be one value (one cell per include)"
+                )
+    return lst
+
+
+def _expand(matrix: Matrix, *, excludes: list[dict[str, Any]],
+            includes: list[dict[str, Any]]) -> tuple[PlannedCell, ...]:
+    """The product of each package's axes, minus the excluded cells, plus the included ones."""
     cells: dict[Cell, PlannedCell] = {}
-    for pkg in packages.values():
+    for pkg in matrix.packages.values():
         for version, torch, cuda, archs, python in itertools.product(
             pkg.versions, pkg.axes["torch"], pkg.axes["cuda"], pkg.axes["archs"], pkg.axes["python"]
         ):
             values = {"torch": torch, "cuda": cuda, "archs": archs, "python": python}
-            if any(_rule_matches(r, pkg.name, version, values) for r in rules["exclude"]):
+            if any(_rule_matches(r, pkg.name, version, values) for r in excludes):
                 continue
             cell = Cell(package=pkg.name, version=version, torch=torch, cuda=cuda, archs=archs, python=python)
             cells[cell] = plan_cell(cell, pkg, matrix)
-    for i, rule in enumerate(rules["include"]):
-        where = f"[[include]] #{i + 1}"
-        if "package" not in rule:
-            raise ConfigError(f"{where} needs package")
-        pkg = packages[canonicalize_name(str(rule["package"]))]
-        missing = [a for a in AXES if a not in rule]
-        if missing:
-            raise ConfigError(f"{where} needs {', '.join(missing)}")
-        version = str(rule.get("version", pkg.versions[0]))
-        try:
-            parse_version(version, pkg.name)
-        except CellError as exc:
-            raise ConfigError(f"{where}: {exc.message}") from None
-        values = _parse_axes({a: rule[a] for a in AXES}, where)
-        cell = Cell(
-            package=pkg.name, version=version, torch=values["torch"][0], cuda=values["cuda"][0],
-            archs=values["archs"][0], python=values["python"][0],
-        )
+    for i, rule in enumerate(includes):
+        pkg, cell = _included_cell(rule, f"[[include]] #{i + 1}", matrix.packages)
         cells[cell] = plan_cell(cell, pkg, matrix)
     if not cells:
         raise ConfigError("the matrix expands to no cells (everything excluded?)")
-    return dataclasses.replace(matrix, cells=tuple(sorted(cells.values(), key=lambda p: p.cell.id)))
+    return tuple(sorted(cells.values(), key=lambda p: p.cell.id))
+
+
+def _included_cell(rule: Mapping[str, Any], where: str,
+                   packages: Mapping[str, PackageSpec]) -> tuple[PackageSpec, Cell]:
+    """The one cell an ``[[include]]`` names (every axis given; the version defaults to the
+    package's first)."""
+    if "package" not in rule:
+        raise ConfigError(f"{where} needs package")
+    pkg = packages[canonicalize_name(str(rule["package"]))]
+    missing = [a for a in AXES if a not in rule]
+    if missing:
+        raise ConfigError(f"{where} needs {', '.join(missing)}")
+    version = str(rule.get("version", pkg.versions[0]))
+    try:
+        parse_version(version, pkg.name)
+    except CellError as exc:
+        raise ConfigError(f"{where}: {exc.message}") from None
+    values = _parse_axes({a: rule[a] for a in AXES}, where)
+    cell = Cell(
+        package=pkg.name, version=version, torch=values["torch"][0], cuda=values["cuda"][0],
+        archs=values["archs"][0], python=values["python"][0],
+    )
+    return pkg, cell
 
 
 def _parse_axes(raw: Mapping[str, Any], where: str) -> dict[str, list[Any]]:

@@ -14,8 +14,12 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from factory.errors import UsageError
+
+if TYPE_CHECKING:
+    from factory.matrix.settings import Settings
 
 GIB = 1024**3
 
@@ -254,3 +258,36 @@ def resolve_budget(memory: int | None, cpus: int | None, *, memory_label: str = 
     if cpus is not None:
         found = dataclasses.replace(found, cpus=cpus, cpus_source=cpus_label)
     return found
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BudgetRequest:
+    """The figures a plan is asked to fit; None: detect it from this process's cgroup when the
+    plan is made. The sources say where given figures came from (e.g. "--memory")."""
+
+    memory: int | None = None  # bytes
+    cpus: int | None = None
+    memory_source: str = "given"
+    cpus_source: str = "given"
+
+    def resolve(self) -> Budget:
+        return resolve_budget(self.memory, self.cpus, memory_label=self.memory_source,
+                              cpus_label=self.cpus_source)
+
+
+def requested_budget(settings: Settings, *, memory: str | None = None,
+                     cpus: int | None = None) -> BudgetRequest:
+    """``--memory``/``--cpus``, else ``[settings] memory``/``cpus``, else detected: every command
+    that plans (plan, build, request) starts here, so the same cell and flags plan alike.
+    ``--memory auto`` asks for detection even where the settings give a size."""
+    if cpus is not None and cpus < 1:
+        raise UsageError(f"--cpus must be at least 1, not {cpus}")
+    if memory is not None:
+        mem, mem_source = (None if memory in ("", "auto") else parse_size(memory)), "--memory"
+    else:
+        mem, mem_source = settings.memory, "[settings] memory"
+    if cpus is None:
+        cpus, cpus_source = settings.cpus, "[settings] cpus"
+    else:
+        cpus_source = "--cpus"
+    return BudgetRequest(memory=mem, cpus=cpus, memory_source=mem_source, cpus_source=cpus_source)

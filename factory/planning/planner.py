@@ -32,7 +32,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from factory.planning.budget import format_size, resolve_budget
+from factory.planning.budget import BudgetRequest, format_size
 from factory.matrix.cell import Cell
 from factory.errors import ConfigError, PlanError
 from factory.matrix.load import PlannedCell
@@ -283,19 +283,18 @@ def _explain(cell: Cell, o: _Option, options: Sequence[_Option], *, memory: int,
     return tuple(out)
 
 
-def plan_build(pc: PlannedCell, *, memory: int | None, cpus: int | None,
-               history: MemoryHistory | None = None, memory_label: str = "given",
-               cpus_label: str = "given") -> BuildPlan:
-    """Plan one cell. ``memory``/``cpus`` None: detect them from this process's cgroup.
-    The labels say where given figures came from (e.g. "--memory"), for the reasons."""
-    budget = resolve_budget(memory, cpus, memory_label=memory_label, cpus_label=cpus_label)
+def plan_build(pc: PlannedCell, *, budget: BudgetRequest,
+               history: MemoryHistory | None = None) -> BuildPlan:
+    """Plan one cell within ``budget`` (``requested_budget`` makes it from the flags and the
+    settings; what it leaves None is detected from this process's cgroup)."""
+    found = budget.resolve()
     return plan_for(
         pc.cell,
         supports_threads=pc.recipe.supports_threads(),
         memory_model_key=pc.recipe.memory_model_key or pc.recipe.name,
-        memory=budget.memory_bytes, cpus=budget.cpus,
+        memory=found.memory_bytes, cpus=found.cpus,
         history=history if history is not None else MemoryHistory.load(),
-        memory_source=budget.memory_source, cpus_source=budget.cpus_source,
+        memory_source=found.memory_source, cpus_source=found.cpus_source,
     )
 
 

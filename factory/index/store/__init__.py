@@ -13,6 +13,8 @@ def open_store(spec: str) -> Store:
         from factory.index.store.s3 import S3Store
 
         bucket, _, prefix = spec[len("s3://") :].partition("/")
+        if not bucket:
+            raise StoreError(f"store {spec!r} names no bucket", tip="use s3://bucket/prefix")
         return S3Store(bucket, prefix)
     if "://" in spec:
         raise StoreError(f"unsupported store {spec!r}", tip="use a directory or s3://bucket/prefix")

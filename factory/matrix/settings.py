@@ -1,0 +1,214 @@
+"""matrix.toml's ``[settings]``, checked and resolved once into a frozen ``Settings``: paths are
+absolute (relative ones count from the matrix file's directory), sizes are parsed, and every
+wrong value fails here in one line (ConfigError), not as a crash in the middle of a build."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from factory.errors import CellError, ConfigError, FactoryError
+from factory.matrix.cell import parse_python
+
+DEFAULT_STORE = "index/store"
+TOOLKIT_SOURCES = ("pypi", "image", "system")
+
+SETTINGS_KEYS = {
+    "store", "wheelhouse", "runner", "memory", "cpus", "base-image", "plat", "work-dir", "toolkit",
+    "memory-history", "venv-dir",
+    "images", "compile-cache",
+}
+COMPILE_CACHE_KEYS = {"dir", "size", "remote"}
+
+DEFAULTS: dict[str, Any] = {
+    "store": DEFAULT_STORE,
+    "wheelhouse": ".cache/factory/wheelhouse",
+    "work-dir": ".cache/factory/work",
+    "venv-dir": ".cache/factory/venvs",  # build venvs, shared by cells with the same torch
+    "runner": "docker",
+    "memory": "auto",
+    "cpus": 0,  # 0: all the runner may use
+    "base-image": "factory-base:bookworm",
+    "plat": "auto",
+    "toolkit": list(TOOLKIT_SOURCES),  # where nvcc comes from, in order of preference
+    # builds record measured memory here (layered over the shipped defaults); share it between
+    # builders by pointing this (or $FACTORY_MEMORY_HISTORY) at a common file
+    "memory-history": ".cache/factory/memory_history.json",
+}
+
+_TEXT_SETTINGS = (
+    "store", "wheelhouse", "work-dir", "venv-dir", "runner", "base-image", "plat",
+    "memory-history",
+)
+
+
+def check_keys(table: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    """Every key of ``table`` is one of ``allowed``; else one line with a did-you-mean."""
+    allowed = set(allowed)
+    for key in table:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown key {key!r} in {where}{hint}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompileCacheSettings:
+    """``[settings.compile-cache]``. ``remote`` stays a spec ("store" or ``s3://...``): the store
+    it may name can still be replaced by ``--store``, so it is resolved where it is used."""
+
+    dir: Path  # on the builder; every build container mounts it
+    size: str  # the bound, as sccache reads it ("20G")
+    remote: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    store: str  # a directory (absolute) or s3://bucket/prefix
+    wheelhouse: Path
+    work_dir: Path
+    venv_dir: Path
+    memory_history: Path
+    runner: str
+    memory: int | None  # bytes; None: "auto" (the runner's limit)
+    cpus: int | None  # None: all the runner may use
+    base_image: str
+    images: tuple[tuple[str, str], ...]  # (Python version, builder image), as written
+    plat: str  # "auto" or a platform tag
+    toolkit: tuple[str, ...]  # nvcc sources in order of preference
+    compile_cache: CompileCacheSettings
+
+    @classmethod
+    def from_table(cls, raw: Mapping[str, Any], *, root: Path) -> Settings:
+        """``raw`` is the ``[settings]`` table as TOML gives it; ``root`` is where relative paths
+        start (the matrix file's directory)."""
+        check_keys(raw, SETTINGS_KEYS, "[settings]")
+        table = {**DEFAULTS, **raw}
+        for key in _TEXT_SETTINGS:
+            if not isinstance(table.get(key), str) or not table[key]:
+                raise ConfigError(f"[settings] {key} must be a non-empty string")
+        runner = _runner(table["runner"])
+        memory = _memory(table["memory"])
+        cpus = table["cpus"]
+        if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 0:
+            raise ConfigError("[settings] cpus must be a whole number, 0 or more (0: all)")
+        toolkit = _toolkit(table["toolkit"])
+        images = _images(table.get("images", {}))
+        work_dir = _path(table["work-dir"], root)
+        return cls(
+            store=resolve_store(_store(table["store"]), root),
+            wheelhouse=_path(table["wheelhouse"], root),
+            work_dir=work_dir,
+            venv_dir=_path(table["venv-dir"], root),
+            memory_history=_path(table["memory-history"], root),
+            runner=runner,
+            memory=memory,
+            cpus=cpus or None,
+            base_image=table["base-image"],
+            images=images,
+            plat=table["plat"],
+            toolkit=toolkit,
+            compile_cache=_compile_cache(table.get("compile-cache"), root=root, work_dir=work_dir),
+        )
+
+    def image_for(self, python: str | None = None) -> str:
+        """The builder image for a Python version: ``[settings.images]`` ("3.13" = "image"), else
+        ``base-image``. Versions that should share compiled kernels (the compile cache) need
+        images with one compiler and one set of system headers: one Debian release."""
+        if python is not None:
+            want = parse_python(python)
+            for version, image in self.images:
+                if parse_python(version) == want:
+                    return image
+        return self.base_image
+
+
+def default_settings(root: Path | None = None) -> Settings:
+    """The settings of a matrix without a ``[settings]`` table."""
+    return Settings.from_table({}, root=root or Path.cwd())
+
+
+def resolve_store(spec: str, root: Path) -> str:
+    """A store spec with a relative directory made absolute (from ``root``); URLs as they are."""
+    if "://" in spec or Path(spec).is_absolute():
+        return spec
+    return str(root / spec)
+
+
+def _path(value: str, root: Path) -> Path:
+    p = Path(value)
+    return p if p.is_absolute() else root / p
+
+
+def _store(spec: str) -> str:
+    if "://" in spec and not (spec.startswith("s3://") and spec[len("s3://") :].partition("/")[0]):
+        raise ConfigError(f"[settings] store {spec!r} is not a directory or s3://bucket/prefix")
+    return spec
+
+
+def _runner(runner: str) -> str:
+    from factory.runners import RUNNERS
+
+    if runner not in RUNNERS:
+        raise ConfigError(f"[settings] runner {runner!r} is not one of {', '.join(RUNNERS)}")
+    return runner
+
+
+def _memory(memory: Any) -> int | None:
+    from factory.planning.budget import parse_size
+
+    if memory in ("auto", ""):
+        return None
+    try:
+        if isinstance(memory, bool) or not isinstance(memory, (str, int)):
+            raise ConfigError("must be \"auto\" or a size like \"16g\"")
+        return parse_size(memory)
+    except FactoryError as exc:
+        raise ConfigError(f"[settings] memory: {exc.message}") from None
+
+
+def _toolkit(toolkit: Any) -> tuple[str, ...]:
+    sources = [toolkit] if isinstance(toolkit, str) else toolkit
+    if not isinstance(sources, list) or not sources or not all(isinstance(t, str) for t in sources):
+        raise ConfigError("[settings] toolkit must be a list of pypi, image, system")
+    unknown = [s for s in sources if s not in TOOLKIT_SOURCES]
+    if unknown:
+        raise ConfigError(
+            f"[settings] toolkit: unknown source {unknown[0]!r} (use pypi, image, system)"
+        )
+    return tuple(sources)
+
+
+def _images(images: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(images, dict):
+        raise ConfigError("[settings] images must be a table of Python version = image")
+    for version, image in images.items():
+        try:
+            parse_python(str(version))
+        except CellError as exc:
+            raise ConfigError(f"[settings.images]: {exc.message}") from None
+        if not isinstance(image, str) or not image:
+            raise ConfigError(f"[settings.images] {version!r} must name an image")
+    return tuple((str(version), image) for version, image in images.items())
+
+
+def _compile_cache(raw: Any, *, root: Path, work_dir: Path) -> CompileCacheSettings:
+    """``compile-cache = {dir, size, remote}``; the dir defaults to ``compile-cache`` next to the
+    work dir."""
+    from factory.build.compile_cache import DEFAULT_SIZE, parse_size
+
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("[settings] compile-cache must be a table")
+    check_keys(raw, COMPILE_CACHE_KEYS, "[settings.compile-cache]")
+    remote = raw.get("remote") or None
+    if remote is not None and not isinstance(remote, str):
+        raise ConfigError('[settings.compile-cache] remote must be "store" or an s3:// URL')
+    return CompileCacheSettings(
+        dir=_path(str(raw["dir"]), root) if "dir" in raw else work_dir.parent / "compile-cache",
+        size=parse_size(str(raw.get("size", DEFAULT_SIZE))),
+        remote=remote,
+    )
