@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from unit.test_compile_cache import _fake_tools
+
 from factory.build import compile_cache
 from factory.build.compile_cache import (
     RemoteCache,

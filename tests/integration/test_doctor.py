@@ -14,10 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
+from ops_builds import REPO, factory_cli
+from unit import test_doctor as unit_tests
 from unit.test_doctor import doctor
 
-from ops_builds import REPO, factory_cli
+# Fixtures shared with the unit tests of the same module.
+sm90_and_sm100 = unit_tests.sm90_and_sm100
+torch_dirs = unit_tests.torch_dirs
+
 
 HOSTS = Path(__file__).parents[1] / "data" / "doctor"
 PY = f"3.{sys.version_info.minor}"

@@ -17,8 +17,12 @@ from pathlib import Path
 
 import pytest
 from index_fixtures import cli
-
+from unit import test_fuzz_inputs as unit_tests
 from unit.test_fuzz_inputs import assert_one_line_error, store_digest
+
+# Fixtures shared with the unit tests of the same module.
+workspace = unit_tests.workspace
+
 
 INTERNAL_ERROR = 70  # cli.main's code for an exception that is not a FactoryError: a bug
 SCALE = int(os.environ.get("FACTORY_FUZZ_SCALE", "1"))

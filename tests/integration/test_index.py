@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import index_fixtures
-
 from unit.test_index import _publish_demo
+
 from factory.index import rebuild_index, verify_index
 from factory.index.publish import yank
 from factory.index.store import Store

@@ -14,8 +14,8 @@ import boto3
 import index_fixtures
 import pytest
 from ops_builds import factory_cli
-
 from unit.test_remote_cache import _entry, _matrix
+
 from factory.build import remote_cache
 from factory.build.compile_cache import RemoteCache
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from unit.test_runner_local import _cgroups_or_skip, _job, _package
+
 from factory.runners import get_runner
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from unit.test_verify import _py_wheel
 from wheel_fixtures import (
     WHEELHOUSE,
     compile_kernel_so,
@@ -18,11 +19,10 @@ from wheel_fixtures import (
     wheelhouse_has_torch,
 )
 
-from unit.test_verify import _py_wheel
 from factory.cli import main
 from factory.errors import VerifyError
-from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
 from factory.wheels.finalize import analyse_wheel, finalize_wheel
+from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
 
 
 @pytest.fixture(scope="module")
