@@ -2,6 +2,11 @@
 the docker engine, the offline base image, the cp311 wheelhouse (torch, ~3 GB), the CUDA 13.0
 toolkit from PyPI, and one build venv with torch installed (the runners reuse it like an OOM
 retry would). Set FACTORY_TEST_CACHE to put them elsewhere.
+
+Two tiers: tests/unit/ (no docker, no network, no toolkit, no real installs) and
+tests/integration/ (real docker, nvcc, servers on loopback, pip and uv); every test of the
+second carries the `integration` marker. The helper modules next to this file (index_fixtures,
+index_wheels, ops_builds, wheel_fixtures) serve both tiers.
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_CELL = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
+
+
+INTEGRATION = Path(__file__).resolve().parent / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION in item.path.parents:
+            item.add_marker(pytest.mark.integration)
 
 
 def cache_root() -> Path:

@@ -17,7 +17,7 @@ from factory.runners.cibuildwheel import (
     cibuildwheel_environment,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _job(tmp: Path, *, cache: Path | None = None) -> BuildJob:

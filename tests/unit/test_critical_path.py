@@ -21,7 +21,7 @@ from factory.planning.critical_path import (
 from factory.matrix.load import load_matrix
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXT = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
 FA = "flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311"
 

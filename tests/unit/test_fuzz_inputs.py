@@ -14,8 +14,6 @@ import contextlib
 import hashlib
 import io
 import os
-import subprocess
-import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +23,6 @@ import pytest
 import tomli_w
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from index_fixtures import cli
 from index_wheels import make_wheel, variant_wheel
 
 from factory.matrix.cell import parse_arch, parse_cuda, parse_python, parse_version
@@ -477,28 +474,3 @@ def test_random_command_lines_fail_in_one_line(workspace: Path, argv: list[str])
     refused(workspace, argv)
 
 
-# -- the same, through a real process -------------------------------------------------------------
-@pytest.mark.integration
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["no-such-command"],
-        ["publish", "demo-1.0-py3-none-any.whl"],  # no such file
-        ["verify", "--no-import", "garbage.whl"],
-        ["matrix", "--matrix", "bad-matrix.toml"],
-        ["plan", "not-a-cell"],
-        ["index", "verify", "--store", "gs://bucket"],
-        ["publish", "x" * 300 + ".whl"],
-    ],
-)
-def test_a_real_process_fails_in_one_line(workspace: Path, argv: list[str]) -> None:
-    (workspace / "garbage.whl").write_bytes(b"\x00\xffnot a zip")
-    (workspace / "bad-matrix.toml").write_bytes(b'[settings]\nstore = "\xff"\n')
-    before = store_digest(workspace)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    env.pop("FACTORY_DEBUG", None)
-    proc = subprocess.run(cli(*argv), cwd=workspace, capture_output=True, text=True, env=env,
-                          timeout=120)
-    assert_one_line_error(proc.returncode, proc.stderr, argv)
-    assert store_digest(workspace) == before
-    assert sys.executable  # the child ran under this interpreter (cli() uses it)

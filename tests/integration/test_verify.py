@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from unit.test_verify import _py_wheel
 from wheel_fixtures import (
     WHEELHOUSE,
     compile_kernel_so,
@@ -20,11 +19,10 @@ from wheel_fixtures import (
     wheelhouse_has_torch,
 )
 
-from factory.wheels import verify as verify_mod
 from factory.cli import main
-from factory.errors import EngineError, VerifyError
-from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
+from factory.errors import VerifyError
 from factory.wheels.finalize import analyse_wheel, finalize_wheel
+from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
 
 
 @pytest.fixture(scope="module")
@@ -48,23 +46,12 @@ def _final(tmp_path: Path, so: Path, archs: tuple[int, ...]) -> tuple[Path, obje
     return finalize_wheel(ext_wheel(tmp_path / "raw", so), pc, tmp_path / "out"), pc
 
 
-def test_cuobjdump_is_found_in_the_installed_package() -> None:
-    path = find_cuobjdump()
-    assert path.name == "cuobjdump" and path.is_file()
-
-
 def test_list_device_code_reads_sass_and_ptx(sos: dict[str, Path]) -> None:
     cuobjdump = find_cuobjdump()
     assert list_device_code(sos["sm90"], "k.so", cuobjdump=cuobjdump).sass == ("sm_90",)
     code = list_device_code(sos["sm90+ptx"], "k.so", cuobjdump=cuobjdump)
     assert (code.sass, code.ptx) == (("sm_90",), ("sm_90",))
     assert list_device_code(sos["sm90+sm100"], "k.so", cuobjdump=cuobjdump).sass_archs == {90, 100}
-
-
-def test_list_device_code_of_a_plain_library_is_empty() -> None:
-    plain = Path(shutil.which("true") or "/bin/true")
-    code = list_device_code(plain, "true", cuobjdump=find_cuobjdump())
-    assert (code.sass, code.ptx) == ((), ())
 
 
 def test_a_good_wheel_passes_every_check(tmp_path: Path, sos: dict[str, Path]) -> None:
@@ -121,18 +108,6 @@ def test_ptx_only_fails(tmp_path: Path, sos: dict[str, Path]) -> None:
     assert "has SASS none, wanted sm_90" in detail and "carries PTX sm_90" in detail
 
 
-def test_a_wheel_without_gpu_code_fails(tmp_path: Path) -> None:
-    plain = make_wheel(
-        tmp_path,
-        files={
-            "demo_ext/__init__.py": b"",
-            "demo_ext/_k.so": Path(shutil.which("true") or "/bin/true").read_bytes(),
-        },
-    )
-    report = verify_wheel(plain, import_check=False, raise_on_failure=False, default_archs=(90,))
-    assert "no GPU code" in report.check("archs").detail
-
-
 def test_a_raw_wheel_fails_tag_pin_and_platform(tmp_path: Path, sos: dict[str, Path]) -> None:
     raw = ext_wheel(tmp_path, sos["sm90"], requires=["torch"])
     report = verify_wheel(raw, import_check=False, raise_on_failure=False, default_archs=(90,))
@@ -161,30 +136,6 @@ def test_a_wheel_not_the_planned_one_fails(tmp_path: Path, sos: dict[str, Path])
     other = planned(archs=(90,), version="0.2.0")
     report = verify_wheel(wheel, expected=other, import_check=False, raise_on_failure=False)
     assert "is not the planned demo_ext-0.2.0" in report.check("filename").detail
-
-
-def test_an_unreadable_file_is_one_failed_check(tmp_path: Path) -> None:
-    bad = tmp_path / "demo-0.1-cp311-cp311-manylinux_2_36_x86_64.whl"
-    bad.write_bytes(b"garbage")
-    with pytest.raises(VerifyError, match="not a readable zip") as exc:
-        verify_wheel(bad)
-    assert "\n" not in exc.value.message
-
-
-def test_missing_cuobjdump_is_an_engine_error(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(verify_mod.importlib.metadata, "files", lambda name: [])
-    monkeypatch.delenv("CUDA_HOME", raising=False)
-    monkeypatch.delenv("CUDA_PATH", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(EngineError, match="cuobjdump not found"):
-        find_cuobjdump()
-
-
-# -- clean import ---------------------------------------------------------------------------------
-def _py_wheel(tmp_path: Path, init: bytes, tag: str = "cp311-cp311-linux_x86_64") -> Path:
-    return make_wheel(tmp_path, files={"demo_ext/__init__.py": init}, tag=tag)
 
 
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the test wheels are tagged cp311")
@@ -216,17 +167,6 @@ def test_import_check_fails_when_a_dependency_is_not_in_the_wheelhouse(tmp_path:
     )
 
 
-def test_import_check_is_skipped_without_a_matching_python(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(verify_mod.shutil, "which", lambda name: None)
-    check = check_import(
-        analyse_wheel(_py_wheel(tmp_path, b"", tag="cp39-cp39-linux_x86_64")), wheelhouse=None
-    )
-    assert check.ok and check.skipped
-    assert "the wheel is for cp39" in check.detail and "python3.9" in check.detail
-
-
 # -- the command ----------------------------------------------------------------------------------
 def test_cli_verify_json_and_exit_codes(
     tmp_path: Path,
@@ -245,24 +185,6 @@ def test_cli_verify_json_and_exit_codes(
     assert "fail  archs" in captured.out
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ERROR 1 of 2 wheel(s) failed verification")
-
-
-def test_cli_verify_runs_as_a_program(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "factory",
-            "verify",
-            "--no-import",
-            str(tmp_path / "nope-1.0-py3-none-any.whl"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert result.returncode == VerifyError.exit_code
-    assert result.stderr.startswith("ERROR") and "Traceback" not in result.stderr
 
 
 # -- the real extension ---------------------------------------------------------------------------

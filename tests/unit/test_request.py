@@ -5,8 +5,6 @@ built (the build function is faked here, except in the docker end-to-end test) a
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -163,53 +161,3 @@ def test_print_cell_for_the_request_workflow() -> None:
     assert doc["runner"] == "mem-256g" and doc["variant"] == "cu128-torch2.10"
 
 
-def _isolated_matrix(tmp_path: Path) -> Path:
-    """The bundled extension's cell with its own work directory, so a build another test or
-    person runs for the same cell cannot share its tree; the slow shared parts (wheelhouse,
-    CUDA toolkit) are reused from the test cache."""
-    from conftest import cache_root, write_example_matrix
-
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    if (cache_root() / "toolkits").is_dir():
-        (cache / "toolkits").symlink_to(cache_root() / "toolkits")
-    return write_example_matrix(tmp_path / "matrix.toml", work_dir=cache / "work")
-
-
-def _docker_ready() -> str | None:
-    from conftest import cache_root
-
-    if shutil.which("docker") is None:
-        return "no docker"
-    if subprocess.run(["docker", "image", "inspect", "factory-base:bookworm"], capture_output=True).returncode:
-        return "no factory-base:bookworm image (docker/setup-host.sh makes it)"
-    if not (cache_root() / "wheelhouse" / "cp311").is_dir():
-        return "no wheelhouse for cp311 (docker/setup-host.sh prepares it)"
-    return None
-
-
-@pytest.mark.docker
-@pytest.mark.slow
-def test_request_end_to_end_with_the_bundled_extension(tmp_path: Path) -> None:
-    """A real build in docker (about 1.5 min of nvcc on 2 idle cores), published, then answered
-    from the store by a second request that builds nothing."""
-    reason = _docker_ready()
-    if reason:
-        pytest.skip(reason)
-    store = tmp_path / "store"
-    args = ["request", "factory-example-ext==0.1.0", "--torch", "2.14.1", "--cuda", "13.0",
-            "--arch", "10.0", "--python", "3.11", "--store", str(store),
-            "--out", str(tmp_path / "dist"), "--matrix", str(_isolated_matrix(tmp_path))]
-    first = factory_cli(*args, timeout=3000)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "built and published" in first.stderr
-    line = first.stdout.strip()
-    assert line.endswith("/cu130-torch2.14/simple/ factory-example-ext==0.1.0+cu130torch2.14sm100")
-    second = factory_cli(*args, timeout=300)
-    assert second.returncode == 0, second.stderr
-    assert second.stdout.strip() == line and "already published, nothing to build" in second.stderr
-    shown = factory_cli("show", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
-                        "--store", str(store), "--json")
-    assert shown.returncode == 0, shown.stderr
-    (manifest,) = json.loads(shown.stdout)["manifests"]
-    assert manifest["attempts"] and manifest["plan"]["max_jobs"] >= 1

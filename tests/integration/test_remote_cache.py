@@ -4,7 +4,6 @@ test)."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -15,33 +14,14 @@ import boto3
 import index_fixtures
 import pytest
 from ops_builds import factory_cli
+from unit.test_remote_cache import _entry, _matrix
 
 from factory.build import remote_cache
 from factory.build.compile_cache import RemoteCache
-from factory.errors import StoreError
 
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env
 s3_spec = index_fixtures.s3_spec
-
-
-def _entry(cache: Path, content: bytes) -> str:
-    key = hashlib.sha256(content).hexdigest()
-    path = cache / key[0] / key[1] / key
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content)
-    return key
-
-
-def _remote(spec: str, env: dict[str, str]) -> RemoteCache:
-    return RemoteCache.from_store(spec, environ=env)
-
-
-def _listing(spec: str, env: dict[str, str]) -> list[str]:
-    bucket = spec[len("s3://"):].split("/", 1)[0]
-    client = boto3.client("s3", endpoint_url=env["FACTORY_S3_ENDPOINT_URL"], region_name="us-east-1")
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
-    return sorted(o["Key"] for page in pages for o in page.get("Contents", ()))
 
 
 def test_push_then_pull_moves_exactly_the_missing_entries(
@@ -85,38 +65,6 @@ def test_push_then_pull_moves_exactly_the_missing_entries(
     assert remote_cache.pull(remote, b).files == 0
 
 
-def test_an_unreachable_remote_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    remote = RemoteCache(bucket="wheels", prefix="x/compile-cache", endpoint="http://127.0.0.1:9")
-    _entry(tmp_path / "sccache", b"data")
-    for fn in (remote_cache.pull, remote_cache.push):
-        with pytest.raises(StoreError) as info:
-            fn(remote, tmp_path)
-        assert "\n" not in info.value.message and "s3://wheels/x/compile-cache" in info.value.message
-
-
-def _matrix(tmp_path: Path, spec: str | None) -> Path:
-    """The flash-attn cell; with ``spec`` an S3 store that is also the remote compile cache."""
-    settings = f"""[settings]
-store = "{spec}"
-[settings.compile-cache]
-dir = "cc"
-remote = "store"
-""" if spec else ""
-    path = tmp_path / "matrix.toml"
-    path.write_text(f"""version = 1
-{settings}[axes]
-torch = ["2.14.1"]
-cuda = ["13.0"]
-archs = [["10.0"]]
-python = ["3.11"]
-[packages.flash-attn]
-versions = ["2.8.3.post2"]
-""")
-    return path
-
-
 def test_cache_push_and_pull_commands(tmp_path: Path, s3_spec: str, s3_env: dict[str, str]) -> None:
     matrix = _matrix(tmp_path, s3_spec)
     key = _entry(tmp_path / "cc" / "sccache", b"kernel object")
@@ -128,12 +76,6 @@ def test_cache_push_and_pull_commands(tmp_path: Path, s3_spec: str, s3_env: dict
     assert pulled.returncode == 0, pulled.stderr
     assert pulled.stdout.startswith("pulled 1 entry")
     assert (tmp_path / "cc" / "sccache" / key[0] / key[1] / key).read_bytes() == b"kernel object"
-
-
-def test_cache_pull_without_a_remote_is_a_config_error(tmp_path: Path) -> None:
-    r = factory_cli("cache", "pull", "--matrix", str(_matrix(tmp_path, None)))
-    assert r.returncode != 0 and "no remote compile cache" in r.stderr
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 2
 
 
 def test_a_build_pulls_before_and_pushes_after(
@@ -197,3 +139,14 @@ def test_an_offline_builder_hits_what_another_pushed(
     assert second.object_hits == 1 and second.misses == 0
     assert (tmp_path / "a.o").read_bytes() == (tmp_path / "b.o").read_bytes()
     assert os.listdir(tmp_path / "cache-b" / "sccache")
+
+
+def _remote(spec: str, env: dict[str, str]) -> RemoteCache:
+    return RemoteCache.from_store(spec, environ=env)
+
+
+def _listing(spec: str, env: dict[str, str]) -> list[str]:
+    bucket = spec[len("s3://"):].split("/", 1)[0]
+    client = boto3.client("s3", endpoint_url=env["FACTORY_S3_ENDPOINT_URL"], region_name="us-east-1")
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", ()))

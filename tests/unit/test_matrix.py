@@ -14,7 +14,7 @@ from factory.cli import main
 from factory.errors import CellError, ConfigError
 from factory.matrix.load import load_matrix, wheel_filename
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 BASE = """
 [axes]

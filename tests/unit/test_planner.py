@@ -25,9 +25,9 @@ from factory.planning.planner import (
     predicted_peak,
 )
 
-from test_matrix import BASE as FLASH_ATTN_ONLY  # a matrix of one flash-attn cell: FA_SM100
+from unit.test_matrix import BASE as FLASH_ATTN_ONLY  # a matrix of one flash-attn cell: FA_SM100
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FA_SM100 = "flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311"
 FA_ALL = "flash-attn-2.8.3.post2-torch2.14.1-cu130-sm80+sm90+sm100+sm120-cp311"
 EXT = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"

@@ -38,7 +38,7 @@ from factory.index.publish import publish
 from factory.index.store import LocalStore, Store
 from factory.index.store.s3 import S3Store
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _committed(store: Store) -> dict[str, str]:

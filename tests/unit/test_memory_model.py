@@ -277,7 +277,7 @@ class FakePlan:
 def _planned_ext():  # type: ignore[no-untyped-def]
     from factory.matrix.load import load_matrix
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     return load_matrix(repo / "matrix.toml").find(
         "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311")
 

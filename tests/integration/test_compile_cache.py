@@ -1,0 +1,241 @@
+"""The compile cache: settings, the nvcc wrapper, stats parsing; and one real sccache + nvcc run
+that proves a second Python version hits the cache."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from unit.test_compile_cache import _fake_tools
+
+from factory.build import compile_cache
+from factory.build.compile_cache import (
+    RemoteCache,
+    parse_stats,
+)
+
+# The shape of `sccache --show-stats --stats-format json` (0.16), from a real second compile whose
+# object missed but whose nvcc stages hit.
+STATS = {
+    "stats": {
+        "compile_requests": 2,
+        "cache_hits": {
+            "counts": {"CUBIN": 1, "PTX": 1, "CUDA (Device code)": 1},
+            "adv_counts": {"cubin [ptxas]": 1, "ptx [cicc]": 1, "cuda [cudafe++]": 1},
+        },
+        "cache_misses": {
+            "counts": {"CUDA": 2, "C++": 1, "PTX": 1, "CUBIN": 1, "CUDA (Device code)": 1},
+            "adv_counts": {
+                "cuda [nvcc]": 2,
+                "c++ [gcc]": 1,
+                "ptx [cicc]": 1,
+                "cubin [ptxas]": 1,
+                "cuda [cudafe++]": 1,
+            },
+        },
+        "cache_errors": {"counts": {}, "adv_counts": {}},
+    },
+    "cache_location": 'Local disk: "/factory/cache"',
+    "cache_size": 196688,
+    "max_cache_size": 21474836480,
+    "version": "0.16.0",
+}
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
+    sccache, nvcc = shutil.which("sccache"), _nvcc()
+    if not sccache or not nvcc:
+        pytest.skip("needs sccache and nvcc")
+    src = tmp_path / "src/k.cu"  # one source path, as /factory/src in every container
+    src.parent.mkdir()
+    src.write_text(KERNEL)
+    link = tmp_path / "run/site-packages"  # one link path, as /factory/run in every container
+    link.parent.mkdir()
+    wrapper = link.parent / "nvcc-cached"
+    wrapper.write_text(compile_cache.NVCC_WRAPPER.replace("@LINK@", str(link)).replace(
+        "@INCLUDE_LINK@", str(link.parent / "python-include")))
+    wrapper.chmod(0o755)
+    base_env = {
+        "HOME": str(tmp_path),
+        "SCCACHE_DIR": str(tmp_path / "cache"),
+        "SCCACHE_CACHE_SIZE": "1G",
+        "SCCACHE_SERVER_PORT": str(_free_port()),
+        "SCCACHE_IDLE_TIMEOUT": "0",
+        "CUDA_HOME": str(Path(nvcc).resolve().parent.parent),
+    }
+    results = []
+    for version in ("3.11", "3.13"):
+        # Each version: its own venv (site-packages under lib/python3.X) and Python include dir.
+        site = tmp_path / f"venv{version}/lib/python{version}/site-packages"
+        (site / "ext/include").mkdir(parents=True)
+        (site / "ext/include/ext.h").write_text(HEADER)
+        pyinc = tmp_path / f"include/python{version}"
+        pyinc.mkdir(parents=True)
+        (pyinc / "Python.h").write_text(f'#define PY_VERSION "{version}"\n')
+        bin_dir = tmp_path / f"bin{version}"
+        _fake_tools(bin_dir, site, pyinc)
+        (bin_dir / "ccache").unlink()  # sccache alone (the direct layer: test_runner_docker)
+        (bin_dir / "sccache").unlink()  # the real one here
+        (bin_dir / "sccache").symlink_to(sccache)
+        for old_link in (link, link.parent / "python-include"):
+            if old_link.is_symlink():
+                old_link.unlink()  # a fresh run dir, as in a new container
+        env = {**base_env, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+        out = tmp_path / f"build/temp.cpython-{version.replace('.', '')}"
+        out.mkdir(parents=True)
+        argv = [
+            str(wrapper),
+            "-MD",
+            "-MF",
+            f"{out}/k.o.d",
+            f"-I{site}/ext/include",
+            f"-I{pyinc}",
+            "-c",
+            str(src),
+            "-o",
+            f"{out}/k.o",
+            "-O2",
+            "-gencode=arch=compute_80,code=sm_80",
+        ]
+        results.append(_compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
+        assert (out / "k.o").is_file()
+    first, second = results
+    assert first.object_misses == 1 and first.object_hits == 0
+    # The second Python version: the whole object from the cache, nothing compiled again.
+    assert second.object_hits == 1 and second.misses == 0
+    assert second.max_cache_size == 1024**3  # the bound reached the server
+    k311 = (tmp_path / "build/temp.cpython-311/k.o").read_bytes()
+    k313 = (tmp_path / "build/temp.cpython-313/k.o").read_bytes()
+    assert k311 == k313
+
+
+@pytest.mark.slow
+def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
+    """Two builders with their own disk caches and one S3 remote (moto on loopback): what the
+    first compiled, the second gets from S3."""
+    sccache, nvcc = shutil.which("sccache"), _nvcc()
+    if not sccache or not nvcc:
+        pytest.skip("needs sccache and nvcc")
+    pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        creds = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+        for _ in range(100):  # the server needs a moment to listen
+            try:
+                client.create_bucket(Bucket="wheels")
+                break
+            except Exception:
+                time.sleep(0.1)
+        remote = RemoteCache.from_store(
+            "s3://wheels/index", environ={"FACTORY_S3_ENDPOINT_URL": endpoint}
+        )
+        src = tmp_path / "k.cu"
+        src.write_text(KERNEL.replace("#include <ext.h>", HEADER))
+        results = []
+        for builder in ("a", "b"):
+            env = {
+                "HOME": str(tmp_path),
+                "PATH": f"{Path(nvcc).parent}:/usr/bin:/bin",
+                "SCCACHE_DIR": str(tmp_path / f"disk-{builder}"),
+                "SCCACHE_IDLE_TIMEOUT": "0",
+                "SCCACHE_SERVER_PORT": str(_free_port()),
+                **creds,
+                **remote.env(),
+            }
+            argv = [
+                sccache,
+                nvcc,
+                "-c",
+                str(src),
+                "-o",
+                str(tmp_path / f"{builder}.o"),
+                "-gencode=arch=compute_80,code=sm_80",
+            ]
+            results.append(_compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
+        keys = [o["Key"] for o in client.list_objects_v2(Bucket="wheels").get("Contents", [])]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    first, second = results
+    assert first.object_misses == 1
+    assert second.object_hits == 1 and second.misses == 0  # builder b's disk was empty
+    assert keys and all(k.startswith("index/compile-cache/") for k in keys)
+
+
+HEADER = """#pragma once
+#include <cstdio>
+// __FILE__ puts this header's path into the host code, as TORCH_CHECK does in ATen's headers.
+inline void report(int n) { std::printf("%s: n=%d\\n", __FILE__, n); }
+__device__ inline float twice(float x) { return 2.0f * x; }
+"""
+
+
+KERNEL = """#include <ext.h>
+__global__ void k(const float* a, float* o, long n) {
+  long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+  if (i < n) o[i] = twice(a[i]);
+}
+void launch(const float* a, float* o, long n) {
+  report((int)n);
+  k<<<(n + 255) / 256, 256>>>(a, o, n);
+}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin/nvcc").is_file():
+            return str(Path(home) / "bin/nvcc")
+    return None
+
+
+def _compile_in_a_fresh_server(
+    sccache: str, argv: list[str], env: dict[str, str], *, cwd: Path
+) -> compile_cache.CacheStats:
+    """One compile in its own sccache server (as one build container has), and its stats."""
+    try:
+        subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
+        subprocess.run(argv, env=env, check=True, capture_output=True, cwd=cwd)
+        out = subprocess.run(
+            [sccache, "--show-stats", "--stats-format", "json"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
+    return parse_stats(out)

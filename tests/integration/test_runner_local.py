@@ -1,0 +1,36 @@
+"""The local runner: a cgroup-capped build on this host, no docker. These builds need no
+compiler (pure-Python packages and a memory hog), so they are cheap."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+from unit.test_runner_local import _cgroups_or_skip, _job, _package
+
+from factory.runners import get_runner
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.download
+def test_venv_is_made_once_and_the_install_is_skipped_on_a_retry(
+    tmp_path: Path, wheelhouse_cp311: Path
+) -> None:
+    _cgroups_or_skip()
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip("the session wheelhouse is for cp311")
+    src = _package(tmp_path)
+    job = dataclasses.replace(_job(tmp_path, src), wheelhouse=wheelhouse_cp311,
+                              requirements=("packaging",), python="3.11")
+    runner = get_runner("local", mode="venv", interpreter=sys.executable)
+    first = runner.run(job)
+    assert first.exit_code == 0, first.log_path.read_text()[-3000:]
+    assert "install_seconds" in first.report
+    venv = job.venv_for("local")
+    assert (venv / "bin" / "python").exists()
+    assert list((venv / "lib").glob("python3.11/site-packages/packaging"))
+    second = runner.run(job)  # an OOM retry: same venv, same requirements
+    assert second.exit_code == 0 and "install_seconds" not in second.report

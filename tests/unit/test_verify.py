@@ -1,0 +1,96 @@
+"""Verification before publish: archs read from the fatbin, tags and metadata, clean import."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from wheel_fixtures import (
+    make_wheel,
+)
+
+from factory.wheels import verify as verify_mod
+from factory.errors import EngineError, VerifyError
+from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
+from factory.wheels.finalize import analyse_wheel
+
+
+def test_cuobjdump_is_found_in_the_installed_package() -> None:
+    path = find_cuobjdump()
+    assert path.name == "cuobjdump" and path.is_file()
+
+
+def test_list_device_code_of_a_plain_library_is_empty() -> None:
+    plain = Path(shutil.which("true") or "/bin/true")
+    code = list_device_code(plain, "true", cuobjdump=find_cuobjdump())
+    assert (code.sass, code.ptx) == ((), ())
+
+
+def test_a_wheel_without_gpu_code_fails(tmp_path: Path) -> None:
+    plain = make_wheel(
+        tmp_path,
+        files={
+            "demo_ext/__init__.py": b"",
+            "demo_ext/_k.so": Path(shutil.which("true") or "/bin/true").read_bytes(),
+        },
+    )
+    report = verify_wheel(plain, import_check=False, raise_on_failure=False, default_archs=(90,))
+    assert "no GPU code" in report.check("archs").detail
+
+
+def test_an_unreadable_file_is_one_failed_check(tmp_path: Path) -> None:
+    bad = tmp_path / "demo-0.1-cp311-cp311-manylinux_2_36_x86_64.whl"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(VerifyError, match="not a readable zip") as exc:
+        verify_wheel(bad)
+    assert "\n" not in exc.value.message
+
+
+def test_missing_cuobjdump_is_an_engine_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(verify_mod.importlib.metadata, "files", lambda name: [])
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(EngineError, match="cuobjdump not found"):
+        find_cuobjdump()
+
+
+# -- clean import ---------------------------------------------------------------------------------
+def _py_wheel(tmp_path: Path, init: bytes, tag: str = "cp311-cp311-linux_x86_64") -> Path:
+    return make_wheel(tmp_path, files={"demo_ext/__init__.py": init}, tag=tag)
+
+
+def test_import_check_is_skipped_without_a_matching_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(verify_mod.shutil, "which", lambda name: None)
+    check = check_import(
+        analyse_wheel(_py_wheel(tmp_path, b"", tag="cp39-cp39-linux_x86_64")), wheelhouse=None
+    )
+    assert check.ok and check.skipped
+    assert "the wheel is for cp39" in check.detail and "python3.9" in check.detail
+
+
+def test_cli_verify_runs_as_a_program(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "factory",
+            "verify",
+            "--no-import",
+            str(tmp_path / "nope-1.0-py3-none-any.whl"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert result.returncode == VerifyError.exit_code
+    assert result.stderr.startswith("ERROR") and "Traceback" not in result.stderr
+
+
