@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.planning.budget import GIB, parse_size
+from factory.units import GIB, parse_size
 from factory.matrix.cell import Cell
 from factory.cli import main
 from factory.errors import PlanError

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import BuildError, FactoryError, OOMError, PlanError, VerifyError
-from factory.logger import Log, NinjaProgress, human_bytes
+from factory.logger import Log, NinjaProgress
 from factory.matrix.load import Matrix, PlannedCell, base_image_for
+from factory.units import format_size
 
 MAX_ATTEMPTS = 4
 # Fault injection for tests: the first attempt is OOM-killed once this many objects are done.
@@ -168,7 +169,7 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
 
 # -- one cell ------------------------------------------------------------------------------
 def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: ignore[no-untyped-def]
-    from factory.planning.budget import format_size, resolve_budget
+    from factory.planning.budget import resolve_budget
     from factory.planning.planner import plan_build, predicted_peak
 
     try:
@@ -358,7 +359,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
             shutil.rmtree(job.out_dir, ignore_errors=True)
             job.out_dir.mkdir(parents=True)
             log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
-                     f"memory cap {human_bytes(plan.memory_budget_bytes)}, log {job.log_path}")
+                     f"memory cap {format_size(plan.memory_budget_bytes)}, log {job.log_path}")
             with NinjaProgress(job.log_path, log, pc.cell.package):
                 result = runner.run(job)
             attempts.append({
@@ -514,7 +515,7 @@ def build_cells(cells: Sequence[PlannedCell], *, matrix: Matrix, opts: BuildOpti
 def default_memory(setting: object) -> int | None:
     if setting in (None, "", "auto"):
         return None
-    from factory.planning.budget import parse_size
+    from factory.units import parse_size
 
     return parse_size(str(setting))
 

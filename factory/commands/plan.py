@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from factory.planning.budget import format_size, parse_size
+from factory.units import format_size, parse_size
 from factory.errors import UsageError
 from factory.build.pipeline import load_history
 from factory.planning.memory_model import HISTORY_ENV

@@ -213,7 +213,7 @@ _TEXT_SETTINGS = (
 def _check_settings(settings: dict[str, Any], root: Path) -> None:
     """Types and values of [settings], checked now: a wrong one must fail here in one line, not
     as a crash in the middle of a build."""
-    from factory.planning.budget import parse_size
+    from factory.units import parse_size
     from factory.errors import FactoryError
     from factory.runners import RUNNERS
 

@@ -32,7 +32,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from factory.planning.budget import format_size, resolve_budget
+from factory.planning.budget import resolve_budget
+from factory.units import format_size
 from factory.matrix.cell import Cell
 from factory.errors import ConfigError, PlanError
 from factory.matrix.load import PlannedCell
