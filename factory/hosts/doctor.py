@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import html.parser
 import importlib.resources
 import json
 import os
@@ -36,6 +35,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import StoreError, UsageError, WheelError
+from factory.index.links import Anchor, parse_anchors
 from factory.matrix.tags import LocalTag, parse_local
 
 NO_FIT_EXIT = 1  # the doctor ran fine but no wheel fits: scripts branch on this
@@ -294,36 +294,8 @@ class IndexFile:
         return self.local.variant if self.local else None
 
 
-class _Links(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[dict[str, str | None], str]] = []
-        self._open: dict[str, str | None] | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._open, self._text = dict(attrs), []
-
-    def handle_data(self, data: str) -> None:
-        if self._open is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._open is not None:
-            self.links.append((self._open, "".join(self._text).strip()))
-            self._open = None
-
-
-def parse_links(page: bytes) -> list[tuple[dict[str, str | None], str]]:
-    parser = _Links()
-    parser.feed(page.decode("utf-8", errors="replace"))
-    parser.close()
-    return parser.links
-
-
-def _file_from_link(attrs: dict[str, str | None], text: str) -> IndexFile | None:
-    href = attrs.get("href") or ""
+def _file_from_link(anchor: Anchor) -> IndexFile | None:
+    attrs, text, href = anchor.attrs, anchor.text, anchor.href
     name = urllib.parse.unquote(href.split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]) or text
     if not name.endswith(".whl"):
         return None  # sdists and other files: the doctor installs wheels only
@@ -406,15 +378,14 @@ class IndexReader:
         if page is None:
             raise StoreError(f"no index at {self.location}: {self.variant_url(None)} does not exist",
                              tip="point --index at the index root (the directory or URL above simple/)")
-        return sorted({canonicalize_name(text or (attrs.get("href") or "").strip("/"))
-                       for attrs, text in parse_links(page)})
+        return sorted({canonicalize_name(a.text or a.href.strip("/")) for a in parse_anchors(page)})
 
     def files(self, project: str, variant: str | None = None) -> list[IndexFile] | None:
         rel = f"{variant}/simple/{project}" if variant else f"simple/{project}"
         page = self._get(rel)
         if page is None:
             return None
-        out = [f for attrs, text in parse_links(page) if (f := _file_from_link(attrs, text))]
+        out = [f for a in parse_anchors(page) if (f := _file_from_link(a))]
         return [f for f in out if f.project == project]
 
 

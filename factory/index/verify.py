@@ -12,11 +12,11 @@ import dataclasses
 import hashlib
 import json
 from collections import defaultdict
-from html.parser import HTMLParser
 from urllib.parse import unquote, urljoin
 
 from factory.index.store.base import FILES, METADATA_SUFFIX, Store
 from factory.index import pages
+from factory.index.links import parse_anchors
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -30,16 +30,6 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[dict[str, str | None]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.links.append(dict(attrs))
 
 
 def _target_key(page_key: str, href: str) -> str | None:
@@ -106,10 +96,8 @@ def verify_index(store: Store, *, deep: bool = True) -> VerifyReport:
             and key.count("/") >= 2
             and not key.endswith("simple/index.html")
         ):
-            parser = _Links()
-            parser.feed(data.decode("utf-8", "replace"))
-            for a in parser.links:
-                href = a.get("href") or ""
+            for anchor in parse_anchors(data):
+                a, href = anchor.attrs, anchor.href
                 sha = href.split("#sha256=", 1)[1] if "#sha256=" in href else None
                 meta = a.get("data-core-metadata") or ""
                 target = _target_key(key, href)
