@@ -20,7 +20,7 @@ from factory.index.links import parse_anchors
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VerifyReport:
+class IndexReport:
     wheels: int
     pages: int
     links: int
@@ -44,7 +44,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def verify_index(store: Store, *, deep: bool = True) -> VerifyReport:
+def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
     problems: list[str] = []
     entries = store.wheels()
     by_key = {e.key: e for e in entries}
@@ -144,7 +144,7 @@ def verify_index(store: Store, *, deep: bool = True) -> VerifyReport:
         for name in names:
             if f"{base}{name}/index.html" not in page_keys:
                 problems.append(f"{root_key}: links to {name}/, which has no page")
-    return VerifyReport(
+    return IndexReport(
         wheels=len(entries),
         pages=len(page_keys),
         links=links,

@@ -1,7 +1,7 @@
 """Verify a wheel before it is published: archs in the binaries, tags, metadata, clean import.
 
 Each check gives a ``Check`` (pass, fail or skipped, with a one-line detail); ``verify_wheel``
-collects them into a ``VerifyReport`` and raises VerifyError when one fails (unless told not to).
+collects them into a ``WheelReport`` and raises VerifyError when one fails (unless told not to).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Check:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VerifyReport:
+class WheelReport:
     wheel: str  # the filename
     checks: tuple[Check, ...]
 
@@ -491,7 +491,7 @@ def verify_wheel(
     allow_ptx: bool = False,
     echo: Callable[[str], None] | None = None,
     log_path: Path | None = None,
-) -> VerifyReport:
+) -> WheelReport:
     """Run every check on ``path``. With ``expected`` the wheel must be exactly that cell's.
 
     The wanted arch set is the one in the local tag; a tag without sm marker means the recipe's
@@ -503,7 +503,7 @@ def verify_wheel(
     try:
         info = analyse_wheel(path)
     except WheelError as exc:
-        report = VerifyReport(
+        report = WheelReport(
             wheel=path.name, checks=(Check(name="wheel", ok=False, detail=exc.message),)
         )
         if raise_on_failure:
@@ -524,7 +524,7 @@ def verify_wheel(
             checks.append(Check(name="import", ok=False, detail=exc.message))
     else:
         checks.append(Check(name="import", ok=True, skipped=True, detail="skipped: not asked for"))
-    report = VerifyReport(wheel=info.filename, checks=tuple(checks))
+    report = WheelReport(wheel=info.filename, checks=tuple(checks))
     if raise_on_failure and not report.ok:
         raise VerifyError(report.summary())
     return report
