@@ -24,7 +24,8 @@ from factory.wheels import verify as verify_mod
 from factory.cli import main
 from factory.errors import EngineError, VerifyError
 from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
-from factory.wheels.finalize import analyse_wheel, finalize_wheel
+from factory.wheels.finalize import finalize_wheel
+from factory.wheels.reader import analyse_wheel
 
 
 @pytest.fixture(scope="module")

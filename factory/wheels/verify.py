@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 from factory.errors import EngineError, FactoryError, VerifyError, WheelError
 from factory.process import last_error_line, run_program
 from factory.matrix.tags import local_tag, parse_local, torch_pin
-from factory.wheels.finalize import WheelInfo, analyse_wheel
+from factory.wheels.reader import WheelInfo, analyse_wheel
 
 if TYPE_CHECKING:
     from factory.matrix.load import PlannedCell
