@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import time
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,6 +32,7 @@ from factory.index.store.base import (
     check_key,
     file_key,
 )
+from factory.index.writer import RebuildReport, rebuild_pages, update_index
 from factory.matrix.tags import variant_of_filename
 from factory.wheels.reader import (
     dist_info_dir,
@@ -252,7 +254,14 @@ def yank(store: Store, filename: str, reason: str) -> bool:
     return created
 
 
-def _update_pages(store: Store, entries: list[WheelEntry]) -> int:
-    from factory.index.writer import update_index  # the index imports this module for rebuilds
+def rebuild_index(store: Store) -> RebuildReport:
+    """``index rebuild``: complete the publishes that stopped after their wheel was uploaded
+    (store files first), then have the writer derive every page again."""
+    started = time.perf_counter()
+    completed = tuple(commit_stored_wheel(store, key) for key in store.uncommitted_wheels())
+    report = rebuild_pages(store)
+    return dataclasses.replace(report, completed=completed, seconds=time.perf_counter() - started)
 
+
+def _update_pages(store: Store, entries: list[WheelEntry]) -> int:
     return update_index(store, entries)
