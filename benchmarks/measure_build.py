@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from factory.planning.budget import format_size  # noqa: E402
+from factory.units import format_size  # noqa: E402
 from factory.matrix.cell import Cell  # noqa: E402
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory, read_ninja_log  # noqa: E402
 from factory.process_memory import PeakSampler  # noqa: E402

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from factory.planning.budget import GIB  # noqa: E402
+from factory.units import GIB  # noqa: E402
 from factory.matrix.cell import Cell  # noqa: E402
 from factory.errors import PlanError  # noqa: E402
 from factory.planning.memory_model import (  # noqa: E402

@@ -90,14 +90,3 @@ class NinjaProgress:
         if decile != self._last_decile or done == total:
             self._last_decile = decile
             self.log.detail(f"{self.label}: {done}/{total} objects, {elapsed:.0f}s, ETA {eta:.0f}s")
-
-
-def human_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1024 or unit == "TB":
-            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
-        value /= 1024
-    return f"{value:.1f} TB"

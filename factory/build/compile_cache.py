@@ -44,12 +44,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from factory.errors import ConfigError
+from factory.units import parse_size
 
 if TYPE_CHECKING:
     from factory.matrix.settings import Settings
 
 DEFAULT_SIZE = "20G"
-SIZE_RE = re.compile(r"^[1-9][0-9]*[KMGT]?$")
 # Inside every build container the cache is mounted here (factory.runners.base.INSIDE["cache"])
 # and the run dir here (INSIDE["run"]); kept as literals so this module imports nothing heavy.
 INSIDE_CACHE = "/factory/cache"
@@ -113,19 +113,13 @@ CXX_WRAPPER = _CACHED_COMPILER.replace("@WHAT@", "the C++ compiler").replace(
 )
 
 
-def parse_size(text: str) -> str:
-    """A bound sccache understands (``SCCACHE_CACHE_SIZE``): digits and one of K, M, G, T."""
-    value = str(text).strip().upper().removesuffix("B").removesuffix("I")
-    if not SIZE_RE.match(value):
-        raise ConfigError(f"compile cache size {text!r} is not a size like '20G' or '500M'")
-    return value
-
-
-def size_bytes(size: str) -> int:
-    value = parse_size(size)
-    unit = value[-1] if value[-1].isalpha() else ""
-    number = int(value[:-1] if unit else value)
-    return number * int(1024 ** (" KMGT".index(unit) if unit else 0))
+def sccache_size(n: int) -> str:
+    """Bytes in sccache's notation (``SCCACHE_CACHE_SIZE``): digits and the largest of K, M, G, T
+    that divides them."""
+    for exponent in (4, 3, 2, 1):
+        if n % 1024**exponent == 0:
+            return f"{n // 1024**exponent}{' KMGT'[exponent]}"
+    return str(n)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -209,7 +203,7 @@ def cache_settings(settings: Settings, *, store: str | None = None) -> CacheSett
 def split_size(size: str) -> tuple[str, str]:
     """The bound of the whole cache -> (sccache's, the direct layer's), in the units each tool
     reads: sccache ``K`` (KiB), ccache ``KiB``."""
-    total_kib = size_bytes(size) // 1024
+    total_kib = parse_size(size) // 1024
     direct_kib = total_kib // DIRECT_SHARE
     return f"{total_kib - direct_kib}K", f"{direct_kib}KiB"
 
@@ -222,13 +216,13 @@ def inside_config(
     ``normalize_paths`` only where every build sees the same inside paths (the docker runner):
     elsewhere the links would differ per run and break same-cell hits; the direct layer (ccache,
     called by the wrappers) comes with them."""
-    sccache_size, direct_size = split_size(size) if normalize_paths else (parse_size(size), "")
-    env = {"SCCACHE_CACHE_SIZE": sccache_size}
+    cache_size, direct_size = split_size(size) if normalize_paths else (size, "")
+    env = {"SCCACHE_CACHE_SIZE": cache_size}
     if remote is not None:
         env.update(remote.env())
     config: dict[str, Any] = {
         "dir": f"{root}/{SCCACHE_SUBDIR}",
-        "size": sccache_size,
+        "size": cache_size,
         "env": env,
     }
     if normalize_paths:

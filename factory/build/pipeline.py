@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import BuildError, FactoryError, OOMError, PlanError, VerifyError
-from factory.logger import Log, NinjaProgress, human_bytes
+from factory.logger import Log, NinjaProgress
+from factory.units import format_size
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
 
@@ -163,7 +164,6 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
 
 # -- one cell ------------------------------------------------------------------------------
 def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: ignore[no-untyped-def]
-    from factory.planning.budget import format_size
     from factory.planning.planner import plan_build, predicted_peak
 
     try:
@@ -354,7 +354,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
             shutil.rmtree(job.out_dir, ignore_errors=True)
             job.out_dir.mkdir(parents=True)
             log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
-                     f"memory cap {human_bytes(plan.memory_budget_bytes)}, log {job.log_path}")
+                     f"memory cap {format_size(plan.memory_budget_bytes)}, log {job.log_path}")
             with NinjaProgress(job.log_path, log, pc.cell.package):
                 result = runner.run(job)
             attempts.append({

@@ -44,12 +44,12 @@ class SyncResult:
     seconds: float
 
     def summary(self) -> str:
-        from factory.logger import human_bytes
+        from factory.units import format_size
 
         where = "from" if self.direction == "pull" else "to"
         return (
             f"{self.direction}ed {self.files} entr{'y' if self.files == 1 else 'ies'} "
-            f"({human_bytes(self.bytes)}) {where} the remote cache, {self.present} already there, "
+            f"({format_size(self.bytes)}) {where} the remote cache, {self.present} already there, "
             f"{self.seconds:.1f} s"
         )
 

@@ -47,7 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from packaging.utils import canonicalize_name
 
-    from factory.build.pipeline import BuildOptions, build_cell, build_cells
+    from factory.build.pipeline import BuildOptions, build_cells
     from factory.planning.budget import requested_budget
 
     for flag in ("max_jobs", "nvcc_threads", "attempts"):

@@ -41,7 +41,7 @@ def _running_builds() -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from factory.build import compile_cache
     from factory.build.compile_cache import cache_settings, disk_usage, recorded_builds
-    from factory.logger import human_bytes
+    from factory.units import format_size, parse_size
 
     matrix = matrix_from_args(args)
     settings = cache_settings(matrix.settings, store=args.store)
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json({"cleared": str(settings.dir), "files": gone.files, "bytes": gone.bytes})
         else:
-            print(f"cleared {settings.dir}: {gone.files} file(s), {human_bytes(gone.bytes)}")
+            print(f"cleared {settings.dir}: {gone.files} file(s), {format_size(gone.bytes)}")
         return 0
     usage = disk_usage(settings.dir)
     builds = recorded_builds(work)
@@ -84,14 +84,14 @@ def run(args: argparse.Namespace) -> int:
                     **settings.as_dict(),
                     "files": usage.files,
                     "bytes": usage.bytes,
-                    "bound_bytes": compile_cache.size_bytes(settings.size),
+                    "bound_bytes": parse_size(settings.size),
                 },
                 "builds": builds,
             }
         )
         return 0
     print(f"cache    {settings.dir}")
-    print(f"size     {human_bytes(usage.bytes)} in {usage.files} file(s), bound {settings.size}")
+    print(f"size     {format_size(usage.bytes)} in {usage.files} file(s), bound {settings.size}")
     if settings.remote:
         r = settings.remote
         print(f"remote   s3://{r.bucket}/{r.prefix}" + (f" at {r.endpoint}" if r.endpoint else ""))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from factory.planning.budget import format_size, requested_budget
+from factory.planning.budget import requested_budget
+from factory.units import format_size
 from factory.build.pipeline import load_history
 from factory.planning.memory_model import HISTORY_ENV
 from factory.planning.planner import plan_build

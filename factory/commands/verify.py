@@ -8,7 +8,7 @@ from pathlib import Path
 
 from factory.errors import ConfigError, VerifyError
 from factory.matrix.load import Matrix, PlannedCell, default_matrix_path, load_matrix
-from factory.wheels.verify import VerifyReport, verify_wheel
+from factory.wheels.verify import WheelReport, verify_wheel
 from factory.commands._common import print_json
 
 
@@ -65,7 +65,7 @@ def _wheelhouse(args: argparse.Namespace, matrix: Matrix | None, wheel: Path) ->
 def run(args: argparse.Namespace) -> int:
     matrix = _matrix(args)
     planned: dict[str, PlannedCell] = {pc.wheel: pc for pc in matrix.cells} if matrix else {}
-    reports: list[VerifyReport] = []
+    reports: list[WheelReport] = []
     echo = (lambda line: print(f"    {line}", file=sys.stderr)) if args.verbose else None
     for wheel in args.wheels:
         if not args.json:

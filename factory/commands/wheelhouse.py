@@ -22,6 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.toolchain.wheelhouse import build_requirements, prepare_wheelhouse
+    from factory.units import format_size
 
     matrix = matrix_from_args(args)
     pc = matrix.find(args.cell)
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     wheels = sorted(dest.glob("*.whl"))
     size = sum(w.stat().st_size for w in wheels)
     print(
-        f"wheelhouse {dest}: {len(wheels)} wheels, {size / 2**30:.1f} GiB "
+        f"wheelhouse {dest}: {len(wheels)} wheels, {format_size(size)} "
         f"({time.monotonic() - start:.0f} s)"
     )
     print(f"    for {', '.join(build_requirements(pc))}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import html.parser
 import importlib.resources
 import json
 import os
@@ -28,7 +27,7 @@ import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import StoreError, UsageError, WheelError
+from factory.index.links import Anchor, parse_anchors
 from factory.matrix.tags import LocalTag, parse_local
 
 NO_FIT_EXIT = 1  # the doctor ran fine but no wheel fits: scripts branch on this
@@ -294,36 +294,8 @@ class IndexFile:
         return self.local.variant if self.local else None
 
 
-class _Links(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[dict[str, str | None], str]] = []
-        self._open: dict[str, str | None] | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._open, self._text = dict(attrs), []
-
-    def handle_data(self, data: str) -> None:
-        if self._open is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._open is not None:
-            self.links.append((self._open, "".join(self._text).strip()))
-            self._open = None
-
-
-def parse_links(page: bytes) -> list[tuple[dict[str, str | None], str]]:
-    parser = _Links()
-    parser.feed(page.decode("utf-8", errors="replace"))
-    parser.close()
-    return parser.links
-
-
-def _file_from_link(attrs: dict[str, str | None], text: str) -> IndexFile | None:
-    href = attrs.get("href") or ""
+def _file_from_link(anchor: Anchor) -> IndexFile | None:
+    attrs, text, href = anchor.attrs, anchor.text, anchor.href
     name = urllib.parse.unquote(href.split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]) or text
     if not name.endswith(".whl"):
         return None  # sdists and other files: the doctor installs wheels only
@@ -406,15 +378,14 @@ class IndexReader:
         if page is None:
             raise StoreError(f"no index at {self.location}: {self.variant_url(None)} does not exist",
                              tip="point --index at the index root (the directory or URL above simple/)")
-        return sorted({canonicalize_name(text or (attrs.get("href") or "").strip("/"))
-                       for attrs, text in parse_links(page)})
+        return sorted({canonicalize_name(a.text or a.href.strip("/")) for a in parse_anchors(page)})
 
     def files(self, project: str, variant: str | None = None) -> list[IndexFile] | None:
         rel = f"{variant}/simple/{project}" if variant else f"simple/{project}"
         page = self._get(rel)
         if page is None:
             return None
-        out = [f for attrs, text in parse_links(page) if (f := _file_from_link(attrs, text))]
+        out = [f for a in parse_anchors(page) if (f := _file_from_link(a))]
         return [f for f in out if f.project == project]
 
 
@@ -514,96 +485,155 @@ def default_archs_for(project: str) -> tuple[int, ...] | None:
 
 
 def choose(host: HostInfo, project: str, files: Sequence[IndexFile], reader: IndexReader) -> Choice:
+    """The wheel of ``project`` for this host: each step narrows the files or says why none
+    fits."""
     project = canonicalize_name(project)
     warnings: list[str] = []
+    fitting = list(files)
+    for step in _STEPS:
+        narrowed = step(host, project, fitting, warnings)
+        if isinstance(narrowed, str):
+            return Choice(project=project, wheel=None, variant=host.variant, install=None,
+                          why=narrowed, warnings=tuple(warnings))
+        fitting = narrowed
+    return _pick(host, project, fitting, reader, warnings)
 
-    def none(why: str) -> Choice:
-        return Choice(project=project, wheel=None, variant=host.variant, install=None, why=why,
-                      warnings=tuple(warnings))
 
+# A step of choose(): the files that still fit, or why none does; it may add warnings.
+_Step = Callable[[HostInfo, str, list[IndexFile], list[str]], "list[IndexFile] | str"]
+
+
+def _tagged(
+    host: HostInfo, project: str, files: list[IndexFile], warnings: list[str]
+) -> list[IndexFile] | str:
     live = [f for f in files if f.yanked is None]
     if not files:
-        return none(f"the index has no wheels of {project}")
+        return f"the index has no wheels of {project}"
     if not live:
-        return none(f"every {project} wheel on the index is yanked")
+        return f"every {project} wheel on the index is yanked"
     tagged = [f for f in live if f.local is not None]
     if not tagged:
-        return none(f"the index has no factory-tagged wheels of {project} (no +cuXYtorchA.B local version)")
+        return (f"the index has no factory-tagged wheels of {project} "
+                "(no +cuXYtorchA.B local version)")
+    return tagged
 
-    step = [f for f in tagged if _python_ok(f, host.python)]
-    if not step:
-        have = sorted({i for f in tagged for i in f.interpreters})
-        return none(f"Python is {host.python} but the index only has {project} for {_join(have)}")
-    tagged = step
 
-    step = [f for f in tagged if _platform_ok(f, host)]
+def _for_python(
+    host: HostInfo, project: str, files: list[IndexFile], warnings: list[str]
+) -> list[IndexFile] | str:
+    step = [f for f in files if _python_ok(f, host.python)]
     if not step:
-        arches = {_manylinux(t)[1] for f in tagged for t in f.platforms}
+        have = sorted({i for f in files for i in f.interpreters})
+        return f"Python is {host.python} but the index only has {project} for {_join(have)}"
+    return step
+
+
+def _for_platform(
+    host: HostInfo, project: str, files: list[IndexFile], warnings: list[str]
+) -> list[IndexFile] | str:
+    step = [f for f in files if _platform_ok(f, host)]
+    if not step:
+        arches = {_manylinux(t)[1] for f in files for t in f.platforms}
         if host.machine not in arches:
-            return none(f"this host is {host.machine} but the index only has {project} for {_join(sorted(arches))}")
+            return (f"this host is {host.machine} but the index only has {project} for "
+                    f"{_join(sorted(arches))}")
         glibc = "unknown" if host.glibc is None else "%d.%d" % host.glibc
-        return none(f"this host's glibc is {glibc} but every {project} wheel for Python {host.python} "
-                    f"needs glibc >= {_needed_glibc(tagged)}")
-    tagged = step
+        return (f"this host's glibc is {glibc} but every {project} wheel for Python {host.python} "
+                f"needs glibc >= {_needed_glibc(files)}")
+    return step
 
+
+def _for_torch(
+    host: HostInfo, project: str, files: list[IndexFile], warnings: list[str]
+) -> list[IndexFile] | str:
+    minors = sorted({f.local.torch_minor for f in files if f.local}, key=_version_tuple)
     if host.torch is None:
-        minors = sorted({f.local.torch_minor for f in tagged if f.local}, key=_version_tuple)
         cause = host.torch_error or "torch is not installed"
-        return none(f"torch is not importable with {host.python_exe} ({cause}); {project} wheels are "
-                    f"per torch minor (the index has torch {_join(minors)}): install torch first")
-    step = [f for f in tagged if f.local and f.local.torch_minor == host.torch_minor]
+        return (f"torch is not importable with {host.python_exe} ({cause}); {project} wheels are "
+                f"per torch minor (the index has torch {_join(minors)}): install torch first")
+    step = [f for f in files if f.local and f.local.torch_minor == host.torch_minor]
     if not step:
-        minors = sorted({f.local.torch_minor for f in tagged if f.local}, key=_version_tuple)
-        return none(f"torch is {host.torch} but the index only has {project} for torch {_join(minors)}")
-    tagged = step
+        return f"torch is {host.torch} but the index only has {project} for torch {_join(minors)}"
+    return step
 
+
+def _for_cuda(
+    host: HostInfo, project: str, files: list[IndexFile], warnings: list[str]
+) -> list[IndexFile] | str:
     if not host.torch_cuda:
-        return none(f"torch {host.torch} is a CPU-only build (torch.version.cuda is None); "
-                    f"{project} needs a CUDA build of torch")
-    want_cuda = ".".join(host.torch_cuda.split(".")[:2])
-    step = [f for f in tagged if f.cuda == want_cuda]
+        return (f"torch {host.torch} is a CPU-only build (torch.version.cuda is None); "
+                f"{project} needs a CUDA build of torch")
+    want_cuda = _cuda_minor(host.torch_cuda)
+    step = [f for f in files if f.cuda == want_cuda]
     if not step:
-        cudas = sorted({f"cu{f.cuda.replace('.', '')}" for f in tagged if f.cuda}, key=_version_tuple)
-        return none(f"torch {host.torch} is built with CUDA {want_cuda} but the index only has "
-                    f"{_join(cudas)} builds of {project} for torch {host.torch_minor}")
-    tagged = step
-    variant = host.variant
-    assert variant is not None  # torch and its CUDA are known here
+        cudas = sorted({f"cu{f.cuda.replace('.', '')}" for f in files if f.cuda},
+                       key=_version_tuple)
+        return (f"torch {host.torch} is built with CUDA {want_cuda} but the index only has "
+                f"{_join(cudas)} builds of {project} for torch {host.torch_minor}")
+    return step
 
+
+def _for_driver(
+    host: HostInfo, project: str, files: list[IndexFile], warnings: list[str]
+) -> list[IndexFile] | str:
     if host.driver:
+        want_cuda = _cuda_minor(host.torch_cuda or "")
         if not driver_runs_cuda(host.driver, want_cuda):
             top = driver_max_cuda(host.driver) or "none known"
             need = driver_table().get(f"{want_cuda.split('.')[0]}.0", "?")
-            return none(f"the NVIDIA driver {host.driver} supports CUDA up to {top} but torch and the "
-                        f"{project} wheels for {variant} use CUDA {want_cuda} (driver >= {need} needed)")
+            return (f"the NVIDIA driver {host.driver} supports CUDA up to {top} but torch and the "
+                    f"{project} wheels for {host.variant} use CUDA {want_cuda} "
+                    f"(driver >= {need} needed)")
     elif host.gpus:
         warnings.append("the driver version is unknown: not checked against CUDA")
+    return files
 
-    default = default_archs_for(project)
-    if host.gpus:
-        fits, unknown = [], []
-        for f in tagged:
-            archs = _arch_set(f, default)
-            if archs is None:
-                unknown.append(f)
-            elif all(any(_sm_runs(sm, a) for a in archs) for sm in host.sms):
-                fits.append(f)
-        if not fits and unknown:
-            warnings.append(f"{project}'s default arch set is unknown here: could not check the GPU arch")
-            fits = unknown
-        if not fits:
-            known = {a for a in (_arch_set(f, default) for f in tagged) if a}
-            sets = [_archs_text(a) for a in sorted(known)]
-            return none(f"{_gpus_text(host)} but the index only has {_join(sets)} builds of {project} "
-                        f"for {variant}")
-        tagged = fits
-    else:
+
+def _for_gpus(
+    host: HostInfo, project: str, files: list[IndexFile], warnings: list[str]
+) -> list[IndexFile] | str:
+    if not host.gpus:
         note = f" ({host.gpu_note})" if host.gpu_note else ""
         warnings.append(f"no NVIDIA GPU found{note}: chose by torch only; the wheel may lack "
                         "kernels for the GPU it will run on")
+        return files
+    default = default_archs_for(project)
+    fits, unknown = [], []
+    for f in files:
+        archs = _arch_set(f, default)
+        if archs is None:
+            unknown.append(f)
+        elif all(any(_sm_runs(sm, a) for a in archs) for sm in host.sms):
+            fits.append(f)
+    if not fits and unknown:
+        warnings.append(
+            f"{project}'s default arch set is unknown here: could not check the GPU arch")
+        fits = unknown
+    if not fits:
+        known = {a for a in (_arch_set(f, default) for f in files) if a}
+        sets = [_archs_text(a) for a in sorted(known)]
+        return (f"{_gpus_text(host)} but the index only has {_join(sets)} builds of {project} "
+                f"for {host.variant}")
+    return fits
 
+
+_STEPS: tuple[_Step, ...] = (
+    _tagged, _for_python, _for_platform, _for_torch, _for_cuda, _for_driver, _for_gpus,
+)
+
+
+def _cuda_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _pick(host: HostInfo, project: str, fitting: list[IndexFile], reader: IndexReader,
+          warnings: list[str]) -> Choice:
+    """The best of the fitting files, and the pip command that installs exactly it."""
+    variant = host.variant
+    assert variant is not None  # torch and its CUDA are known here
+    default = default_archs_for(project)
     # Highest version first; among equals the widest arch set, which runs on the most GPUs.
-    best = max(tagged, key=lambda f: (f.version, len(_arch_set(f, default) or ())))
+    best = max(fitting, key=lambda f: (f.version, len(_arch_set(f, default) or ())))
     if not host.gpus:
         archs = _arch_set(best, default)
         if archs:
@@ -614,7 +644,7 @@ def choose(host: HostInfo, project: str, files: Sequence[IndexFile], reader: Ind
     if variant_files is None:
         warnings.append(f"the index has no per-variant page for {variant}; using the combined index")
         url = reader.variant_url(None)
-        candidates = tagged
+        candidates = fitting
     else:
         url = reader.variant_url(variant)
         candidates = [f for f in variant_files if f.yanked is None and _python_ok(f, host.python)

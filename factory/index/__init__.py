@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from factory.index.verify import VerifyReport, verify_index
-from factory.index.writer import RebuildReport, rebuild_index, update_index
+from factory.index.publish import rebuild_index
+from factory.index.verify import IndexReport, verify_index
+from factory.index.writer import RebuildReport, update_index
 
-__all__ = ["RebuildReport", "VerifyReport", "rebuild_index", "update_index", "verify_index"]
+__all__ = ["IndexReport", "RebuildReport", "rebuild_index", "update_index", "verify_index"]

@@ -12,11 +12,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import io
 import json
+import time
 import zipfile
 from collections.abc import Iterable
-from email.parser import BytesHeaderParser
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -33,14 +32,23 @@ from factory.index.store.base import (
     check_key,
     file_key,
 )
+from factory.index.writer import RebuildReport, rebuild_pages, update_index
 from factory.matrix.tags import variant_of_filename
+from factory.wheels.reader import (
+    dist_info_dir,
+    open_wheel,
+    parse_filename,
+    parse_headers,
+    read_metadata,
+)
 
-_MAX_METADATA = 16 * 1024 * 1024
 _MAX_FILENAME = 200  # real ones stay under ~120 even with compressed manylinux tag sets
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class WheelInfo:
+class CheckedWheel:
+    """A wheel checked for the index, with what its entry and its ``.metadata`` file need."""
+
     filename: str
     project: str  # canonical
     version: str
@@ -72,7 +80,7 @@ def _sha256_file(path: Path) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
-def inspect_wheel(source: Path | bytes, filename: str | None = None) -> WheelInfo:
+def inspect_wheel(source: Path | bytes, filename: str | None = None) -> CheckedWheel:
     """Validate a wheel and read what the index needs. Raises WheelError with one line."""
     name = filename or (source.name if isinstance(source, Path) else "")
     if "/" in name or "\\" in name:
@@ -81,33 +89,26 @@ def inspect_wheel(source: Path | bytes, filename: str | None = None) -> WheelInf
         raise WheelError(f"wheel filename too long ({len(name)} > {_MAX_FILENAME} characters)")
     try:
         check_key(name)
-        dist, version, _, tags = parse_wheel_filename(name)
-    except Exception:
+    except StoreError:
         raise WheelError(f"invalid wheel filename {name[:80]!r}") from None
-    if not tags or any(not (t.interpreter and t.abi and t.platform) for t in tags):
+    parsed = parse_filename(name)
+    if not parsed.tags or any(not (t.interpreter and t.abi and t.platform) for t in parsed.tags):
         raise WheelError(f"invalid wheel filename {name[:80]!r}: an empty tag")  # 'any..whl'
-    project = canonicalize_name(dist)
+    project, version = parsed.distribution, parsed.version
     try:
         if isinstance(source, Path):
             sha256, size = _sha256_file(source)
-            archive = zipfile.ZipFile(source)
         else:
             sha256, size = hashlib.sha256(source).hexdigest(), len(source)
-            archive = zipfile.ZipFile(io.BytesIO(source))
     except OSError as exc:
         raise WheelError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    except zipfile.BadZipFile as exc:
-        raise WheelError(f"{name}: not a valid zip ({exc})") from None
-    with archive:
+    with open_wheel(source, name) as archive:
         members = archive.namelist()
         for member in members:
             parts = member.split("/")
             if member.startswith("/") or "\\" in member or ".." in parts or ":" in parts[0]:
                 raise WheelError(f"{name}: unsafe path in archive: {member[:80]!r}")
-        dist_infos = {m.split("/")[0] for m in members if m.split("/")[0].endswith(".dist-info")}
-        if len(dist_infos) != 1:
-            raise WheelError(f"{name}: expected one .dist-info directory, found {len(dist_infos)}")
-        dist_info = dist_infos.pop()
+        dist_info = dist_info_dir(members, name)
         for required in ("METADATA", "RECORD", "WHEEL"):
             if f"{dist_info}/{required}" not in members:
                 raise WheelError(f"{name}: {dist_info}/{required} is missing")
@@ -117,10 +118,8 @@ def inspect_wheel(source: Path | bytes, filename: str | None = None) -> WheelInf
             raise WheelError(f"{name}: corrupt zip ({exc})") from None
         if bad is not None:
             raise WheelError(f"{name}: corrupt member {bad[:80]!r} (CRC mismatch)")
-        if archive.getinfo(f"{dist_info}/METADATA").file_size > _MAX_METADATA:
-            raise WheelError(f"{name}: METADATA is implausibly large")
-        metadata = archive.read(f"{dist_info}/METADATA")
-    headers = BytesHeaderParser().parsebytes(metadata)
+        metadata = read_metadata(archive, dist_info, name)
+    headers = parse_headers(metadata, "METADATA", name)
     meta_name, meta_version = headers.get("Name"), headers.get("Version")
     if not meta_name or not meta_version:
         raise WheelError(f"{name}: METADATA has no Name or Version")
@@ -135,7 +134,7 @@ def inspect_wheel(source: Path | bytes, filename: str | None = None) -> WheelInf
             f"{name}: filename says version {version} but METADATA says {str(meta_version)!r}"
         )
     requires_python = headers.get("Requires-Python")
-    return WheelInfo(
+    return CheckedWheel(
         filename=name,
         project=project,
         version=str(version),
@@ -147,7 +146,7 @@ def inspect_wheel(source: Path | bytes, filename: str | None = None) -> WheelInf
     )
 
 
-def _read_provenance(wheel: Path, info: WheelInfo) -> bytes | None:
+def _read_provenance(wheel: Path, info: CheckedWheel) -> bytes | None:
     path = wheel.with_name(wheel.name + PROVENANCE_SUFFIX)
     if not path.is_file():
         return None
@@ -163,7 +162,7 @@ def _read_provenance(wheel: Path, info: WheelInfo) -> bytes | None:
     return data
 
 
-def _entry_for(info: WheelInfo) -> WheelEntry:
+def _entry_for(info: CheckedWheel) -> WheelEntry:
     return WheelEntry(
         filename=info.filename,
         project=info.project,
@@ -177,7 +176,7 @@ def _entry_for(info: WheelInfo) -> WheelEntry:
     )
 
 
-def _store_wheel(store: Store, source: Path, info: WheelInfo, provenance: bytes | None) -> bool:
+def _store_wheel(store: Store, source: Path, info: CheckedWheel, provenance: bytes | None) -> bool:
     """Upload one wheel and its side files, entry last. True if it was new."""
     key = file_key(info.project, info.filename)
     old_entry = store.read(key + ENTRY_SUFFIX)
@@ -255,7 +254,14 @@ def yank(store: Store, filename: str, reason: str) -> bool:
     return created
 
 
-def _update_pages(store: Store, entries: list[WheelEntry]) -> int:
-    from factory.index.writer import update_index  # the index imports this module for rebuilds
+def rebuild_index(store: Store) -> RebuildReport:
+    """``index rebuild``: complete the publishes that stopped after their wheel was uploaded
+    (store files first), then have the writer derive every page again."""
+    started = time.perf_counter()
+    completed = tuple(commit_stored_wheel(store, key) for key in store.uncommitted_wheels())
+    report = rebuild_pages(store)
+    return dataclasses.replace(report, completed=completed, seconds=time.perf_counter() - started)
 
+
+def _update_pages(store: Store, entries: list[WheelEntry]) -> int:
     return update_index(store, entries)

@@ -12,15 +12,15 @@ import dataclasses
 import hashlib
 import json
 from collections import defaultdict
-from html.parser import HTMLParser
 from urllib.parse import unquote, urljoin
 
-from factory.index.store.base import FILES, METADATA_SUFFIX, Store
 from factory.index import pages
+from factory.index.links import parse_anchors
+from factory.index.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VerifyReport:
+class IndexReport:
     wheels: int
     pages: int
     links: int
@@ -30,16 +30,6 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[dict[str, str | None]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.links.append(dict(attrs))
 
 
 def _target_key(page_key: str, href: str) -> str | None:
@@ -54,46 +44,11 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def verify_index(store: Store, *, deep: bool = True) -> VerifyReport:
+def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
     problems: list[str] = []
     entries = store.wheels()
-    by_key = {e.key: e for e in entries}
-    listing = {o.key: o.size for o in store.list(f"{FILES}/")}
+    checker = _LinkChecker(store, entries, deep=deep)
     page_keys = sorted(o.key for o in store.page_objects())
-    metadata_hash: dict[str, str] = {}
-    wheel_hash: dict[str, str] = {}
-
-    def check_file(page: str, target: str | None, sha: str | None, meta_sha: str | None) -> None:
-        if target is None or target not in listing:
-            problems.append(f"{page}: link to missing file {target}")
-            return
-        entry = by_key.get(target)
-        if entry is None:
-            problems.append(f"{page}: link to {target}, which has no index entry")
-            return
-        if sha != entry.sha256:
-            problems.append(
-                f"{page}: sha256 of {entry.filename} is {sha}, the entry says {entry.sha256}"
-            )
-        if listing[target] != entry.size:
-            problems.append(
-                f"{page}: {entry.filename} is {listing[target]} bytes, the entry says {entry.size}"
-            )
-        if deep and target not in wheel_hash:
-            data = store.read(target)
-            wheel_hash[target] = _sha256(data) if data is not None else ""
-        if deep and wheel_hash[target] != entry.sha256:
-            problems.append(
-                f"{entry.filename}: its bytes do not match sha256 {entry.sha256} (tampered?)"
-            )
-        if target not in metadata_hash:
-            data = store.read(target + METADATA_SUFFIX)
-            metadata_hash[target] = _sha256(data) if data is not None else "missing"
-        if meta_sha != metadata_hash[target]:
-            problems.append(
-                f"{page}: core metadata of {entry.filename} does not match ({meta_sha})"
-            )
-
     linked: dict[str, set[str]] = defaultdict(set)  # project page key -> file keys
     roots: dict[str, set[str]] = {}  # root page key -> project names
     links = 0
@@ -101,43 +56,135 @@ def verify_index(store: Store, *, deep: bool = True) -> VerifyReport:
         data = store.read(key)
         if data is None:
             continue
-        if (
-            key.endswith("/index.html")
-            and key.count("/") >= 2
-            and not key.endswith("simple/index.html")
-        ):
-            parser = _Links()
-            parser.feed(data.decode("utf-8", "replace"))
-            for a in parser.links:
-                href = a.get("href") or ""
-                sha = href.split("#sha256=", 1)[1] if "#sha256=" in href else None
-                meta = a.get("data-core-metadata") or ""
-                target = _target_key(key, href)
-                check_file(key, target, sha, meta.removeprefix("sha256="))
-                if a.get("data-dist-info-metadata") != a.get("data-core-metadata"):
-                    problems.append(f"{key}: the two metadata attributes differ for {href}")
-                linked[key].add(target or "")
-                links += 1
-        elif (
-            key.endswith("/index.json")
-            and key.count("/") >= 2
-            and not key.endswith("simple/index.json")
-        ):
-            try:
-                files = json.loads(data)["files"]
-            except (ValueError, KeyError, TypeError):
+        if key.endswith("simple/index.json"):
+            roots[key] = pages.root_projects(data)
+            continue
+        if key.count("/") < 2 or key.endswith("simple/index.html"):
+            continue
+        if key.endswith("/index.html"):
+            page_links: list[_Link] | None = _html_links(key, data)
+        elif key.endswith("/index.json"):
+            page_links = _json_links(key, data)
+            if page_links is None:
                 problems.append(f"{key}: not a PEP 691 project page")
                 continue
-            for f in files:
-                target = _target_key(key, str(f.get("url", "")))
-                meta_sha = (f.get("core-metadata") or {}).get("sha256")
-                check_file(key, target, f.get("hashes", {}).get("sha256"), meta_sha)
-                linked[key].add(target or "")
-                links += 1
-        elif key.endswith("simple/index.json"):
-            roots[key] = pages.root_projects(data)
+        else:
+            continue
+        for link in page_links:
+            problems += checker.problems(key, link)
+            if link.problem:
+                problems.append(link.problem)
+            linked[key].add(link.target or "")
+            links += 1
+    problems += _missing_from_pages(store, entries, linked, roots, page_keys)
+    return IndexReport(
+        wheels=len(entries),
+        pages=len(page_keys),
+        links=links,
+        problems=tuple(dict.fromkeys(problems)),
+        pending=tuple(store.uncommitted_wheels()),
+    )
 
-    # The other way round: nothing committed is missing from the pages.
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Link:
+    """A file link on a project page, with the hashes the page gives for it."""
+
+    target: str | None  # the store key it resolves to; None if it leaves the store
+    sha256: str | None
+    metadata_sha256: str | None
+    problem: str | None = None  # something wrong with the link itself
+
+
+def _html_links(key: str, data: bytes) -> list[_Link]:
+    out = []
+    for anchor in parse_anchors(data):
+        a, href = anchor.attrs, anchor.href
+        differ = a.get("data-dist-info-metadata") != a.get("data-core-metadata")
+        out.append(
+            _Link(
+                target=_target_key(key, href),
+                sha256=href.split("#sha256=", 1)[1] if "#sha256=" in href else None,
+                metadata_sha256=(a.get("data-core-metadata") or "").removeprefix("sha256="),
+                problem=f"{key}: the two metadata attributes differ for {href}" if differ else None,
+            )
+        )
+    return out
+
+
+def _json_links(key: str, data: bytes) -> list[_Link] | None:
+    """The files of a PEP 691 project page; None when it is not one."""
+    try:
+        files = json.loads(data)["files"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return [
+        _Link(
+            target=_target_key(key, str(f.get("url", ""))),
+            sha256=f.get("hashes", {}).get("sha256"),
+            metadata_sha256=(f.get("core-metadata") or {}).get("sha256"),
+        )
+        for f in files
+    ]
+
+
+class _LinkChecker:
+    """Each link against the store: the file and its entry exist, sizes and hashes agree. A file
+    is read (deep) and its ``.metadata`` hashed once, however many pages link to it."""
+
+    def __init__(self, store: Store, entries: list[WheelEntry], *, deep: bool) -> None:
+        self._store, self._deep = store, deep
+        self._by_key = {e.key: e for e in entries}
+        self._listing = {o.key: o.size for o in store.list(f"{FILES}/")}
+        self._wheel_hash: dict[str, str] = {}
+        self._metadata_hash: dict[str, str] = {}
+
+    def problems(self, page: str, link: _Link) -> list[str]:
+        target = link.target
+        if target is None or target not in self._listing:
+            return [f"{page}: link to missing file {target}"]
+        entry = self._by_key.get(target)
+        if entry is None:
+            return [f"{page}: link to {target}, which has no index entry"]
+        problems = []
+        if link.sha256 != entry.sha256:
+            problems.append(
+                f"{page}: sha256 of {entry.filename} is {link.sha256}, "
+                f"the entry says {entry.sha256}"
+            )
+        if self._listing[target] != entry.size:
+            problems.append(
+                f"{page}: {entry.filename} is {self._listing[target]} bytes, "
+                f"the entry says {entry.size}"
+            )
+        if self._deep and self._hash(self._wheel_hash, target, "") != entry.sha256:
+            problems.append(
+                f"{entry.filename}: its bytes do not match sha256 {entry.sha256} (tampered?)"
+            )
+        if link.metadata_sha256 != self._hash(self._metadata_hash, target, METADATA_SUFFIX):
+            problems.append(
+                f"{page}: core metadata of {entry.filename} does not match "
+                f"({link.metadata_sha256})"
+            )
+        return problems
+
+    def _hash(self, cache: dict[str, str], target: str, suffix: str) -> str:
+        if target not in cache:
+            data = self._store.read(target + suffix)
+            cache[target] = _sha256(data) if data is not None else ("missing" if suffix else "")
+        return cache[target]
+
+
+def _missing_from_pages(
+    store: Store,
+    entries: list[WheelEntry],
+    linked: dict[str, set[str]],
+    roots: dict[str, set[str]],
+    page_keys: list[str],
+) -> list[str]:
+    """The other way round: every committed wheel is on its pages, every project on its root,
+    every variant on the top page, and every project a root lists has a page."""
+    problems = []
     for e in entries:
         variants: list[str | None] = [None, e.variant] if e.variant else [None]
         for v in variants:
@@ -156,10 +203,4 @@ def verify_index(store: Store, *, deep: bool = True) -> VerifyReport:
         for name in names:
             if f"{base}{name}/index.html" not in page_keys:
                 problems.append(f"{root_key}: links to {name}/, which has no page")
-    return VerifyReport(
-        wheels=len(entries),
-        pages=len(page_keys),
-        links=links,
-        problems=tuple(dict.fromkeys(problems)),
-        pending=tuple(store.uncommitted_wheels()),
-    )
+    return problems

@@ -16,8 +16,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from factory.errors import ConflictError
-from factory.index.store.base import Store, WheelEntry
 from factory.index import pages
+from factory.index.store.base import Store, WheelEntry
 
 _MAX_ATTEMPTS = 200
 
@@ -136,13 +136,11 @@ class RebuildReport:
     seconds: float
 
 
-def rebuild_index(store: Store) -> RebuildReport:
-    """Regenerate every page from the store listing (no wheel is re-hashed)."""
-    from factory.index.publish import commit_stored_wheel
-
+def rebuild_pages(store: Store) -> RebuildReport:
+    """Regenerate every page from the store listing (no wheel is re-hashed). Wheels whose
+    publish stopped before their entry are not on the pages: ``publish.rebuild_index`` completes
+    them first."""
     started = time.perf_counter()
-    completed = tuple(commit_stored_wheel(store, key) for key in store.uncommitted_wheels())
-
     # Tokens before the listing: see the module docstring.
     existing = {o.key: store.read_with_token(o.key) for o in store.page_objects()}
     entries = store.wheels()
@@ -202,7 +200,7 @@ def rebuild_index(store: Store) -> RebuildReport:
         pages_written=written,
         pages_unchanged=unchanged,
         pages_removed=removed,
-        completed=completed,
+        completed=(),
         seconds=time.perf_counter() - started,
     )
 

@@ -158,7 +158,7 @@ def _runner(runner: str) -> str:
 
 
 def _memory(memory: Any) -> int | None:
-    from factory.planning.budget import parse_size
+    from factory.units import parse_size
 
     if memory in ("auto", ""):
         return None
@@ -198,7 +198,9 @@ def _images(images: Any) -> tuple[tuple[str, str], ...]:
 def _compile_cache(raw: Any, *, root: Path, work_dir: Path) -> CompileCacheSettings:
     """``compile-cache = {dir, size, remote}``; the dir defaults to ``compile-cache`` next to the
     work dir."""
-    from factory.build.compile_cache import DEFAULT_SIZE, parse_size
+    from factory.build.compile_cache import DEFAULT_SIZE, sccache_size
+    from factory.errors import UsageError
+    from factory.units import parse_size
 
     raw = raw or {}
     if not isinstance(raw, Mapping):
@@ -207,8 +209,12 @@ def _compile_cache(raw: Any, *, root: Path, work_dir: Path) -> CompileCacheSetti
     remote = raw.get("remote") or None
     if remote is not None and not isinstance(remote, str):
         raise ConfigError('[settings.compile-cache] remote must be "store" or an s3:// URL')
+    try:
+        size = parse_size(str(raw.get("size", DEFAULT_SIZE)), what="compile cache size")
+    except UsageError as exc:
+        raise ConfigError(f"[settings.compile-cache] size: {exc.message}") from None
     return CompileCacheSettings(
         dir=_path(str(raw["dir"]), root) if "dir" in raw else work_dir.parent / "compile-cache",
-        size=parse_size(str(raw.get("size", DEFAULT_SIZE))),
+        size=sccache_size(size),
         remote=remote,
     )

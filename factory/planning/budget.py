@@ -12,53 +12,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from factory.errors import UsageError
+from factory.units import parse_size
 
 if TYPE_CHECKING:
     from factory.matrix.settings import Settings
 
-GIB = 1024**3
-
-# Sizes use binary multiples like docker's --memory does ("16g" is 16 GiB), so a size passed
-# to `factory plan` means the same as the same size passed to the container.
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-
 # cgroup v1 reports "no limit" as PAGE_COUNTER_MAX rounded to pages (9223372036854771712 on
 # x86_64); anything this large is not a limit anyone set.
 _ABSURD_BYTES = 1 << 60
-
-
-def parse_size(text: str | int) -> int:
-    """'16g', '512M', '2GiB', '1.5g', '1073741824' -> bytes (binary units, like docker)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text <= 0:
-            raise UsageError(f"memory size must be positive, not {text}")
-        return text
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise UsageError(
-            f"unparseable memory size {text!r}: use a number with k, m, g or t (e.g. '16g', '512M')"
-        )
-    try:
-        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    except OverflowError:  # more digits than a float holds: infinity
-        raise UsageError(f"memory size {str(text)[:80]!r} is out of range") from None
-    if value <= 0:
-        raise UsageError(f"memory size {text!r} must be positive")
-    return value
-
-
-def format_size(n: int | float) -> str:
-    """Bytes -> '16.0 GiB' (binary, matching parse_size)."""
-    for unit, scale in (("TiB", 1024**4), ("GiB", GIB), ("MiB", 1024**2)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from factory.planning.budget import format_size
+from factory.units import format_size
 from factory.matrix.cell import Cell
 from factory.errors import ConfigError
 

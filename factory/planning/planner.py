@@ -32,7 +32,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from factory.planning.budget import BudgetRequest, format_size
+from factory.planning.budget import BudgetRequest
+from factory.units import format_size
 from factory.matrix.cell import Cell
 from factory.errors import ConfigError, PlanError
 from factory.matrix.load import PlannedCell

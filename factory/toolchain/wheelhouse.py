@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-import html.parser
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 
 from factory.errors import BuildError, ConfigError
+from factory.index.links import parse_anchors
 from factory.process import run_command
 
 if TYPE_CHECKING:
@@ -217,22 +217,6 @@ def _configured_index() -> str:
     return url if url.endswith("/") else url + "/"
 
 
-class _Links(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[str, str]] = []  # (href, text)
-        self._href: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href = dict(attrs).get("href") or None
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self.links.append((self._href, data.strip()))
-            self._href = None
-
-
 def _open(url: str, accept: str) -> tuple[bytes, str]:
     """GET with credentials from the URL (user:pass@host) sent as basic auth, as pip does."""
     parts = urllib.parse.urlsplit(url)
@@ -302,10 +286,11 @@ def fetch_sdist(
         if existing.name.lower() in wanted and sha256 and _sha256(existing) == sha256.lower():
             return existing
     body, final_url = _open(page_url, "text/html")
-    parser = _Links()
-    parser.feed(body.decode("utf-8", "replace"))
-    for href, text in parser.links:
-        url = urllib.parse.urljoin(final_url, href)
+    for anchor in parse_anchors(body):
+        if not anchor.href:
+            continue
+        text = anchor.text
+        url = urllib.parse.urljoin(final_url, anchor.href)
         filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
         if filename.lower() not in wanted and text.lower() not in wanted:
             continue

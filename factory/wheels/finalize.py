@@ -1,8 +1,9 @@
 """Raw wheel -> final wheel: local version tag, torch pin, RECORD, auditwheel repair.
 
-Check, then change (as auditwheel does): ``analyse_wheel`` reads a wheel into a frozen
-``WheelInfo``; ``finalize_wheel`` compares that with the planned cell, refuses anything that
-contradicts the plan, and only then writes a new wheel. The raw wheel is never modified.
+Check, then change (as auditwheel does): ``analyse_wheel`` (``factory.wheels.reader``) reads a
+wheel into a frozen ``WheelInfo``; ``finalize_wheel`` compares that with the planned cell,
+refuses anything that contradicts the plan, and only then writes a new wheel. The raw wheel is
+never modified.
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ import dataclasses
 import hashlib
 import io
 import os
-import re
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
-from email.parser import HeaderParser
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import (
     InvalidWheelFilename,
     canonicalize_name,
@@ -30,8 +28,15 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import WheelError
-from factory.process import env_bin_dir, find_program, run_program
 from factory.matrix.tags import local_tag, torch_pin
+from factory.process import env_bin_dir, find_program, run_program
+from factory.wheels.reader import (
+    SIGNATURE_FILES,
+    WheelInfo,
+    analyse_wheel,
+    behind_extra,
+    parse_requirement,
+)
 
 if TYPE_CHECKING:
     from factory.matrix.load import PlannedCell
@@ -64,230 +69,11 @@ TORCH_RUNTIME_EXCLUDES: tuple[str, ...] = (
     "libnvshmem*.so*",
 )
 
-_SIGNATURE_FILES = {"RECORD.jws", "RECORD.p7s"}
-_SO_RE = re.compile(r"\.so(\.\d+)*$")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class WheelInfo:
-    """What a wheel says about itself: filename, WHEEL, METADATA, RECORD and its files."""
-
-    path: Path
-    filename: str
-    filename_name: str  # canonical project name from the filename
-    filename_version: str
-    tags: tuple[str, ...]  # from the filename, sorted: 'cp311-cp311-manylinux_2_36_x86_64'
-    wheel_tags: tuple[str, ...]  # the Tag lines of WHEEL, sorted
-    root_is_purelib: bool
-    dist_info: str  # 'flash_attn-2.8.3+cu130torch2.14.dist-info'
-    name: str  # METADATA Name, as written
-    version: str  # METADATA Version, as written
-    metadata_version: str
-    requires_dist: tuple[str, ...]
-    requires_python: str | None
-    top_level: tuple[str, ...]  # importable top-level modules and packages
-    extensions: tuple[str, ...]  # shared objects (.so, .so.N) inside the wheel
-    record_problems: tuple[str, ...]  # empty when RECORD lists every file with its hash
-
-    @property
-    def record_ok(self) -> bool:
-        return not self.record_problems
-
-    @property
-    def local(self) -> str | None:
-        return Version(self.version).local
-
-    @property
-    def public_version(self) -> str:
-        return Version(self.version).public
-
-    @property
-    def platforms(self) -> tuple[str, ...]:
-        return tuple(sorted({t.rsplit("-", 1)[-1] for t in self.tags}))
-
-    @property
-    def interpreters(self) -> tuple[str, ...]:
-        return tuple(sorted({t.split("-", 1)[0] for t in self.tags}))
-
-    def torch_requirements(self) -> tuple[Requirement, ...]:
-        """Requires-Dist entries on torch that apply to every install (not behind an extra)."""
-        out = []
-        for text in self.requires_dist:
-            req = _requirement(text)
-            if (
-                req is not None
-                and canonicalize_name(req.name) == "torch"
-                and not _behind_extra(req)
-            ):
-                out.append(req)
-        return tuple(out)
-
-
-def _requirement(text: str) -> Requirement | None:
-    try:
-        return Requirement(text)
-    except InvalidRequirement:
-        return None
-
-
-def _behind_extra(req: Requirement) -> bool:
-    return req.marker is not None and "extra" in str(req.marker)
-
 
 def record_hash(data_or_digest: bytes, *, digest: bool = False) -> str:
     """RECORD's spelling of a sha256: 'sha256=' + urlsafe base64 without padding."""
     raw = data_or_digest if digest else hashlib.sha256(data_or_digest).digest()
     return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-# -- analysis -------------------------------------------------------------------------------------
-def analyse_wheel(path: Path) -> WheelInfo:
-    """Read a wheel without changing it. Raises WheelError when it is not a readable wheel."""
-    path = Path(path)
-    try:
-        name, fversion, _, tagset = parse_wheel_filename(path.name)
-    except (InvalidWheelFilename, InvalidVersion) as exc:
-        raise WheelError(f"invalid wheel filename {path.name!r}: {exc}") from None
-    try:
-        zf = zipfile.ZipFile(path)
-    except FileNotFoundError:
-        raise WheelError(f"wheel {path} does not exist") from None
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise WheelError(f"{path.name} is not a readable zip file: {exc}") from None
-    with zf:
-        files = [i for i in zf.infolist() if not i.is_dir()]
-        names = [i.filename for i in files]
-        dist_infos = sorted(
-            {n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")}
-        )
-        if len(dist_infos) != 1:
-            raise WheelError(
-                f"{path.name}: expected one .dist-info directory, found {len(dist_infos) or 'none'}"
-            )
-        dist_info = dist_infos[0]
-        meta_text = _read_text(zf, f"{dist_info}/METADATA", path.name)
-        wheel_text = _read_text(zf, f"{dist_info}/WHEEL", path.name)
-        meta = HeaderParser().parsestr(meta_text)
-        wheel_meta = HeaderParser().parsestr(wheel_text)
-        if not meta.get("Name") or not meta.get("Version"):
-            raise WheelError(f"{path.name}: METADATA lacks Name or Version")
-        try:
-            Version(str(meta["Version"]).strip())
-        except (InvalidVersion, ValueError):  # ValueError: a number longer than int() accepts
-            raise WheelError(
-                f"{path.name}: METADATA Version {str(meta['Version'])[:80]!r} is not PEP 440"
-            ) from None
-        try:
-            record_problems = _check_record(zf, files, dist_info)
-        except (zipfile.BadZipFile, OSError) as exc:  # a corrupt member (bad CRC, truncated)
-            raise WheelError(f"{path.name}: cannot read its files: {exc}") from None
-    return WheelInfo(
-        path=path,
-        filename=path.name,
-        filename_name=str(name),
-        filename_version=str(fversion),
-        tags=tuple(sorted(str(t) for t in tagset)),
-        wheel_tags=tuple(sorted(wheel_meta.get_all("Tag") or ())),
-        root_is_purelib=str(wheel_meta.get("Root-Is-Purelib", "false")).strip().lower() == "true",
-        dist_info=dist_info,
-        name=str(meta["Name"]).strip(),
-        version=str(meta["Version"]).strip(),
-        metadata_version=str(meta.get("Metadata-Version", "")).strip(),
-        requires_dist=tuple(str(r).strip() for r in meta.get_all("Requires-Dist") or ()),
-        requires_python=(
-            str(meta["Requires-Python"]).strip() if meta.get("Requires-Python") else None
-        ),
-        top_level=_top_level(names, dist_info),
-        extensions=tuple(sorted(n for n in names if _SO_RE.search(n))),
-        record_problems=tuple(record_problems),
-    )
-
-
-def _read_text(zf: zipfile.ZipFile, member: str, wheel: str) -> str:
-    try:
-        return zf.read(member).decode("utf-8")
-    except KeyError:
-        raise WheelError(f"{wheel}: {member} is missing") from None
-    except UnicodeDecodeError:
-        raise WheelError(f"{wheel}: {member} is not UTF-8") from None
-
-
-def _top_level(names: Iterable[str], dist_info: str) -> tuple[str, ...]:
-    """Top-level importable names, from the files themselves (top_level.txt is optional and
-    setuptools-only). auditwheel's '<pkg>.libs' folders are not importable."""
-    data_dir = dist_info[: -len(".dist-info")] + ".data"
-    out: set[str] = set()
-    for n in names:
-        parts = PurePosixPath(n).parts
-        if parts[0] == dist_info:
-            continue
-        if parts[0] == data_dir:
-            if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
-                continue
-            parts = parts[2:]
-        first = parts[0]
-        if len(parts) > 1:
-            candidate = first
-        elif first.endswith(".py"):
-            candidate = first[:-3]
-        elif _SO_RE.search(first):
-            candidate = first.split(".", 1)[0]
-        else:
-            continue
-        if candidate.isidentifier() and candidate != "__pycache__":
-            out.add(candidate)
-    return tuple(sorted(out))
-
-
-def _check_record(zf: zipfile.ZipFile, files: list[zipfile.ZipInfo], dist_info: str) -> list[str]:
-    record_name = f"{dist_info}/RECORD"
-    try:
-        text = zf.read(record_name).decode("utf-8")
-    except KeyError:
-        return ["RECORD is missing"]
-    except UnicodeDecodeError:
-        return ["RECORD is not UTF-8"]
-    problems: list[str] = []
-    listed: dict[str, tuple[str, str]] = {}
-    try:
-        rows = list(csv.reader(io.StringIO(text)))
-    except csv.Error as exc:  # e.g. a newline inside an unquoted file name
-        return [f"RECORD is not valid CSV: {exc}"]
-    for row in rows:
-        if not row:
-            continue
-        if len(row) != 3:
-            problems.append(f"RECORD row {row!r} does not have 3 fields")
-            continue
-        listed[row[0]] = (row[1], row[2])
-    exempt = {record_name} | {f"{dist_info}/{s}" for s in _SIGNATURE_FILES}
-    for info in files:
-        if info.filename in exempt:
-            continue
-        entry = listed.pop(info.filename, None)
-        if entry is None:
-            problems.append(f"{info.filename} is not in RECORD")
-            continue
-        hash_spec, size = entry
-        algo, _, expected = hash_spec.partition("=")
-        if algo not in ("sha256", "sha384", "sha512"):
-            problems.append(
-                f"{info.filename}: RECORD hash {algo or 'missing'!r} is not sha256 or stronger"
-            )
-            continue
-        h = hashlib.new(algo)
-        with zf.open(info) as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        if base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode() != expected:
-            problems.append(f"{info.filename}: hash differs from RECORD")
-        if size and size != str(info.file_size):
-            problems.append(f"{info.filename}: size {info.file_size} differs from RECORD ({size})")
-    listed.pop(record_name, None)
-    for extra in sorted(listed):
-        if extra not in exempt:
-            problems.append(f"RECORD lists {extra}, which is not in the wheel")
-    return problems
 
 
 # -- change ---------------------------------------------------------------------------------------
@@ -337,10 +123,10 @@ def _plan_retag(info: WheelInfo, pc: PlannedCell) -> _Retag:
         )
     drop = []
     for text in info.requires_dist:
-        req = _requirement(text)
+        req = parse_requirement(text)
         if req is None:
             raise WheelError(f"{info.filename}: unparseable Requires-Dist {text!r}")
-        if canonicalize_name(req.name) != "torch" or _behind_extra(req):
+        if canonicalize_name(req.name) != "torch" or behind_extra(req):
             continue
         if req.specifier and not req.specifier.contains(cell.torch, prereleases=True):
             raise WheelError(
@@ -411,7 +197,7 @@ def _retagged_wheel(info: WheelInfo, change: _Retag, dest_dir: Path) -> Path:
             base = item.filename.rsplit("/", 1)[-1]
             if item.filename.startswith(info.dist_info + "/") and base in {
                 "RECORD",
-                *_SIGNATURE_FILES,
+                *SIGNATURE_FILES,
             }:
                 continue  # rewritten below; a signature over the old RECORD would be a lie
             target = zipfile.ZipInfo(rename(item.filename), date_time=item.date_time)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import WheelError
+from factory.units import format_size
 
 SCHEMA_VERSION = 1
 SUFFIX = ".provenance.json"
@@ -256,14 +257,7 @@ def read_manifest(path: Path) -> Manifest:
 
 # -- rendering ---------------------------------------------------------------------------------
 def _bytes(n: Any) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
-        value /= 1024
-    return str(n)  # unreachable; keeps type checkers content
+    return "-" if n is None else format_size(n)
 
 
 def _seconds(s: Any) -> str:

@@ -1,7 +1,7 @@
 """Verify a wheel before it is published: archs in the binaries, tags, metadata, clean import.
 
 Each check gives a ``Check`` (pass, fail or skipped, with a one-line detail); ``verify_wheel``
-collects them into a ``VerifyReport`` and raises VerifyError when one fails (unless told not to).
+collects them into a ``WheelReport`` and raises VerifyError when one fails (unless told not to).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from factory.errors import EngineError, FactoryError, VerifyError, WheelError
-from factory.process import last_error_line, run_program
 from factory.matrix.tags import local_tag, parse_local, torch_pin
-from factory.wheels.finalize import WheelInfo, analyse_wheel
+from factory.process import last_error_line, run_program
+from factory.wheels.reader import WheelInfo, analyse_wheel
 
 if TYPE_CHECKING:
     from factory.matrix.load import PlannedCell
@@ -53,7 +53,7 @@ class Check:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VerifyReport:
+class WheelReport:
     wheel: str  # the filename
     checks: tuple[Check, ...]
 
@@ -219,21 +219,31 @@ def _metadata_checks(
 ) -> tuple[list[Check], tuple[int, ...] | None]:
     """Checks from filename, WHEEL, METADATA and RECORD; also returns the arch set the wheel
     should carry (from the tag, else the default set), None when it cannot be known."""
-    checks: list[Check] = []
-    if expected is not None:
-        same = info.filename == expected.wheel
-        checks.append(
-            Check(
-                name="filename",
-                ok=same,
-                detail=(
-                    "as planned" if same else f"{info.filename} is not the planned {expected.wheel}"
-                ),
-            )
-        )
-    else:
-        checks.append(Check(name="filename", ok=True, detail="parses"))
+    local, tag_minor, want_archs = _local_tag_check(info, expected, default_archs)
+    checks = [
+        _filename_check(info, expected),
+        _metadata_check(info),
+        local,
+        _torch_pin_check(info, tag_minor),
+        _platform_check(info),
+        _record_check(info),
+    ]
+    return checks, want_archs
 
+
+def _filename_check(info: WheelInfo, expected: PlannedCell | None) -> Check:
+    if expected is None:
+        return Check(name="filename", ok=True, detail="parses")
+    same = info.filename == expected.wheel
+    return Check(
+        name="filename",
+        ok=same,
+        detail="as planned" if same else f"{info.filename} is not the planned {expected.wheel}",
+    )
+
+
+def _metadata_check(info: WheelInfo) -> Check:
+    """Name, Version and tags agree between the filename, METADATA and WHEEL."""
     problems = []
     if canonicalize_name(info.name) != info.filename_name:
         problems.append(
@@ -250,108 +260,99 @@ def _metadata_checks(
             SpecifierSet(info.requires_python)
         except Exception:
             problems.append(f"Requires-Python {info.requires_python!r} does not parse")
-    checks.append(
-        Check(
-            name="metadata",
-            ok=not problems,
-            detail="; ".join(problems)
-            or f"Name, Version, WHEEL tags agree (Metadata-Version {info.metadata_version})",
-        )
+    return Check(
+        name="metadata",
+        ok=not problems,
+        detail="; ".join(problems)
+        or f"Name, Version, WHEEL tags agree (Metadata-Version {info.metadata_version})",
     )
 
-    want_archs: tuple[int, ...] | None = default_archs  # unless the tag names its archs
-    tag_minor: str | None = None
+
+def _local_tag_check(
+    info: WheelInfo, expected: PlannedCell | None, default_archs: tuple[int, ...] | None
+) -> tuple[Check, str | None, tuple[int, ...] | None]:
+    """The local version tag against the plan; also the torch minor it names (None without a
+    valid tag) and the arch set the wheel should carry (the tag's, else the default set)."""
     if info.local is None:
-        checks.append(
-            Check(name="local-tag", ok=False, detail=f"version {info.version} has no local tag")
+        return (
+            Check(name="local-tag", ok=False, detail=f"version {info.version} has no local tag"),
+            None,
+            default_archs,
         )
-    else:
-        try:
-            lt = parse_local(info.local)
-        except WheelError as exc:
-            checks.append(Check(name="local-tag", ok=False, detail=exc.message))
-        else:
-            tag_minor = lt.torch_minor
-            want_archs = lt.archs if lt.archs is not None else default_archs
-            problems = []
-            if expected is not None:
-                cell = expected.cell
-                planned = local_tag(
-                    cuda=cell.cuda,
-                    torch_minor=cell.torch_minor,
-                    archs=cell.archs,
-                    default_archs=expected.recipe.default_archs,
-                )
-                if info.local != planned:
-                    problems.append(f"+{info.local} is not the planned +{planned}")
-                if lt.cuda != cell.cuda or lt.torch_minor != cell.torch_minor:
-                    problems.append(
-                        f"tag says CUDA {lt.cuda} / torch {lt.torch_minor}, cell says "
-                        f"CUDA {cell.cuda} / torch {cell.torch_minor}"
-                    )
-                if want_archs is not None and tuple(sorted(want_archs)) != cell.archs:
-                    problems.append(f"tag arch set {want_archs} is not the cell's {cell.archs}")
-            checks.append(
-                Check(
-                    name="local-tag",
-                    ok=not problems,
-                    detail="; ".join(problems)
-                    or (
-                        f"+{info.local}: CUDA {lt.cuda}, torch {lt.torch_minor}, archs "
-                        + (", ".join(f"sm_{a}" for a in want_archs) if want_archs else "unknown")
-                    ),
-                )
+    try:
+        lt = parse_local(info.local)
+    except WheelError as exc:
+        return Check(name="local-tag", ok=False, detail=exc.message), None, default_archs
+    want_archs = lt.archs if lt.archs is not None else default_archs
+    problems = []
+    if expected is not None:
+        cell = expected.cell
+        planned = local_tag(
+            cuda=cell.cuda,
+            torch_minor=cell.torch_minor,
+            archs=cell.archs,
+            default_archs=expected.recipe.default_archs,
+        )
+        if info.local != planned:
+            problems.append(f"+{info.local} is not the planned +{planned}")
+        if lt.cuda != cell.cuda or lt.torch_minor != cell.torch_minor:
+            problems.append(
+                f"tag says CUDA {lt.cuda} / torch {lt.torch_minor}, cell says "
+                f"CUDA {cell.cuda} / torch {cell.torch_minor}"
             )
+        if want_archs is not None and tuple(sorted(want_archs)) != cell.archs:
+            problems.append(f"tag arch set {want_archs} is not the cell's {cell.archs}")
+    check = Check(
+        name="local-tag",
+        ok=not problems,
+        detail="; ".join(problems)
+        or (
+            f"+{info.local}: CUDA {lt.cuda}, torch {lt.torch_minor}, archs "
+            + (", ".join(f"sm_{a}" for a in want_archs) if want_archs else "unknown")
+        ),
+    )
+    return check, lt.torch_minor, want_archs
 
-    torch_reqs = [str(r) for r in info.torch_requirements()]
+
+def _torch_pin_check(info: WheelInfo, tag_minor: str | None) -> Check:
+    """Exactly one torch requirement, pinned to the tag's torch minor."""
     if tag_minor is None:
-        checks.append(
-            Check(name="torch-pin", ok=False, detail="no torch minor to pin against (no valid tag)")
+        return Check(
+            name="torch-pin", ok=False, detail="no torch minor to pin against (no valid tag)"
         )
-    else:
-        pin = torch_pin(tag_minor)
-        ok = torch_reqs == [pin]
-        checks.append(
-            Check(
-                name="torch-pin",
-                ok=ok,
-                detail=f"Requires-Dist: {pin}"
-                if ok
-                else (
-                    f"wanted exactly Requires-Dist: {pin}, found "
-                    f"{'; '.join(torch_reqs) or 'no torch requirement'}"
-                ),
-            )
-        )
+    torch_reqs = [str(r) for r in info.torch_requirements()]
+    pin = torch_pin(tag_minor)
+    ok = torch_reqs == [pin]
+    return Check(
+        name="torch-pin",
+        ok=ok,
+        detail=f"Requires-Dist: {pin}"
+        if ok
+        else (
+            f"wanted exactly Requires-Dist: {pin}, found "
+            f"{'; '.join(torch_reqs) or 'no torch requirement'}"
+        ),
+    )
 
+
+def _platform_check(info: WheelInfo) -> Check:
     bad_plats = [p for p in info.platforms if not _MANYLINUX_RE.match(p)]
-    checks.append(
-        Check(
-            name="platform",
-            ok=not bad_plats,
-            detail=(
-                f"not manylinux: {', '.join(bad_plats)}" if bad_plats else ", ".join(info.platforms)
-            ),
-        )
+    return Check(
+        name="platform",
+        ok=not bad_plats,
+        detail=f"not manylinux: {', '.join(bad_plats)}" if bad_plats else ", ".join(info.platforms),
     )
 
-    checks.append(
-        Check(
-            name="record",
-            ok=info.record_ok,
-            detail=(
-                "every file hashed and listed"
-                if info.record_ok
-                else f"{info.record_problems[0]}"
-                + (
-                    f" (+{len(info.record_problems) - 1} more)"
-                    if len(info.record_problems) > 1
-                    else ""
-                )
-            ),
-        )
+
+def _record_check(info: WheelInfo) -> Check:
+    if info.record_ok:
+        return Check(name="record", ok=True, detail="every file hashed and listed")
+    more = len(info.record_problems) - 1
+    return Check(
+        name="record",
+        ok=False,
+        detail=info.record_problems[0] + (f" (+{more} more)" if more else ""),
     )
-    return checks, want_archs
 
 
 # -- clean import ---------------------------------------------------------------------------------
@@ -491,7 +492,7 @@ def verify_wheel(
     allow_ptx: bool = False,
     echo: Callable[[str], None] | None = None,
     log_path: Path | None = None,
-) -> VerifyReport:
+) -> WheelReport:
     """Run every check on ``path``. With ``expected`` the wheel must be exactly that cell's.
 
     The wanted arch set is the one in the local tag; a tag without sm marker means the recipe's
@@ -503,7 +504,7 @@ def verify_wheel(
     try:
         info = analyse_wheel(path)
     except WheelError as exc:
-        report = VerifyReport(
+        report = WheelReport(
             wheel=path.name, checks=(Check(name="wheel", ok=False, detail=exc.message),)
         )
         if raise_on_failure:
@@ -524,7 +525,7 @@ def verify_wheel(
             checks.append(Check(name="import", ok=False, detail=exc.message))
     else:
         checks.append(Check(name="import", ok=True, skipped=True, detail="skipped: not asked for"))
-    report = VerifyReport(wheel=info.filename, checks=tuple(checks))
+    report = WheelReport(wheel=info.filename, checks=tuple(checks))
     if raise_on_failure and not report.ok:
         raise VerifyError(report.summary())
     return report

@@ -21,7 +21,8 @@ from wheel_fixtures import (
 
 from factory.cli import main
 from factory.errors import VerifyError
-from factory.wheels.finalize import analyse_wheel, finalize_wheel
+from factory.wheels.finalize import finalize_wheel
+from factory.wheels.reader import analyse_wheel
 from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
 
 

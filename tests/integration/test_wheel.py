@@ -12,7 +12,8 @@ from wheel_fixtures import compile_kernel_so, example_raw_wheel, ext_wheel, plan
 
 from factory.errors import WheelError
 from factory.process import find_program
-from factory.wheels.finalize import analyse_wheel, finalize_wheel
+from factory.wheels.finalize import finalize_wheel
+from factory.wheels.reader import analyse_wheel
 
 
 @pytest.fixture(scope="module")

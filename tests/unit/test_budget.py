@@ -7,15 +7,12 @@ from pathlib import Path
 import pytest
 
 from factory.planning.budget import (
-    GIB,
     cgroup_cpu_limit,
     cgroup_memory_limit,
     detect_budget,
-    format_size,
     own_cgroup_dirs,
-    parse_size,
 )
-from factory.errors import UsageError
+from factory.units import GIB
 
 HOST_MEMINFO = "MemTotal: 263000000 kB\nMemFree: 1000 kB\nMemAvailable: 262000000 kB\n"
 
@@ -29,36 +26,6 @@ def write(path: Path, text: str) -> Path:
 @pytest.fixture
 def meminfo(tmp_path: Path) -> Path:
     return write(tmp_path / "meminfo", HOST_MEMINFO)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("16g", 16 * GIB),
-        ("16G", 16 * GIB),
-        ("512M", 512 * 1024**2),
-        ("2GiB", 2 * GIB),
-        ("2gb", 2 * GIB),
-        ("1.5g", int(1.5 * GIB)),
-        ("1t", 1024**4),
-        ("1073741824", GIB),
-        (" 8 g ", 8 * GIB),
-        (4096, 4096),
-    ],
-)
-def test_parse_size(text: str | int, expected: int) -> None:
-    assert parse_size(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "g", "16x", "-1g", "0", "sixteen", "1.2.3g"])
-def test_parse_size_rejects(text: str) -> None:
-    with pytest.raises(UsageError):
-        parse_size(text)
-
-
-def test_format_size_round_trips_binary_units() -> None:
-    assert format_size(16 * GIB) == "16.0 GiB"
-    assert format_size(parse_size("512M")) == "512.0 MiB"
 
 
 def test_v2_limits_of_one_dir(tmp_path: Path, meminfo: Path) -> None:

@@ -17,9 +17,8 @@ from factory.build.compile_cache import (
     RemoteCache,
     cache_settings,
     inside_config,
-    parse_size,
     parse_stats,
-    size_bytes,
+    sccache_size,
 )
 from factory.errors import ConfigError
 from factory.matrix.load import load_matrix
@@ -57,22 +56,25 @@ STATS = {
 
 
 @pytest.mark.parametrize(
-    "text,want", [("20G", "20G"), ("500m", "500M"), ("10GiB", "10G"), ("4096", "4096")]
+    "text,want",
+    [("20G", "20G"), ("500m", "500M"), ("10GiB", "10G"), ("4096", "4K"), ("1.5G", "1536M")],
 )
-def test_parse_size_accepts_sccache_sizes(text: str, want: str) -> None:
-    assert parse_size(text) == want
+def test_cache_size_in_sccache_notation(tmp_path: Path, text: str, want: str) -> None:
+    s = cache_settings({"work-dir": "w", "compile-cache": {"size": text}}, root=tmp_path)
+    assert s.size == want
 
 
-@pytest.mark.parametrize("text", ["", "0G", "-1G", "1.5G", "20X", "G"])
-def test_parse_size_rejects_others(text: str) -> None:
-    with pytest.raises(ConfigError):
-        parse_size(text)
+@pytest.mark.parametrize("text", ["", "0G", "-1G", "20X", "G"])
+def test_cache_size_rejects_others(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError, match=r"\[settings.compile-cache\] size: "):
+        cache_settings({"work-dir": "w", "compile-cache": {"size": text}}, root=tmp_path)
 
 
-def test_size_bytes() -> None:
-    assert size_bytes("20G") == 20 * 1024**3
-    assert size_bytes("512M") == 512 * 1024**2
-    assert size_bytes("4096") == 4096
+def test_sccache_size_takes_the_largest_whole_unit() -> None:
+    assert sccache_size(20 * 1024**3) == "20G"
+    assert sccache_size(512 * 1024**2) == "512M"
+    assert sccache_size(1025 * 1024) == "1025K"
+    assert sccache_size(4097) == "4097"
 
 
 def test_cache_settings_defaults_next_to_work_dir(tmp_path: Path) -> None:

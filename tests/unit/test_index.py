@@ -9,6 +9,7 @@ import pytest
 from index_wheels import make_wheel, variant_wheel
 
 from factory.index import rebuild_index, verify_index
+from factory.index.links import parse_anchors
 from factory.index.pages import project_html, project_json
 from factory.index.publish import publish
 from factory.index.store import LocalStore, Store, WheelEntry
@@ -132,3 +133,17 @@ def test_rebuild_of_many_wheels_lists_them_all(tmp_path: Path, count: int) -> No
     assert (report.wheels, report.projects, report.variants) == (count, 7, 2)
     verdict = verify_index(store, deep=False)
     assert verdict.ok and verdict.links == 2 * 2 * count  # HTML + JSON, combined + variant
+
+
+def test_anchors_of_a_page_keep_attributes_and_whole_text() -> None:
+    page = (
+        b'<a href="../a-1.whl#sha256=ab" data-yanked="">a-<b>1</b>.whl</a>\n'
+        b'<a name="top"></a><a href="b-2.whl">  b-2.whl\n'
+    )
+    anchors = parse_anchors(page)
+    assert [(a.href, a.text) for a in anchors] == [
+        ("../a-1.whl#sha256=ab", "a-1.whl"),
+        ("", ""),
+        ("b-2.whl", "b-2.whl"),  # left open at the end of the page: still an anchor
+    ]
+    assert anchors[0].attrs["data-yanked"] == "" and "data-yanked" not in anchors[2].attrs

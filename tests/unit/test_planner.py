@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from factory.planning.budget import GIB, BudgetRequest, parse_size
+from factory.planning.budget import BudgetRequest
+from factory.units import GIB, parse_size
 from factory.matrix.cell import Cell
 from factory.cli import main
 from factory.errors import PlanError

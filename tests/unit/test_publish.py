@@ -46,7 +46,7 @@ BAD_WHEELS = {
         lambda t: make_wheel(t / "r", "demo", "1.0", skip_record=True),
         "RECORD is missing",
     ),
-    "truncated zip": (_truncated, "not a valid zip"),
+    "truncated zip": (_truncated, "not a readable zip"),
     "path traversal in the archive": (_traversal, "unsafe path"),
     "not a wheel name": (
         lambda t: make_wheel(t / "f", "demo", "1.0", filename="demo.zip"),

@@ -15,7 +15,7 @@ from wheel_fixtures import (
 from factory.wheels import verify as verify_mod
 from factory.errors import EngineError, VerifyError
 from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
-from factory.wheels.finalize import analyse_wheel
+from factory.wheels.reader import analyse_wheel
 
 
 def test_cuobjdump_is_found_in_the_installed_package() -> None:

@@ -9,7 +9,8 @@ import pytest
 from wheel_fixtures import make_wheel, planned
 
 from factory.errors import WheelError
-from factory.wheels.finalize import analyse_wheel, finalize_wheel, rewrite_metadata
+from factory.wheels.finalize import finalize_wheel, rewrite_metadata
+from factory.wheels.reader import analyse_wheel
 
 
 def test_analyse_finds_top_level_modules_and_skips_vendored_libs(tmp_path: Path) -> None:
