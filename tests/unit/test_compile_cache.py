@@ -60,14 +60,15 @@ STATS = {
     [("20G", "20G"), ("500m", "500M"), ("10GiB", "10G"), ("4096", "4K"), ("1.5G", "1536M")],
 )
 def test_cache_size_in_sccache_notation(tmp_path: Path, text: str, want: str) -> None:
-    s = cache_settings({"work-dir": "w", "compile-cache": {"size": text}}, root=tmp_path)
+    s = cache_settings(Settings.from_table(
+        {"work-dir": "w", "compile-cache": {"size": text}}, root=tmp_path))
     assert s.size == want
 
 
 @pytest.mark.parametrize("text", ["", "0G", "-1G", "20X", "G"])
 def test_cache_size_rejects_others(tmp_path: Path, text: str) -> None:
     with pytest.raises(ConfigError, match=r"\[settings.compile-cache\] size: "):
-        cache_settings({"work-dir": "w", "compile-cache": {"size": text}}, root=tmp_path)
+        Settings.from_table({"work-dir": "w", "compile-cache": {"size": text}}, root=tmp_path)
 
 
 def test_sccache_size_takes_the_largest_whole_unit() -> None:
