@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol
 
-from factory import __version__
+from factory import __version__, logger
 from factory.commands import (
     build,
     cache,
@@ -90,6 +90,7 @@ def _one_line(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("FACTORY_DEBUG") == "1"
+    logger.configure()
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "command", None):
