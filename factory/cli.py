@@ -1,34 +1,61 @@
 """The command line: a thin layer. Each subcommand lives in factory/commands/<name>.py with
-``configure(parser)`` and ``run(args) -> int``. Errors are caught here, once."""
+``configure(parser)`` and ``run(args) -> int``; the table below names them. Errors are caught
+here, once."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Protocol
 
-from factory import __version__
+from factory import __version__, logger
+from factory.commands import (
+    build,
+    cache,
+    doctor,
+    image,
+    index,
+    matrix,
+    plan,
+    publish,
+    request,
+    retain,
+    serve,
+    show,
+    verify,
+    wheelhouse,
+    yank,
+)
 from factory.errors import FactoryError, UsageError
 
-# name -> one-line help; the module factory.commands.<name> implements it.
-COMMANDS = {
-    "matrix": "expand matrix.toml into cells",
-    "plan": "choose MAX_JOBS / NVCC_THREADS for a cell under a memory and CPU budget",
-    "build": "build cells into verified, tagged wheels",
-    "verify": "check wheels: archs in the binaries, tags, metadata, clean import",
-    "publish": "add wheels to the store and update the index pages",
-    "yank": "mark a published file as yanked (PEP 592)",
-    "index": "rebuild or verify the index pages from the store",
-    "serve": "serve the index (embedded server)",
-    "request": "one-off: find or build a wheel and print the install line",
-    "doctor": "read this host and print the install line that fits it",
-    "show": "print the provenance of a wheel or cell",
-    "image": "make the builder base image (debootstrap + docker import)",
-    "wheelhouse": "prepare the offline wheelhouse for a cell (torch and build deps)",
-    "retain": "keep the newest N builds per cell, yank older ones",
-    "cache": "the shared compile cache: stats, clear, pull and push (the remote one)",
+
+class Command(Protocol):
+    """What a module in factory/commands/ provides."""
+
+    def configure(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+# name -> (the module that implements it, one-line help), in the order --help lists them.
+COMMANDS: dict[str, tuple[Command, str]] = {
+    "matrix": (matrix, "expand matrix.toml into cells"),
+    "plan": (plan, "choose MAX_JOBS / NVCC_THREADS for a cell under a memory and CPU budget"),
+    "build": (build, "build cells into verified, tagged wheels"),
+    "verify": (verify, "check wheels: archs in the binaries, tags, metadata, clean import"),
+    "publish": (publish, "add wheels to the store and update the index pages"),
+    "yank": (yank, "mark a published file as yanked (PEP 592)"),
+    "index": (index, "rebuild or verify the index pages from the store"),
+    "serve": (serve, "serve the index (embedded server)"),
+    "request": (request, "one-off: find or build a wheel and print the install line"),
+    "doctor": (doctor, "read this host and print the install line that fits it"),
+    "show": (show, "print the provenance of a wheel or cell"),
+    "image": (image, "make the builder base image (debootstrap + docker import)"),
+    "wheelhouse": (wheelhouse, "prepare the offline wheelhouse for a cell (torch and build deps)"),
+    "retain": (retain, "keep the newest N builds per cell, yank older ones"),
+    "cache": (cache, "the shared compile cache: stats, clear, pull and push (the remote one)"),
 }
 
 
@@ -47,22 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("-v", "--verbose", action="store_true", help="stream subprocess output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, help_text in COMMANDS.items():
+    for name, (command, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        module = _command_module(name)
-        if module is not None:
-            module.configure(p)
-            p.set_defaults(_run=module.run)
+        command.configure(p)
+        p.set_defaults(_run=command.run)
     return parser
-
-
-def _command_module(name: str):  # type: ignore[no-untyped-def]
-    try:
-        return importlib.import_module(f"factory.commands.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"factory.commands.{name}":
-            return None
-        raise
 
 
 def _one_line(text: str) -> str:
@@ -74,14 +90,12 @@ def _one_line(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("FACTORY_DEBUG") == "1"
+    logger.configure()
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "command", None):
             raise UsageError("no command given", tip="factory --help lists the commands")
-        run = getattr(args, "_run", None)
-        if run is None:
-            raise UsageError(f"'factory {args.command}' is not available in this build")
-        return int(run(args) or 0)
+        return int(args._run(args) or 0)
     except FactoryError as exc:
         if debug:
             raise

@@ -10,6 +10,7 @@ class the caller names (BuildError by default): the CLI maps both to one line an
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shlex
 import shutil
@@ -21,6 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from factory.errors import BuildError, EngineError, FactoryError
+from factory.logger import OPEN_LINE
+
+_log = logging.getLogger(__name__)
 
 # Which package brings a program, for the one-line tip when it is missing.
 INSTALL_TIPS = {
@@ -111,7 +115,7 @@ def run_command(
     argv[0] = find_program(argv[0], path=(env or os.environ).get("PATH"))
     stream = verbose() if stream is None else stream
     if echo:
-        print(f"+ {format_command(args)}", file=sys.stderr, flush=True)
+        _log.info(f"+ {format_command(args)}")
     start = time.monotonic()
     chunks: list[str] = []
     log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
@@ -144,7 +148,7 @@ def run_command(
                 if log:
                     log.write(line)
                 if stream:
-                    sys.stderr.write(line)
+                    _log.info(line, extra=OPEN_LINE)
             returncode = proc.wait()
         except BaseException:
             proc.kill()
@@ -164,9 +168,8 @@ def run_command(
     )
     if check and returncode != 0:
         if not stream and result.output:
-            sys.stderr.write(
-                result.output if result.output.endswith("\n") else result.output + "\n"
-            )
+            _log.info(result.output if result.output.endswith("\n") else result.output + "\n",
+                      extra=OPEN_LINE)
         name = what or Path(argv[0]).name
         where = f" (log: {log_path})" if log_path else ""
         raise error(f"{name} failed with exit code {returncode}{where}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
 from factory.errors import UsageError
@@ -32,6 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from factory.index import rebuild_index
     from factory.index.server import ServerConfig, make_server
+    from factory.logger import configure
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be 0-65535 (0: any free port), not {args.port}")
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             read_auth=args.read_auth,
         )
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    configure(timestamps=True)  # the request log, each line with its time
     uploads = (
         f"with credentials from {args.htpasswd}" if args.htpasswd else "disabled (no --htpasswd)"
     )

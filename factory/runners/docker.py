@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
 import signal
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -40,6 +40,8 @@ from factory.runners.base import (
     read_report,
     result_from_report,
 )
+
+_log = logging.getLogger(__name__)
 
 LABEL = "factory.build.pipeline"
 OWNER_LABEL = "factory.owner"
@@ -234,7 +236,7 @@ class DockerRunner:
                 tip="make it with 'factory image base' (or docker/make-base-image.sh)",
             )
         for stale in cleanup_stale(client):
-            print(f"factory: removed stale build container {stale}", file=sys.stderr)
+            _log.info(f"factory: removed stale build container {stale}")
         run_dir, report_path = prepare_run(job, job.venv_for(self.name))
         try:
             shutil.copy2(INSIDE_SCRIPT, run_dir / "inside.py")
@@ -261,7 +263,7 @@ class DockerRunner:
             yield container
         finally:
             if self.keep:
-                print(f"factory: kept container {name} ({KEEP_ENV}=1)", file=sys.stderr)
+                _log.info(f"factory: kept container {name} ({KEEP_ENV}=1)")
             else:
                 with contextlib.suppress(Exception):
                     container.remove(force=True)

@@ -4,9 +4,9 @@ offline base image is made (debootstrap + docker import) where no image registry
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,6 +15,8 @@ from typing import Any
 from factory.runners.engine import docker_client
 from factory.errors import EngineError
 from factory.process import find_program, run_command
+
+_log = logging.getLogger(__name__)
 
 # The manylinux tag follows the glibc of the build image (auditwheel refuses anything lower).
 IMAGE_PLATS = {
@@ -92,15 +94,14 @@ def ensure_base_image(
     if state == "current":
         return name
     if state == "stale":
-        print(f"+ image {name} was made from an older package set: making it again",
-              file=sys.stderr, flush=True)
+        _log.info(f"+ image {name} was made from an older package set: making it again")
     tarball = rootfs_tarball(work_dir, suite)
     if not tarball.is_file() or tarball.stat().st_size == 0:
         _debootstrap_tarball(
             tarball, suite=suite, mirror=mirror or os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR)
         )
     repo, _, tag = name.rpartition(":") if ":" in name.split("/")[-1] else (name, "", "latest")
-    print(f"+ docker import {tarball} {name}", file=sys.stderr, flush=True)
+    _log.info(f"+ docker import {tarball} {name}")
     start = time.monotonic()
     from docker.errors import APIError
 
@@ -116,7 +117,7 @@ def ensure_base_image(
         raise EngineError(f"docker import of {tarball} failed: {exc.explanation or exc}") from None
     if image_state(client, name) != "current":
         raise EngineError(f"docker import reported success but image {name} is missing")
-    print(f"  imported in {time.monotonic() - start:.0f} s", file=sys.stderr)
+    _log.info(f"  imported in {time.monotonic() - start:.0f} s")
     return name
 
 

@@ -13,12 +13,14 @@ every kernel object. It also keeps every Python's wheels on one manylinux tag.
 from __future__ import annotations
 
 import os
+import logging
 import re
-import sys
 import time
 
 from factory.runners.engine import docker_client
 from factory.errors import EngineError
+
+_log = logging.getLogger(__name__)
 
 IMAGE_RE = re.compile(r"^factory-base:(?P<suite>[a-z]+)(?:-py(?P<python>3\.\d+))?$")
 # Which Debian release ships the source package of each CPython (``python3.X``).
@@ -89,11 +91,7 @@ def build_python_image(base: str, name: str, *, python: str) -> str:
 
     mirror = os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR)  # as the base image's debootstrap
     script = BUILD_SCRIPT.format(mirror=mirror, source_suite=source_suite, python=python)
-    print(
-        f"+ build CPython {python} (Debian {source_suite} source) into {base} -> {name}",
-        file=sys.stderr,
-        flush=True,
-    )
+    _log.info(f"+ build CPython {python} (Debian {source_suite} source) into {base} -> {name}")
     start = time.monotonic()
     container = client.containers.create(base, ["bash", "-c", script], user="0:0")
     try:
@@ -110,5 +108,5 @@ def build_python_image(base: str, name: str, *, python: str) -> str:
         raise EngineError(f"building image {name} failed: {exc}") from None
     finally:
         container.remove(force=True)
-    print(f"  built in {time.monotonic() - start:.0f} s", file=sys.stderr)
+    _log.info(f"  built in {time.monotonic() - start:.0f} s")
     return name

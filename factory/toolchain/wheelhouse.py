@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
@@ -27,6 +28,8 @@ from packaging.utils import canonicalize_name
 from factory.errors import BuildError, ConfigError
 from factory.index.links import parse_anchors
 from factory.process import run_command
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from factory.matrix.load import PlannedCell
@@ -303,7 +306,7 @@ def fetch_sdist(
         expect = (sha256 or index_hash or "").lower()
         if not expect:
             raise ConfigError(f"no sha256 for {filename}: pin one in the matrix (sha256 = ...)")
-        print(f"+ GET {_redact(url.split('#')[0])}", file=sys.stderr, flush=True)
+        _log.info(f"+ GET {_redact(url.split('#')[0])}")
         data, _ = _open(url.split("#")[0], "*/*")
         got = hashlib.sha256(data).hexdigest()
         if got != expect:

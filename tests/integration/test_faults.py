@@ -337,7 +337,8 @@ _LOCKER = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {repo!r})
     from factory.build.pipeline import _cell_lock
-    from factory.logger import Log
+    from factory.logger import Log, configure
+    configure()  # a program: it installs the handler, as the CLI does
     work, me, events = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     with _cell_lock(work, Log()):
         with open(events, "a") as f:
