@@ -188,6 +188,8 @@ class Sampler(threading.Thread):
 
 
 # -- cgroup counters (v1 and v2) --------------------------------------------------------------
+# The build's own view of its cgroup. The host's reads live in factory/runners/cgroup.py; this
+# script cannot import them: it runs on the builder image's python, stdlib only, as one file.
 
 
 def keyed(text: str | None, key: str) -> int | None:
@@ -203,11 +205,9 @@ class CgroupReader:
     """The memory cgroup this process is in. In a container the cgroup is mounted at the root of
     /sys/fs/cgroup even though /proc/self/cgroup names the host path, so both are tried."""
 
-    def __init__(self, version: int = 0, path: Path | None = None) -> None:
-        self.version = version
-        self.path = path
-        if path is not None:  # a cgroup named by the caller (the local runner's own)
-            return
+    def __init__(self) -> None:
+        self.version = 0
+        self.path: Path | None = None
         try:
             lines = Path("/proc/self/cgroup").read_text().splitlines()
         except OSError:
