@@ -118,6 +118,13 @@ def _dq(value: str) -> str:
 
 class CibuildwheelRunner:
     name = "cibuildwheel"
+    needs_wheelhouse = True
+
+    def start(self) -> None:
+        """Nothing: cibuildwheel drives its own containers."""
+
+    def prepare(self, job: BuildJob) -> None:
+        """Nothing: cibuildwheel gets its manylinux image itself."""
 
     def describe(self, job: BuildJob) -> dict[str, Any]:
         return {

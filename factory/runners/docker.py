@@ -120,6 +120,7 @@ def _default_python(image: str, python: str) -> str:
 
 class DockerRunner:
     name = "docker"
+    needs_wheelhouse = True
 
     def __init__(
         self,
@@ -227,6 +228,20 @@ class DockerRunner:
         return {"runner": self.name, "container": kwargs, "inside_job": self.inside_job(job)}
 
     # -- running ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Reach the engine (EngineError when it is down) and remove stale build containers."""
+        cleanup_stale(self.client)
+
+    def prepare(self, job: BuildJob) -> None:
+        """Make the builder image when it is missing. An image that brings its own toolkit
+        (``cuda_home`` None: docker/Dockerfile.cuda) is the user's, used as it is: ``run``
+        says so when it does not exist."""
+        if job.cuda_home is None:
+            return
+        from factory.toolchain.python_image import ensure_builder_image
+
+        ensure_builder_image(self._image(job))
+
     def run(self, job: BuildJob, *, on_line: LineCallback | None = None) -> RunResult:
         client = self.client
         image = self._image(job)

@@ -268,6 +268,13 @@ class LocalRunner:
         self.uncapped = uncapped
         self.interpreter = interpreter
         self.mode = mode
+        self.needs_wheelhouse = mode == "venv"  # the others use the interpreter's packages
+
+    def start(self) -> None:
+        """Nothing: each run clears the cgroups of killed builds itself."""
+
+    def prepare(self, job: BuildJob) -> None:
+        """Nothing: the interpreter and the venv are the run's own steps."""
 
     def _python(self, job: BuildJob) -> str:
         if self.interpreter:
