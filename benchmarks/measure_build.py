@@ -1,8 +1,8 @@
 """Build a torch extension on this host while sampling its compile jobs' memory.
 
 Copies SOURCE to a temp dir, runs `pip wheel --no-build-isolation` with MAX_JOBS and
-TORCH_CUDA_ARCH_LIST set, samples the process tree (factory.process_memory.PeakSampler),
-then reads the build's .ninja_log. Prints per-job peak RSS and per-object seconds; with
+TORCH_CUDA_ARCH_LIST set, samples the process tree (process_memory.PeakSampler, next to this
+script), then reads the build's .ninja_log. Prints per-job peak RSS and per-object seconds; with
 --record, folds them into a memory history file (factory.planning.memory_model).
 
     nice python benchmarks/measure_build.py tests/example_ext --jobs 2 --archs 10.0 \
@@ -25,10 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from process_memory import PeakSampler  # noqa: E402
+
 from factory.units import format_size  # noqa: E402
 from factory.matrix.cell import Cell  # noqa: E402
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory, read_ninja_log  # noqa: E402
-from factory.process_memory import PeakSampler  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

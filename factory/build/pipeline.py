@@ -319,100 +319,143 @@ def _cell_lock(work: Path, log: Log) -> Iterator[None]:
 
 def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, *, plan: Any,
                   history: Any, work: Path, t0: float) -> BuildOutcome:
-    from factory.planning.memory_model import MemoryHistory, record_build
-    from factory.planning.planner import plan_after_oom
     from factory.runners import get_runner
+
+    runner = get_runner(opts.runner, **opts.runner_options)
+    src, cuda_home = _prepare_inputs(matrix, pc, runner, work, log, history=history)
+    runner.prepare(_job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=1,
+                        opts=opts))
+    # the remote compile cache, synced from here: the build container has no network
+    with _remote_cache_synced(matrix, opts, log):
+        plan, result, attempts = _run_attempts(matrix, pc, opts, log, runner, plan=plan,
+                                               history=history, work=work, src=src,
+                                               cuda_home=cuda_home)
+    wheel = _finish_wheel(matrix, pc, opts, log, result.wheel, work=work)
+    seconds = time.monotonic() - t0
+    _write_provenance(matrix, pc, plan, wheel, attempts, result, seconds, opts)
+    if opts.publish:
+        from factory.index.publish import publish
+        from factory.index.store import open_store
+
+        log.step(f"publish to {opts.store or matrix.settings.store}")
+        publish(open_store(opts.store or matrix.settings.store), [wheel])
+    return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
+                        seconds=seconds)
+
+
+def _prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Any, work: Path, log: Log, *,
+                    history: Any) -> tuple[Path, Path | None]:
+    """What every attempt builds from: the wheelhouse, the source tree in its compile order and
+    the toolkit. Returns (source tree, CUDA_HOME)."""
+    from factory.planning.critical_path import prepare_build_tree
     from factory.toolchain.toolkit import materialize_cuda_home
     from factory.toolchain.wheelhouse import prepare_wheelhouse
 
-    if opts.runner_options.get("mode") in ("system-site", "existing"):
-        # the interpreter already has torch (a GPU box with its own stack, no network)
-        log.step("wheelhouse skipped: the build uses the interpreter's own packages")
-    else:
+    if runner.needs_wheelhouse:
         log.step("wheelhouse (offline deps for the build)")
         prepare_wheelhouse(pc, matrix.settings.wheelhouse)
+    else:
+        # the interpreter already has torch (a GPU box with its own stack, no network)
+        log.step("wheelhouse skipped: the build uses the interpreter's own packages")
     log.step("source tree")
     src = prepare_source(matrix, pc, work, log)
-    from factory.planning.critical_path import prepare_build_tree
-
     order = prepare_build_tree(src, pc, history)
     log.detail(f"compile order: {order.as_dict()}")
     log.step(f"CUDA {pc.toolchain.cuda} toolkit from {pc.toolchain.nvcc_source}")
-    cuda_home = materialize_cuda_home(pc.toolchain, toolkits_dir(matrix))
-    runner = get_runner(opts.runner, **opts.runner_options)
-    if opts.runner == "docker" and pc.toolchain.image is None:
-        from factory.toolchain.python_image import ensure_builder_image
+    return src, materialize_cuda_home(pc.toolchain, toolkits_dir(matrix))
 
-        ensure_builder_image(matrix.settings.image_for(pc.cell.python))
+
+def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, runner: Any, *,
+                  plan: Any, history: Any, work: Path, src: Path,
+                  cuda_home: Path | None) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """Attempts until one builds a wheel: after an OOM kill the next resumes with a smaller
+    plan. Returns (the last plan, the good attempt's result, every attempt's record)."""
+    from factory.planning.memory_model import record_build
 
     attempts: list[dict[str, Any]] = []
-    result = None
-    # the remote compile cache, synced from here: the build container has no network
-    with _remote_cache_synced(matrix, opts, log):
-        for attempt in range(1, opts.attempts + 1):
-            job = _job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=attempt, opts=opts)
-            shutil.rmtree(job.out_dir, ignore_errors=True)
-            job.out_dir.mkdir(parents=True)
-            log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
-                     f"memory cap {format_size(plan.memory_budget_bytes)}, log {job.log_path}")
-            with NinjaProgress(job.log_path, log, pc.cell.package):
-                result = runner.run(job)
-            attempts.append({
-                "attempt": attempt, "max_jobs": plan.max_jobs, "nvcc_threads": plan.nvcc_threads,
-                "memory_limit_bytes": plan.memory_budget_bytes,
-                "exit_code": result.exit_code, "oom_killed": result.oom_killed,
-                "wall_seconds": round(result.wall_seconds, 1),
-                "compile_peak_rss_bytes": result.compile_peak_rss_bytes,
-                "max_concurrent_compiles": result.max_concurrent_compiles,
-                "objects_total": result.objects_total, "objects_built": result.objects_built,
-                "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
-                "log": str(job.log_path),
-            })
-            if job.cache_dir is not None:
-                from factory.build.compile_cache import stats_from_report
+    for attempt in range(1, opts.attempts + 1):
+        job = _job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=attempt,
+                   opts=opts)
+        shutil.rmtree(job.out_dir, ignore_errors=True)
+        job.out_dir.mkdir(parents=True)
+        log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
+                 f"memory cap {format_size(plan.memory_budget_bytes)}, log {job.log_path}")
+        with NinjaProgress(job.log_path, log, pc.cell.package):
+            result = runner.run(job)
+        attempts.append(_attempt_record(attempt, plan, result, job.log_path))
+        if job.cache_dir is not None:
+            from factory.build.compile_cache import stats_from_report
 
-                stats = stats_from_report(result.report)
-                log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
-            log.detail(record_build(pc, plan, result, build_tree=src, history=history))
-            if result.oom_killed:
-                # (seen on the GPU machine: "after None object(s); resuming with fewer jobs" from
-                # a one-attempt build that then stopped)
-                done = (f"after {result.objects_built} object(s)" if result.objects_built
-                        else "before any object finished")
-                left = ("resuming with fewer jobs" if attempt < opts.attempts
-                        else f"no attempt left (--attempts {opts.attempts})")
-                log.step(f"attempt {attempt} was OOM-killed {done}; {left}")
-                try:
-                    # A hand-picked plan's OOM says the hand was wrong, not the model: keep it out
-                    # of the history (seen: a MAX_JOBS=5 demo raised the estimate past a cap the
-                    # planner's own plan fits).
-                    plan = plan_after_oom(
-                        plan, result.compile_peak_rss_bytes, attempt,
-                        history=MemoryHistory.scratch() if opts.hand_picked else history,
-                    )
-                except PlanError as exc:
-                    raise OOMError(f"{pc.cell.id}: OOM-killed and no smaller plan is left: {exc.message}") from None
-                continue
-            if result.exit_code != 0 or result.wheel is None:
-                tail = _log_tail(job.log_path)
-                raise BuildError(
-                    f"{pc.cell.id}: build failed (exit {result.exit_code}); full log: {job.log_path}",
-                    tip="last lines of the log:\n" + tail,
-                )
-            break
-        else:
-            raise OOMError(f"{pc.cell.id}: OOM-killed in all {opts.attempts} attempt(s); "
-                           f"logs in {work / 'logs'}")
-    assert result is not None and result.wheel is not None
+            stats = stats_from_report(result.report)
+            log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
+        log.detail(record_build(pc, plan, result, build_tree=src, history=history))
+        if result.oom_killed:
+            plan = _plan_after_oom(pc, opts, log, plan, result, attempt, history=history)
+            continue
+        if result.exit_code != 0 or result.wheel is None:
+            tail = _log_tail(job.log_path)
+            raise BuildError(
+                f"{pc.cell.id}: build failed (exit {result.exit_code}); full log: {job.log_path}",
+                tip="last lines of the log:\n" + tail,
+            )
+        return plan, result, attempts
+    raise OOMError(f"{pc.cell.id}: OOM-killed in all {opts.attempts} attempt(s); "
+                   f"logs in {work / 'logs'}")
 
-    from factory.wheels.verify import verify_wheel
+
+def _attempt_record(attempt: int, plan: Any, result: Any, log_path: Path) -> dict[str, Any]:
+    """One attempt as the provenance and the JSON outcome list it."""
+    return {
+        "attempt": attempt, "max_jobs": plan.max_jobs, "nvcc_threads": plan.nvcc_threads,
+        "memory_limit_bytes": plan.memory_budget_bytes,
+        "exit_code": result.exit_code, "oom_killed": result.oom_killed,
+        "wall_seconds": round(result.wall_seconds, 1),
+        "compile_peak_rss_bytes": result.compile_peak_rss_bytes,
+        "max_concurrent_compiles": result.max_concurrent_compiles,
+        "objects_total": result.objects_total, "objects_built": result.objects_built,
+        "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
+        "log": str(log_path),
+    }
+
+
+def _plan_after_oom(pc: PlannedCell, opts: BuildOptions, log: Log, plan: Any, result: Any,
+                    attempt: int, *, history: Any) -> Any:
+    """Say how the attempt ended and the plan the next one resumes with (fewer jobs)."""
+    from factory.planning.memory_model import MemoryHistory
+    from factory.planning.planner import plan_after_oom
+
+    # (seen on the GPU machine: "after None object(s); resuming with fewer jobs" from
+    # a one-attempt build that then stopped)
+    done = (f"after {result.objects_built} object(s)" if result.objects_built
+            else "before any object finished")
+    left = ("resuming with fewer jobs" if attempt < opts.attempts
+            else f"no attempt left (--attempts {opts.attempts})")
+    log.step(f"attempt {attempt} was OOM-killed {done}; {left}")
+    try:
+        # A hand-picked plan's OOM says the hand was wrong, not the model: keep it out
+        # of the history (seen: a MAX_JOBS=5 demo raised the estimate past a cap the
+        # planner's own plan fits).
+        return plan_after_oom(
+            plan, result.compile_peak_rss_bytes, attempt,
+            history=MemoryHistory.scratch() if opts.hand_picked else history,
+        )
+    except PlanError as exc:
+        raise OOMError(
+            f"{pc.cell.id}: OOM-killed and no smaller plan is left: {exc.message}"
+        ) from None
+
+
+def _finish_wheel(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, raw: Path,
+                  *, work: Path) -> Path:
+    """The raw wheel tagged, pinned and repaired into the output dir, then verified."""
     from factory.wheels.finalize import finalize_wheel
+    from factory.wheels.verify import verify_wheel
 
     log.step("wheel: local version tag, torch pin, auditwheel repair")
     out_dir = opts.out_dir if opts.out_dir.is_absolute() else Path.cwd() / opts.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     post_log = work / "logs" / "wheel.log"
-    wheel = finalize_wheel(result.wheel, pc, out_dir, echo=log.detail if opts.verbose else None,
+    wheel = finalize_wheel(raw, pc, out_dir, echo=log.detail if opts.verbose else None,
                            log_path=post_log)
     log.step(f"verify {wheel.name}")
     report = verify_wheel(
@@ -424,16 +467,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
         log.detail(f"{check.status:4} {check.name}: {check.detail}")
     if not report.ok:
         raise VerifyError(f"{wheel.name}: {report.summary()}", tip=f"details: {post_log}")
-    seconds = time.monotonic() - t0
-    _write_provenance(matrix, pc, plan, wheel, attempts, result, seconds, opts)
-    if opts.publish:
-        from factory.index.publish import publish
-        from factory.index.store import open_store
-
-        log.step(f"publish to {opts.store or matrix.settings.store}")
-        publish(open_store(opts.store or matrix.settings.store), [wheel])
-    return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
-                        seconds=seconds)
+    return wheel
 
 
 @contextlib.contextmanager
@@ -497,10 +531,10 @@ def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: Any, wheel: Path, a
 def build_cells(cells: Sequence[PlannedCell], *, matrix: Matrix, opts: BuildOptions,
                 log: Log | None = None) -> list[BuildOutcome]:
     log = log or Log()
-    if opts.runner == "docker" and not opts.dry_run:
-        from factory.runners.docker import cleanup_stale
+    if not opts.dry_run:
+        from factory.runners import get_runner
 
-        cleanup_stale()
+        get_runner(opts.runner, **opts.runner_options).start()
     outcomes = []
     for pc in cells:
         outcomes.append(build_cell(matrix, pc, opts, log))

@@ -17,13 +17,10 @@ from typing import TYPE_CHECKING
 
 from factory.errors import UsageError
 from factory.units import parse_size
+from factory.runners import cgroup
 
 if TYPE_CHECKING:
     from factory.matrix.settings import Settings
-
-# cgroup v1 reports "no limit" as PAGE_COUNTER_MAX rounded to pages (9223372036854771712 on
-# x86_64); anything this large is not a limit anyone set.
-_ABSURD_BYTES = 1 << 60
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,74 +34,6 @@ class Budget:
         return dataclasses.asdict(self)
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def _limit_bytes(path: Path) -> int | None:
-    """A memory limit file's value; None for "max" (v2), an absurd v1 value, or no file."""
-    text = _read(path)
-    if text is None or text == "max":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        return None
-    return value if 0 < value < _ABSURD_BYTES else None
-
-
-def _v2_cpu(d: Path) -> float | None:
-    text = _read(d / "cpu.max")
-    if not text:
-        return None
-    parts = text.split()
-    if parts[0] == "max":
-        return None
-    try:
-        quota = int(parts[0])
-        period = int(parts[1]) if len(parts) > 1 else 100_000
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None
-
-
-def _v1_cpu(d: Path) -> float | None:
-    quota_text = _read(d / "cpu.cfs_quota_us")
-    period_text = _read(d / "cpu.cfs_period_us")
-    if quota_text is None or period_text is None:
-        return None
-    try:
-        quota, period = int(quota_text), int(period_text)
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None  # -1: no quota
-
-
-def cgroup_memory_limit(cgroup_dir: Path) -> int | None:
-    """The memory limit set on exactly this cgroup directory (v2 or v1), None when unlimited."""
-    v2 = _limit_bytes(cgroup_dir / "memory.max")
-    return v2 if v2 is not None else _limit_bytes(cgroup_dir / "memory.limit_in_bytes")
-
-
-def cgroup_cpu_limit(cgroup_dir: Path) -> float | None:
-    """CPUs the CFS quota on exactly this directory allows (1.5 = 150 %); None: unlimited."""
-    v2 = _v2_cpu(cgroup_dir)
-    return v2 if v2 is not None else _v1_cpu(cgroup_dir)
-
-
-def _ancestors(leaf: Path, root: Path) -> list[Path]:
-    """leaf, its parent, ... up to and including root (a limit anywhere above binds too)."""
-    out = [leaf]
-    cur = leaf
-    while cur != root and root in cur.parents:
-        cur = cur.parent
-        out.append(cur)
-    return out
-
-
 def _tightest(dirs: list[Path], read: object) -> tuple[float | None, Path | None]:
     best: float | None = None
     where: Path | None = None
@@ -115,46 +44,13 @@ def _tightest(dirs: list[Path], read: object) -> tuple[float | None, Path | None
     return best, where
 
 
-def own_cgroup_dirs(
-    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
-) -> tuple[list[Path], list[Path]]:
-    """(memory dirs, cpu dirs) from leaf to root for the current process, v2 or v1 layout.
-
-    Inside a container the path in /proc/self/cgroup names the host's hierarchy while the
-    container sees its own cgroup mounted at the root; a path that does not exist under the
-    mount therefore falls back to the mount itself.
-    """
-    text = _read(proc_cgroup) or ""
-    memory: list[Path] = []
-    cpu: list[Path] = []
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, rel = parts
-        names = set(controllers.split(",")) if controllers else set()
-        rel = rel.lstrip("/")
-        if not controllers:  # v2 unified hierarchy: "0::/user.slice/..."
-            mount = root
-            leaf = mount / rel if (mount / rel).is_dir() else mount
-            dirs = _ancestors(leaf, mount)
-            memory += dirs
-            cpu += dirs
-            continue
-        for ctl, target in (("memory", memory), ("cpu", cpu)):
-            if ctl not in names:
-                continue
-            mount = next(
-                (m for m in (root / controllers, root / ctl) if m.is_dir()), root / ctl
-            )
-            leaf = mount / rel if (mount / rel).is_dir() else mount
-            target += _ancestors(leaf, mount)
-    return memory, cpu
-
-
 def _meminfo(meminfo: Path) -> dict[str, int]:
     out: dict[str, int] = {}
-    for line in (_read(meminfo) or "").splitlines():
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
         key, _, rest = line.partition(":")
         fields = rest.split()
         if fields and fields[0].isdigit():
@@ -175,12 +71,12 @@ def detect_budget(
     if cgroup_dir is not None:
         mem_dirs = cpu_dirs = [cgroup_dir]
     else:
-        mem_dirs, cpu_dirs = own_cgroup_dirs(proc_cgroup, cgroup_root)
+        mem_dirs, cpu_dirs = cgroup.own_dirs(proc_cgroup, cgroup_root)
 
     info = _meminfo(meminfo)
     # MemAvailable is what the host can still give; it is only an upper bound on a cgroup limit.
     host_free = info.get("MemAvailable") or info.get("MemTotal")
-    limit, where = _tightest(mem_dirs, cgroup_memory_limit)
+    limit, where = _tightest(mem_dirs, cgroup.memory_limit)
     if limit is not None and (host_free is None or limit <= host_free):
         memory = int(limit)
         memory_source = f"cgroup limit ({where})"
@@ -199,7 +95,7 @@ def detect_budget(
             affinity = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             affinity = os.cpu_count() or 1
-    quota, cpu_where = _tightest(cpu_dirs, cgroup_cpu_limit)
+    quota, cpu_where = _tightest(cpu_dirs, cgroup.cpu_limit)
     if quota is not None and quota < affinity:
         # Round down: a 1.5-CPU quota cannot keep two compilers busy without throttling them.
         cpus = max(1, math.floor(quota))

@@ -119,6 +119,19 @@ class RunResult:
 
 class Runner(Protocol):
     name: str
+    # False: the build uses the interpreter's own packages and installs nothing (the local
+    # runner's system-site and existing modes), so no wheelhouse is made for it.
+    needs_wheelhouse: bool
+
+    def start(self) -> None:
+        """Once before a batch of builds (not for --dry-run): fail now when this runner cannot
+        run here (EngineError), and clear what builds of a killed factory left behind."""
+        ...
+
+    def prepare(self, job: BuildJob) -> None:
+        """Once per cell, before its first attempt: make what ``run`` needs besides the job's
+        own files (the docker runner: its builder image)."""
+        ...
 
     def run(self, job: BuildJob, *, on_line: LineCallback | None = None) -> RunResult:
         """Build; never raises for a failed or OOM-killed build (the result says so), only for

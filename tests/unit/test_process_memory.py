@@ -1,11 +1,15 @@
-"""Per-job peak memory from the process tree: jobs are ninja's children with their subtrees."""
+"""Per-job peak memory from the process tree (benchmarks/process_memory.py, measure_build.py's
+sampler): jobs are ninja's children with their subtrees."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
-from factory.process_memory import PeakSampler, ProcInfo, read_processes, sample_tree
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from process_memory import PeakSampler, ProcInfo, read_processes, sample_tree  # noqa: E402
 
 MB = 1024**2
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from factory.errors import EngineError
-from factory.runners import BuildJob, get_runner, local
+from factory.runners import BuildJob, cgroup, get_runner, local
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,8 +74,8 @@ def _cgroups_or_skip() -> None:
 
 def _leftover_cgroups() -> list[Path]:
     found = []
-    mine = local._self_cgroups()
-    for mp, fs, opts in local._mounts():
+    mine = cgroup.membership()
+    for mp, fs, opts in cgroup.mounts():
         for ctrl in [o for o in opts if o in ("memory", "cpu", "pids")] if fs == "cgroup" else [""]:
             for parent in {Path(mp), Path(mp) / mine.get(ctrl, "/").lstrip("/")}:
                 found += [
@@ -138,7 +138,7 @@ def test_local_oom_is_reported_as_oom(tmp_path: Path) -> None:
 def test_refuses_without_cgroups_unless_told_uncapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local, "_mounts", lambda: [])
+    monkeypatch.setattr(cgroup, "mounts", lambda: [])
     src = _package(tmp_path)
     runner = get_runner("local", mode="existing", interpreter=sys.executable)
     with pytest.raises(EngineError) as info:

@@ -1,4 +1,4 @@
-"""Peak memory of a build's compile jobs, measured from the process tree.
+"""Peak memory of a build's compile jobs, measured from the process tree (for measure_build.py).
 
 The memory model needs the PEAK per job, not the cgroup's peak: a cgroup counts page cache
 (installing 2.9 GB of wheels fills it up to the limit, FIELD-NOTES s.8) and cannot tell one
@@ -11,6 +11,10 @@ torch >= 2.14 prefixes ccache/sccache to the compilers when one is on PATH; with
 compilers run under its server, not under ninja, and this tree sees only thin clients. Build
 with TORCH_NO_COMPILER_WRAPPER=1 when measuring (and never record object times from a build
 that hit a compiler cache: they are not compile times).
+
+Builds run by the factory are sampled by its own sampler (factory/runners/inside.py), which
+reports the compilers' summed RSS and the concurrent jobs; this one reports the largest single
+job, which is what a hand measurement records into the memory model.
 """
 
 from __future__ import annotations
