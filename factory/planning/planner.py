@@ -397,7 +397,9 @@ def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: in
             f"OOM-killed at {plan.max_jobs} job(s) x {plan.nvcc_threads} thread(s) under "
             f"{format_size(budget)}" + (f", peak {format_size(observed_peak_bytes)}"
                                          if observed_peak_bytes else ""),
-            peak_factor=per_job / max(1, plan.per_job_bytes),
+            # what each job was predicted to hold on average -> what the kill proves
+            peak_factor=per_job / max(1.0, (plan.predicted_peak_bytes - plan.headroom_bytes)
+                                      / plan.max_jobs),
         )
         recorded = "recorded in the memory history"
     except ConfigError as exc:
