@@ -174,9 +174,8 @@ class Sampler(threading.Thread):
             job_rss[top] = job_rss.get(top, 0) + table[pid][2]
         jobs = len(job_rss)
         for pid, size in job_rss.items():
-            if pid not in self._outputs:
-                self._outputs[pid] = _output_of(pid)
-            out = self._outputs[pid]
+            out = self._outputs.get(pid) or _output_of(pid)  # None: not exec'd yet, ask again
+            self._outputs[pid] = out
             if out:
                 self.object_peaks[out] = max(size, self.object_peaks.get(out, 0))
         self.peak_rss = max(self.peak_rss, rss)

@@ -101,9 +101,11 @@ def test_the_sampler_names_a_compile_job_by_its_output() -> None:
 
     from factory.runners.inside import _output_of
 
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-o",
-                              "build/temp/x.o"], stdin=subprocess.PIPE)
+    code = "import sys; print('ready', flush=True); sys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", code, "-o", "build/temp/x.o"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
         assert _output_of(child.pid) == "build/temp/x.o"
     finally:
         child.communicate(b"")
