@@ -287,6 +287,14 @@ class MemoryHistory:
             return int(found[1]["headroom_bytes"])
         return 2 * 1024**3
 
+    def non_compile_bytes(self, model_key: str) -> int:
+        """Memory held beside the compiles (setup.py with torch imported, ninja), measured;
+        the headroom where nobody measured it."""
+        found = self._default(model_key)
+        if found and "non_compile_bytes" in found[1]:
+            return int(found[1]["non_compile_bytes"])
+        return self.headroom_bytes(model_key)
+
     def estimate(self, key: ModelKey, *, model_key: str = "") -> Estimate:
         """Per-job peak for ``key``, from the most specific record that exists; the heaviest
         object from the same record, else from another record of the package and version

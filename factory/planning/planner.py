@@ -225,11 +225,16 @@ def plan_for(
         objects = ObjectReplay.of(cell, times, threads)
         if objects is not None:
             shape = {"threads": threads, "archs": archs, "cpus": cpus}
-            one_peak = objects.run(1, **shape).peak_bytes + headroom
-            jobs, run = objects.jobs_that_fit(memory, headroom=headroom, most=most, **shape)
+            # Beside the compiles only setup.py and ninja (measured); the link comes after
+            # them and needs the headroom alone.
+            beside = history.non_compile_bytes(memory_model_key or cell.package)
+            one_peak = max(objects.run(1, **shape).peak_bytes + beside, headroom)
+            jobs, run = objects.jobs_that_fit(memory, headroom=beside, most=most, **shape)
+            if headroom > memory:
+                jobs, run = 0, None
             big = {"largest": max(p for _, p in objects.objects),
                    "largest_source": "per-object peaks"}
-            peak = run.peak_bytes + headroom if run else one_peak
+            peak = max(run.peak_bytes + beside, headroom) if run else one_peak
             seconds = run.span_seconds if run else None
             source = (f"per-object peaks replayed in start order ({objects.source}), "
                       + f"per-job figure {format_size(est.per_job_bytes)} for reference")
@@ -310,8 +315,9 @@ def _explain(cell: Cell, o: _Option, options: Sequence[_Option], *, memory: int,
             f"at {o.threads} thread(s): the replay of build.ninja's start order (each object at "
             f"its own peak for its first {PEAK_WINDOW_SECONDS:.0f} s, then "
             f"{TAIL_FRACTION:.0%}) allows {o.jobs} job(s); " + ", ".join(limits))
-        out.append(f"predicted peak {format_size(o.peak - headroom)} replayed + "
-                   f"{format_size(headroom)} = {format_size(o.peak)} <= {format_size(memory)}")
+        out.append(f"predicted peak {format_size(o.peak)} (replayed compiles + what runs beside "
+                   f"them; the link after them needs {format_size(headroom)}) <= "
+                   f"{format_size(memory)}")
     else:
         if o.largest > o.per_job:
             out.append(
