@@ -29,11 +29,11 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from factory.errors import ConfigError
+from factory.errors import ConfigError, FactoryError
 from factory.matrix.cell import Cell
 from factory.planning.replay import contention_factor
 from factory.units import format_size
@@ -388,12 +388,17 @@ class MemoryHistory:
         """Fold one build's measurement in and save; re-reads the file under the lock first so
         concurrent builders sharing it keep each other's records."""
         with self._locked():
-            key = ModelKey.for_cell(m.cell, m.nvcc_threads)
-            if m.peak_job_bytes is not None and m.peak_job_bytes > 0:
-                self._add_peak(key, int(m.peak_job_bytes), m.source, oom=False)
-            if m.object_seconds or m.object_peaks:
-                self._set_objects(m)
+            self.fold(m)
             self.save()
+
+    def fold(self, m: BuildMeasurement) -> None:
+        """Fold a measurement into this history in memory (no save): how records shared
+        through a store are merged into the view a plan reads."""
+        key = ModelKey.for_cell(m.cell, m.nvcc_threads)
+        if m.peak_job_bytes is not None and m.peak_job_bytes > 0:
+            self._add_peak(key, int(m.peak_job_bytes), m.source, oom=False)
+        if m.object_seconds or m.object_peaks:
+            self._set_objects(m)
 
     def record_oom(self, key: ModelKey, per_job_floor_bytes: int, source: str,
                    peak_factor: float = 1.0) -> None:
@@ -582,7 +587,8 @@ class PlanShape(Protocol):
 
 
 def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, *,
-                 build_tree: Path | None = None, history: MemoryHistory | None = None) -> str:
+                 build_tree: Path | None = None, history: MemoryHistory | None = None,
+                 share: Callable[[BuildMeasurement], None] | None = None) -> str:
     """Fold one finished attempt into the history; returns a line for the build log.
 
     Per-job peak: the compilers' peak summed RSS over the most jobs seen at once (a peak of
@@ -620,7 +626,9 @@ def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, 
     )
     try:
         history.record(measurement)
-    except ConfigError as exc:
+        if share is not None:
+            share(measurement)  # other builders merge it (factory.planning.shared_history)
+    except FactoryError as exc:
         return f"memory history: not recorded ({exc.message})"
     got = f"{format_size(per_job)} per job" if per_job else "no memory figure"
     return (f"memory history {history.path}: {got}, {len(seconds)} object time(s), "
