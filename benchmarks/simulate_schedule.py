@@ -12,9 +12,9 @@ Fed with a real run's ninja log (default: the 16-job longest-first sm_90 run of 
   LPT          the same jobs, longest first by the replayed run's own seconds (an oracle)
   bound        max(total work / cores, longest object): no schedule beats it
   really fit   the most jobs whose replayed peak (per-object peaks, start order) plus the
-               measured non-compile memory fits the cap: the per-object figures reproduce every real run within 4 %
-               (benchmarks/replay_real_runs.py); the planner's share of them, and OOMs (a plan
-               whose replayed peak exceeds the cap)
+               measured non-compile memory fits the cap (the per-object figures reproduce
+               every real run within 7 %: benchmarks/replay_real_runs.py); the planner's
+               share of them, and OOMs (a plan whose replayed peak exceeds the cap)
   upstream     flash-attn's own MAX_JOBS = min(cores / 2, free GB / 9), NVCC_THREADS=4,
                free GB read from the host (here: the host has exactly the cap free); OOM
                when its predicted peak exceeds the cap
@@ -108,7 +108,8 @@ def replayed_peak(seconds: dict[str, float], peaks: dict[str, int], order: list[
     """One arch, one thread: the compile's peak with the per-object figures."""
     d = durations(seconds, order, jobs, 1, 1, cores)
     heaviest = max(peaks.values())
-    return replay([(t, peaks.get(k, heaviest)) for t, k in zip(d, order)], jobs).peak_bytes
+    objects = [(t, peaks.get(k, heaviest)) for t, k in zip(d, order, strict=True)]
+    return replay(objects, jobs).peak_bytes
 
 
 def really_fit(seconds: dict[str, float], peaks: dict[str, int], order: list[str], cap: int,

@@ -1,4 +1,4 @@
-"""factory schedule --builders FILE [--matrix PATH] [--missing --store STORE] [--package P] [--json]"""
+"""factory schedule --builders FILE [--matrix PATH] [--missing --store STORE] [--json]"""
 
 from __future__ import annotations
 

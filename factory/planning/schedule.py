@@ -21,10 +21,11 @@ refuses at a lane's memory cannot go there.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from factory.errors import ConfigError, PlanError
 from factory.matrix.load import PlannedCell

@@ -66,7 +66,7 @@ def merge_into(history: MemoryHistory, store: Store) -> int:
     how many. A corrupt record is skipped, never fatal: a plan matters more."""
     keys = sorted(o.key for o in store.list(RECORDS_PREFIX, sizes=False))
     folded = 0
-    for key, data in zip(keys, store.read_many(keys), strict=True):
+    for data in store.read_many(keys):
         if data is None:
             continue
         try:

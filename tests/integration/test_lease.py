@@ -10,11 +10,9 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import index_fixtures
-import pytest
 
 from factory.build.lease import CellLease, hold_cell
 from factory.index.store import open_store

@@ -31,7 +31,7 @@ def test_objects_started_together_count_at_their_peaks() -> None:
 def test_a_later_start_meets_the_others_past_their_front_end() -> None:
     # 2 slots: the third object starts when the short one ends, after the long one's window.
     r = replay([(400.0, 4 * GIB), (100.0, 4 * GIB), (100.0, 4 * GIB)], jobs=2)
-    assert 100.0 > PEAK_WINDOW_SECONDS
+    assert PEAK_WINDOW_SECONDS < 100.0
     assert r.peak_bytes == 8 * GIB  # the start, not the later 4 x 0.5 + 4
     assert replay([(400.0, 4 * GIB), (100.0, 1 * GIB), (100.0, 9 * GIB)], jobs=2).peak_bytes \
         == int(4 * GIB * TAIL_FRACTION + 9 * GIB)
