@@ -25,17 +25,28 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from factory.errors import StoreError
-from factory.index.store.base import Store, check_key
 
 LEASE_PREFIX = "leases"
 LEASE_TTL_SECONDS = 15 * 60.0
 POLL_SECONDS = 30.0
 
 
+class LeaseStore(Protocol):
+    """The two primitives of factory.index.store's Store a lease needs (no import: the store
+    is a later stage)."""
+
+    def read_with_token(self, key: str) -> tuple[bytes | None, str | None]: ...
+
+    def put_if(self, key: str, data: bytes, token: str | None, *, content_type: str) -> bool: ...
+
+
 def lease_key(content_key: str) -> str:
-    return check_key(f"{LEASE_PREFIX}/{content_key}.json")
+    if not content_key.isalnum():
+        raise StoreError(f"unsafe content key for a lease: {content_key!r}")
+    return f"{LEASE_PREFIX}/{content_key}.json"
 
 
 def new_holder() -> str:
@@ -67,7 +78,7 @@ class Lease:
 class CellLease:
     """Claim, renew and release one cell's lease (see the module docstring)."""
 
-    def __init__(self, store: Store, *, content_key: str, cell: str, holder: str | None = None,
+    def __init__(self, store: LeaseStore, *, content_key: str, cell: str, holder: str | None = None,
                  ttl: float = LEASE_TTL_SECONDS, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.key = lease_key(content_key)
@@ -117,7 +128,7 @@ class CellLease:
 
 
 @contextlib.contextmanager
-def hold_cell(store: Store, *, content_key: str, cell: str, published: Callable[[], bool],
+def hold_cell(store: LeaseStore, *, content_key: str, cell: str, published: Callable[[], bool],
               on_wait: Callable[[Lease], None] = lambda lease: None,
               ttl: float = LEASE_TTL_SECONDS, poll: float = POLL_SECONDS,
               holder: str | None = None) -> Iterator[bool]:

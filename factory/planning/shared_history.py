@@ -13,15 +13,30 @@ from __future__ import annotations
 import datetime
 import json
 import uuid
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from factory.errors import StoreError
-from factory.index.store.base import Store, check_key
 from factory.matrix.cell import Cell
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory
 
 RECORDS_PREFIX = "history/records/"
 RECORD_VERSION = 1
+
+
+class _Listed(Protocol):
+    key: str
+
+
+class RecordStore(Protocol):
+    """The primitives of factory.index.store's Store the records need (no import: the store
+    is a later stage)."""
+
+    def put_new(self, key: str, data: bytes) -> bool: ...
+
+    def list(self, prefix: str, *, sizes: bool = True) -> Iterator[_Listed]: ...
+
+    def read_many(self, keys: list[str]) -> list[bytes | None]: ...
 
 
 def record_document(m: BuildMeasurement) -> dict[str, Any]:
@@ -51,17 +66,17 @@ def measurement_of(doc: dict[str, Any]) -> BuildMeasurement:
         raise StoreError(f"corrupt history record: {exc}") from None
 
 
-def push(store: Store, m: BuildMeasurement) -> str:
+def push(store: RecordStore, m: BuildMeasurement) -> str:
     """Write one measurement as a new record; returns its key."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    key = check_key(f"{RECORDS_PREFIX}{stamp}-{uuid.uuid4().hex[:12]}.json")
+    key = f"{RECORDS_PREFIX}{stamp}-{uuid.uuid4().hex[:12]}.json"
     data = json.dumps(record_document(m), sort_keys=True).encode()
     if not store.put_new(key, data):
         raise StoreError(f"history record {key} already exists")
     return key
 
 
-def merge_into(history: MemoryHistory, store: Store) -> int:
+def merge_into(history: MemoryHistory, store: RecordStore) -> int:
     """Fold every record in the store into ``history`` (in memory), oldest first; returns
     how many. A corrupt record is skipped, never fatal: a plan matters more."""
     keys = sorted(o.key for o in store.list(RECORDS_PREFIX, sizes=False))
