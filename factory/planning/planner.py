@@ -301,12 +301,15 @@ def _explain(cell: Cell, o: _Option, options: Sequence[_Option], *, memory: int,
              headroom: int, budget_txt: str, cpus_source: str, supports_threads: bool,
              n_objects: int | None, times: ObjectTimes | None) -> tuple[str, ...]:
     archs = len(cell.archs)
-    out = [
-        f"budget: {budget_txt} of memory, {cpus} CPU(s) ({cpus_source})",
-        f"per-job peak {format_size(o.per_job)} at {o.threads} nvcc thread(s): {o.source}",
-        f"{format_size(headroom)} reserved as headroom for the pip/setup.py Python process and "
-        "the final link",
-    ]
+    out = [f"budget: {budget_txt} of memory, {cpus} CPU(s) ({cpus_source})"]
+    if o.replayed:
+        out.append(f"memory per object at {o.threads} nvcc thread(s): {o.source}")
+    else:
+        out += [
+            f"per-job peak {format_size(o.per_job)} at {o.threads} nvcc thread(s): {o.source}",
+            f"{format_size(headroom)} reserved as headroom for the pip/setup.py Python process "
+            "and the final link",
+        ]
     limits = [f"{cpus} CPU(s) allow {cpus // min(o.threads, archs)}"]
     if n_objects:
         limits.append(f"there are {n_objects} objects")
