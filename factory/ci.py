@@ -1,5 +1,9 @@
 """What the GitHub Actions workflows need that the CLI does not print: the self-hosted runner
-label (by memory size) each cell should build on.
+label (by memory size) each cell should build on, and one builder's slots of a schedule.
+
+``python -m factory.ci builder-slots NAME < schedule.json`` reads ``factory schedule --json``
+output and prints one line per slot of builder NAME: ``MEMORY CPUS CELL...``, the cells in
+build order (a later one takes the earlier one's kernels from the compile cache).
 
 ``python -m factory.ci runner-labels < matrix.json`` reads ``factory matrix --json`` output and
 adds ``"runner": "<label>"`` to each entry of ``"include"``, so a workflow can write
@@ -37,16 +41,37 @@ def label_matrix(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {**doc, "include": include}
 
 
+def builder_slots(doc: Mapping[str, Any], builder: str) -> list[str]:
+    """``MEMORY CPUS CELL...`` per non-empty slot of ``builder`` in a schedule."""
+    lines = []
+    for b in doc.get("builders", []):
+        if b["name"] != builder:
+            continue
+        for slot in b["slots"]:
+            if slot["cells"]:
+                lines.append(" ".join([slot["memory"], str(slot["cpus"]), *slot["cells"]]))
+    return lines
+
+
+USAGE = ("usage: python -m factory.ci runner-labels < matrix.json\n"
+         "       python -m factory.ci builder-slots NAME < schedule.json")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args != ["runner-labels"]:
-        print("usage: python -m factory.ci runner-labels < matrix.json", file=sys.stderr)
+    if not (args == ["runner-labels"] or (len(args) == 2 and args[0] == "builder-slots")):
+        print(USAGE, file=sys.stderr)
         return 2
     try:
         doc = json.load(sys.stdin)
     except ValueError as exc:
-        print(f"ERROR the input is not 'factory matrix --json' output: {exc}", file=sys.stderr)
+        print(f"ERROR the input is not 'factory {'matrix' if len(args) == 1 else 'schedule'} "
+              f"--json' output: {exc}", file=sys.stderr)
         return 2
+    if args[0] == "builder-slots":
+        for line in builder_slots(doc, args[1]):
+            print(line)
+        return 0
     json.dump(label_matrix(doc), sys.stdout)
     sys.stdout.write("\n")
     return 0

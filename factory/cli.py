@@ -22,6 +22,7 @@ from factory.commands import (
     publish,
     request,
     retain,
+    schedule,
     serve,
     show,
     verify,
@@ -43,6 +44,8 @@ class Command(Protocol):
 COMMANDS: dict[str, tuple[Command, str]] = {
     "matrix": (matrix, "expand matrix.toml into cells"),
     "plan": (plan, "choose MAX_JOBS / NVCC_THREADS for a cell under a memory and CPU budget"),
+    "schedule": (schedule,
+                 "assign the (missing) cells to builders; print the assignment and makespan"),
     "build": (build, "build cells into verified, tagged wheels"),
     "verify": (verify, "check wheels: archs in the binaries, tags, metadata, clean import"),
     "publish": (publish, "add wheels to the store and update the index pages"),

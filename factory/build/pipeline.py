@@ -284,6 +284,18 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
         return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
                             detail="already published")
     history = load_history(matrix)
+    store = _shared_store(opts)
+    if store is not None and not opts.dry_run:
+        from factory.errors import StoreError
+        from factory.planning.shared_history import merge_into
+
+        try:
+            merged = merge_into(history, store)
+            if merged:
+                log.detail(f"memory history: {merged} record(s) of other builds merged from "
+                           "the store")
+        except StoreError as exc:
+            log.detail(f"memory history: store records not merged ({exc.message})")
     plan = _resolve_plan(pc, opts, history)
     for reason in plan.reasons:
         log.detail(f"plan: {reason}")
@@ -293,12 +305,44 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
 
     work = cell_work_dir(matrix, pc)
     (work / "logs").mkdir(parents=True, exist_ok=True)
+    skipped = BuildOutcome(cell_id=pc.cell.id, status="skipped", detail="already published")
     with _cell_lock(work, log):
         if _already_published(pc, opts):  # by the builder we waited for
             log.detail("published by the builder we waited for; nothing to build")
-            return BuildOutcome(cell_id=pc.cell.id, status="skipped",
-                                seconds=time.monotonic() - t0, detail="already published")
-        return _build_locked(matrix, pc, opts, log, plan=plan, history=history, work=work, t0=t0)
+            return dataclasses.replace(skipped, seconds=time.monotonic() - t0)
+        if store is None:
+            return _build_locked(matrix, pc, opts, log, plan=plan, history=history, work=work,
+                                 t0=t0)
+        from factory.build.lease import hold_cell
+
+        with hold_cell(store, content_key=pc.content_key, cell=pc.cell.id,
+                       published=lambda: _already_published(pc, opts),
+                       on_wait=lambda lease: log.detail(
+                           f"{lease.holder} holds this cell's lease in the store; waiting")
+                       ) as mine:
+            if not mine:
+                log.detail("published by another builder; nothing to build")
+                return dataclasses.replace(skipped, seconds=time.monotonic() - t0)
+            return _build_locked(matrix, pc, opts, log, plan=plan, history=history,
+                                 work=work, t0=t0)
+
+
+def _share_records(opts: BuildOptions) -> Any:
+    store = _shared_store(opts)
+    if store is None:
+        return None
+    from factory.planning.shared_history import push
+
+    return lambda measurement: push(store, measurement)
+
+
+def _shared_store(opts: BuildOptions) -> Any:
+    """The store builders share (leases, history records): the one a build publishes to."""
+    if not (opts.store and opts.publish):
+        return None
+    from factory.index.store import open_store
+
+    return open_store(opts.store)
 
 
 @contextlib.contextmanager
@@ -388,7 +432,8 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
 
             stats = stats_from_report(result.report)
             log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
-        log.detail(record_build(pc, plan, result, build_tree=src, history=history))
+        log.detail(record_build(pc, plan, result, build_tree=src, history=history,
+                                share=_share_records(opts)))
         if result.oom_killed:
             plan = _plan_after_oom(pc, opts, log, plan, result, attempt, history=history)
             continue

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
+
+if TYPE_CHECKING:
+    from factory.matrix.load import PlannedCell
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_matrix_arg(parser)
+    add_selection_args(parser)
+
+
+def add_selection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--missing", action="store_true", help="only cells not yet published in --store")
     add_store_arg(parser)
     parser.add_argument("--package", action="append", default=None, help="only these packages")
 
 
-def run(args: argparse.Namespace) -> int:
+def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
+    """The matrix's cells, narrowed by --package and --missing (shared with 'factory schedule')."""
     matrix = matrix_from_args(args)
     cells = list(matrix.cells)
     if args.package:
@@ -29,6 +38,11 @@ def run(args: argparse.Namespace) -> int:
         store = open_store(store_from_args(args))
         published = store.published_content_keys()
         cells = [c for c in cells if c.content_key not in published]
+    return cells
+
+
+def run(args: argparse.Namespace) -> int:
+    cells = selected_cells(args)
     if args.json:
         print_json({"cells": [c.as_dict() for c in cells], "include": [{"cell": c.cell.id} for c in cells]})
         return 0

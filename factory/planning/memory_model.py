@@ -29,13 +29,14 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from factory.units import format_size
+from factory.errors import ConfigError, FactoryError
 from factory.matrix.cell import Cell
-from factory.errors import ConfigError
+from factory.planning.replay import contention_factor
+from factory.units import format_size
 
 if TYPE_CHECKING:
     from factory.matrix.load import PlannedCell
@@ -101,6 +102,12 @@ class ObjectTimes:
     nvcc_threads: int
     seconds: Mapping[str, float]  # object key (see object_key) -> seconds
     source: str
+    # object key -> its peak RSS (nvcc and its children), measured at ``nvcc_threads``
+    peaks: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # the conditions the seconds were measured under (their contention, see replay.py);
+    # 0: unknown, taken as uncontended
+    max_jobs: int = 0
+    cpus: int = 0
 
     def per_arch_rounds(self) -> int:
         """How many sequential arch rounds each measured compile ran."""
@@ -116,6 +123,20 @@ class ObjectTimes:
         factor = rounds / self.per_arch_rounds()
         return {k: v * factor for k, v in self.seconds.items()}
 
+    def alone(self) -> dict[str, float]:
+        """Seconds per object with nothing else compiling (the measured contention removed)."""
+        if not self.max_jobs or not self.cpus:
+            return dict(self.seconds)
+        conc = min(self.nvcc_threads, len(self.archs))
+        factor = contention_factor(self.max_jobs * conc, self.cpus)
+        return {k: v / factor for k, v in self.seconds.items()}
+
+    def scaled_peaks(self, concurrent_archs: int) -> dict[str, int]:
+        """Peak bytes per object at ``concurrent_archs`` archs compiled at once (each arch a
+        compiler of about the same size, as in the per-job model)."""
+        measured = min(self.nvcc_threads, len(self.archs))
+        return {k: int(v * concurrent_archs / measured) for k, v in self.peaks.items()}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BuildMeasurement:
@@ -128,6 +149,8 @@ class BuildMeasurement:
     # or the compile's anonymous memory peak divided by the jobs that ran; None: not measured.
     peak_job_bytes: int | None
     object_seconds: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    object_peaks: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    cpus: int = 0
     source: str = ""
 
 
@@ -264,6 +287,14 @@ class MemoryHistory:
             return int(found[1]["headroom_bytes"])
         return 2 * 1024**3
 
+    def non_compile_bytes(self, model_key: str) -> int:
+        """Memory held beside the compiles (setup.py with torch imported, ninja), measured;
+        the headroom where nobody measured it."""
+        found = self._default(model_key)
+        if found and "non_compile_bytes" in found[1]:
+            return int(found[1]["non_compile_bytes"])
+        return self.headroom_bytes(model_key)
+
     def estimate(self, key: ModelKey, *, model_key: str = "") -> Estimate:
         """Per-job peak for ``key``, from the most specific record that exists; the heaviest
         object from the same record, else from another record of the package and version
@@ -340,6 +371,8 @@ class MemoryHistory:
                     nvcc_threads=int(entry.get("nvcc_threads", 1)),
                     seconds={str(k): float(v) for k, v in entry["seconds"].items()},
                     source=str(entry.get("source", "")),
+                    peaks={str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()},
+                    max_jobs=int(entry.get("max_jobs", 0)), cpus=int(entry.get("cpus", 0)),
                 )
                 rank = (
                     ot.version != cell.version, ot.cuda != cell.cuda,
@@ -355,18 +388,40 @@ class MemoryHistory:
         """Fold one build's measurement in and save; re-reads the file under the lock first so
         concurrent builders sharing it keep each other's records."""
         with self._locked():
-            key = ModelKey.for_cell(m.cell, m.nvcc_threads)
-            if m.peak_job_bytes is not None and m.peak_job_bytes > 0:
-                self._add_peak(key, int(m.peak_job_bytes), m.source, oom=False)
-            if m.object_seconds:
-                self._set_objects(m)
+            self.fold(m)
             self.save()
 
-    def record_oom(self, key: ModelKey, per_job_floor_bytes: int, source: str) -> None:
-        """An OOM kill proves a job needs more than ``per_job_floor_bytes``; remember that."""
+    def fold(self, m: BuildMeasurement) -> None:
+        """Fold a measurement into this history in memory (no save): how records shared
+        through a store are merged into the view a plan reads."""
+        key = ModelKey.for_cell(m.cell, m.nvcc_threads)
+        if m.peak_job_bytes is not None and m.peak_job_bytes > 0:
+            self._add_peak(key, int(m.peak_job_bytes), m.source, oom=False)
+        if m.object_seconds or m.object_peaks:
+            self._set_objects(m)
+
+    def record_oom(self, key: ModelKey, per_job_floor_bytes: int, source: str,
+                   peak_factor: float = 1.0) -> None:
+        """An OOM kill proves a job needs more than ``per_job_floor_bytes``; remember that.
+        The per-object peaks of the key's package, version and CUDA grow by ``peak_factor``
+        too, so a plan replaying them is no bolder than the retry."""
         with self._locked():
             self._add_peak(key, int(per_job_floor_bytes), source, oom=True)
+            if peak_factor > 1.0:
+                self._scale_object_peaks(key, peak_factor)
             self.save()
+
+    def _scale_object_peaks(self, key: ModelKey, factor: float) -> None:
+        entries: list[dict[str, Any]] = self._doc.setdefault("objects", [])
+        mine = {id(e) for e in entries}
+        for layer in self._layers()[1:]:  # a shipped entry is copied in before it changes
+            for e in layer.get("objects", []):
+                if id(e) not in mine and not any(_same_objects(e, o) for o in entries):
+                    entries.append(json.loads(json.dumps(e)))
+        for e in entries:
+            if (e["package"], str(e["version"]), str(e["cuda"])) == (
+                    key.package, key.version, key.cuda) and e.get("peak_bytes"):
+                e["peak_bytes"] = {k: int(v * factor) for k, v in e["peak_bytes"].items()}
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -410,18 +465,28 @@ class MemoryHistory:
 
     def _set_objects(self, m: BuildMeasurement) -> None:
         entries: list[dict[str, Any]] = self._doc.setdefault("objects", [])
-        ident = (m.cell.package, m.cell.version, m.cell.cuda, list(m.cell.archs), m.nvcc_threads)
-        entries[:] = [
-            e for e in entries
-            if (e["package"], str(e["version"]), str(e["cuda"]), list(e["archs"]),
-                int(e.get("nvcc_threads", 1))) != ident
-        ]
+        new = {"package": m.cell.package, "version": m.cell.version, "cuda": m.cell.cuda,
+               "archs": list(m.cell.archs), "nvcc_threads": m.nvcc_threads}
+        old = [e for e in entries if _same_objects(e, new)]
+        entries[:] = [e for e in entries if not any(e is o for o in old)]
+        # Peaks: the largest recently seen per object (a lighter build never talks a heavy
+        # object down); an object this build did not sample keeps its old figure.
+        peaks = {str(k): int(v) for o in old for k, v in o.get("peak_bytes", {}).items()}
+        for k, v in m.object_peaks.items():
+            peaks[k] = max(int(v), peaks.get(k, 0))
+        seconds = ({k: round(float(v), 3) for k, v in sorted(m.object_seconds.items())}
+                   if m.object_seconds else dict(old[-1]["seconds"]) if old else {})
         entries.append({
-            "package": m.cell.package, "version": m.cell.version, "cuda": m.cell.cuda,
-            "archs": list(m.cell.archs), "nvcc_threads": m.nvcc_threads, "max_jobs": m.max_jobs,
-            "source": m.source, "updated": _today(),
-            "seconds": {k: round(float(v), 3) for k, v in sorted(m.object_seconds.items())},
+            **new, "max_jobs": m.max_jobs, "cpus": m.cpus, "source": m.source, "updated": _today(), "seconds": seconds,
+            "peak_bytes": dict(sorted(peaks.items())),
         })
+
+
+def _same_objects(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    def ident(e: Mapping[str, Any]) -> tuple[object, ...]:
+        return (e["package"], str(e["version"]), str(e["cuda"]), list(e["archs"]),
+                int(e.get("nvcc_threads", 1)))
+    return ident(a) == ident(b)
 
 
 def _largest(rec: Mapping[str, Any], scale: float) -> dict[str, Any]:
@@ -511,16 +576,19 @@ class CompileMeasurements(Protocol):
     cache_hits: int | None
     sccache_hits: int | None
     objects_built: int | None  # objects compiled in this attempt (ninja's [N/M] lines)
+    object_peak_rss_bytes: Mapping[str, int] | None  # output path -> its job's peak RSS
     log_path: Path
 
 
 class PlanShape(Protocol):
     max_jobs: int
     nvcc_threads: int
+    cpus: int
 
 
 def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, *,
-                 build_tree: Path | None = None, history: MemoryHistory | None = None) -> str:
+                 build_tree: Path | None = None, history: MemoryHistory | None = None,
+                 share: Callable[[BuildMeasurement], None] | None = None) -> str:
     """Fold one finished attempt into the history; returns a line for the build log.
 
     Per-job peak: the compilers' peak summed RSS over the most jobs seen at once (a peak of
@@ -544,18 +612,24 @@ def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, 
     if not result.cache_hits and not result.sccache_hits:  # any hit: not compile times
         for log in sorted(tree.glob("build/temp*/.ninja_log")):
             seconds.update(read_ninja_log(log))
-    if per_job is None and not seconds:
+    # A cache hit's process is small: only a compile's peak says what the object needs.
+    peaks = {} if result.cache_hits or result.sccache_hits else {
+        object_key(path): int(v) for path, v in (result.object_peak_rss_bytes or {}).items()}
+    if per_job is None and not seconds and not peaks:
         return "memory history: nothing measured"
     history = history if history is not None else MemoryHistory.load()
     measurement = BuildMeasurement(
         cell=pc.cell, nvcc_threads=plan.nvcc_threads, max_jobs=plan.max_jobs,
-        peak_job_bytes=per_job, object_seconds=seconds,
+        peak_job_bytes=per_job, object_seconds=seconds, object_peaks=peaks, cpus=plan.cpus,
         source=f"factory build {_today()}, {plan.max_jobs} job(s) x {plan.nvcc_threads} "
         "thread(s): peak compiler RSS / most jobs at once",
     )
     try:
         history.record(measurement)
-    except ConfigError as exc:
+        if share is not None:
+            share(measurement)  # other builders merge it (factory.planning.shared_history)
+    except FactoryError as exc:
         return f"memory history: not recorded ({exc.message})"
     got = f"{format_size(per_job)} per job" if per_job else "no memory figure"
-    return f"memory history {history.path}: {got}, {len(seconds)} object time(s)"
+    return (f"memory history {history.path}: {got}, {len(seconds)} object time(s), "
+            f"{len(peaks)} object peak(s)")

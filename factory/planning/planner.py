@@ -38,6 +38,13 @@ from factory.matrix.cell import Cell
 from factory.errors import ConfigError, PlanError
 from factory.matrix.load import PlannedCell
 from factory.planning.memory_model import MemoryHistory, ModelKey, ObjectTimes
+from factory.planning.replay import (
+    PEAK_WINDOW_SECONDS,
+    TAIL_FRACTION,
+    Replay,
+    contention_factor,
+    replay,
+)
 
 # A tie within this fraction of the best predicted time goes to the plan with the lower peak:
 # the time model is not that precise, and memory left over is safety.
@@ -109,6 +116,7 @@ class _Option:
     parallelism: int
     largest: int = 0
     largest_source: str = ""
+    replayed: bool = False  # the peak comes from the per-object replay
 
 
 HEAVY_JOBS = 2  # jobs counted at the largest object's peak
@@ -134,10 +142,49 @@ def _predict(times: ObjectTimes | None, archs: int, jobs: int, threads: int, cpu
              ) -> float | None:
     if times is None:
         return None
-    scaled = times.scaled(archs, threads)
-    # More compilers than cores: everything runs proportionally slower.
-    slowdown = max(1.0, jobs * min(threads, archs) / cpus)
+    base = dataclasses.replace(times, seconds=times.alone())
+    scaled = base.scaled(archs, threads)
+    # Objects slow down as more CPUs compile (replay.contention_factor).
+    slowdown = contention_factor(jobs * min(threads, archs), cpus)
     return list_schedule(longest_first(scaled.values()), jobs) * slowdown
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ObjectReplay:
+    """A cell's objects in build.ninja's start order with their seconds alone and peaks."""
+
+    objects: tuple[tuple[float, int], ...]
+    source: str
+
+    @classmethod
+    def of(cls, cell: Cell, times: ObjectTimes | None, threads: int) -> ObjectReplay | None:
+        """None without per-object peaks measured for exactly this package, version, CUDA and
+        arch set (the planner then uses the per-job model: an object's size differs per arch,
+        e.g. flash_bwd_hdim256 takes 6.7 GiB for sm_100 with torch 2.14)."""
+        if times is None or not times.peaks or (times.version, times.cuda, times.archs) != (
+                cell.version, cell.cuda, cell.archs):
+            return None
+        archs = len(cell.archs)
+        base = dataclasses.replace(times, seconds=times.alone())
+        seconds = base.scaled(archs, threads)
+        peaks = times.scaled_peaks(min(threads, archs))
+        heaviest = max(peaks.values())  # an object nobody sampled: as heavy as the heaviest
+        order = sorted(seconds, key=lambda k: -seconds[k])  # critical_path's order
+        return cls(objects=tuple((seconds[k], peaks.get(k, heaviest)) for k in order),
+                   source=times.source)
+
+    def run(self, jobs: int, *, threads: int, archs: int, cpus: int) -> Replay:
+        factor = contention_factor(jobs * min(threads, archs), cpus)
+        return replay([(s * factor, p) for s, p in self.objects], jobs)
+
+    def jobs_that_fit(self, memory: int, *, headroom: int, most: int, threads: int,
+                      archs: int, cpus: int) -> tuple[int, Replay | None]:
+        """The most jobs (up to ``most``) whose replayed peak + headroom fits ``memory``."""
+        for jobs in range(most, 0, -1):
+            r = self.run(jobs, threads=threads, archs=archs, cpus=cpus)
+            if r.peak_bytes + headroom <= memory:
+                return jobs, r
+        return 0, None
 
 
 def thread_choices(cell: Cell, supports_threads: bool, cpus: int) -> list[int]:
@@ -172,21 +219,42 @@ def plan_for(
         est = history.estimate(key, model_key=memory_model_key)
         conc = key.concurrent_archs
         sizes = {"per_job": est.per_job_bytes, "largest": est.largest, "headroom": headroom}
-        by_memory = jobs_that_fit(memory, **sizes)
         by_cpu = cpus // conc
-        jobs = min(by_memory, by_cpu, n_objects or by_cpu)
+        most = min(by_cpu, n_objects or by_cpu)
         big = {"largest": est.largest, "largest_source": est.largest_object_source}
-        one = _Option(jobs=1, threads=threads, per_job=est.per_job_bytes, source=est.source,
-                      peak=predicted_peak(1, **sizes), seconds=None, parallelism=conc, **big)
+        objects = ObjectReplay.of(cell, times, threads)
+        if objects is not None:
+            shape = {"threads": threads, "archs": archs, "cpus": cpus}
+            # Beside the compiles only setup.py and ninja (measured); the link comes after
+            # them and needs the headroom alone.
+            beside = history.non_compile_bytes(memory_model_key or cell.package)
+            one_peak = max(objects.run(1, **shape).peak_bytes + beside, headroom)
+            jobs, run = objects.jobs_that_fit(memory, headroom=beside, most=most, **shape)
+            if headroom > memory:
+                jobs, run = 0, None
+            big = {"largest": max(p for _, p in objects.objects),
+                   "largest_source": "per-object peaks"}
+            peak = max(run.peak_bytes + beside, headroom) if run else one_peak
+            seconds = run.span_seconds if run else None
+            source = (f"per-object peaks replayed in start order ({objects.source}), "
+                      + f"per-job figure {format_size(est.per_job_bytes)} for reference")
+        else:
+            jobs = min(jobs_that_fit(memory, **sizes), most)
+            one_peak = predicted_peak(1, **sizes)
+            peak = predicted_peak(max(1, int(jobs)), **sizes)
+            seconds = _predict(times, archs, max(1, int(jobs)), threads, cpus)
+            source = est.source
+        one = _Option(jobs=1, threads=threads, per_job=est.per_job_bytes, source=source,
+                      peak=one_peak, seconds=None, parallelism=conc, replayed=objects is not None,
+                      **big)
         if smallest is None or one.peak < smallest.peak:
             smallest = one
         if jobs < 1:
             continue
         options.append(_Option(
-            jobs=int(jobs), threads=threads, per_job=est.per_job_bytes, source=est.source,
-            peak=predicted_peak(int(jobs), **sizes),
-            seconds=_predict(times, archs, int(jobs), threads, cpus),
-            parallelism=int(jobs) * conc, **big,
+            jobs=int(jobs), threads=threads, per_job=est.per_job_bytes, source=source,
+            peak=peak, seconds=seconds, parallelism=int(jobs) * conc,
+            replayed=objects is not None, **big,
         ))
 
     budget_txt = f"{format_size(memory)} ({memory_source})"
@@ -233,36 +301,49 @@ def _explain(cell: Cell, o: _Option, options: Sequence[_Option], *, memory: int,
              headroom: int, budget_txt: str, cpus_source: str, supports_threads: bool,
              n_objects: int | None, times: ObjectTimes | None) -> tuple[str, ...]:
     archs = len(cell.archs)
-    out = [
-        f"budget: {budget_txt} of memory, {cpus} CPU(s) ({cpus_source})",
-        f"per-job peak {format_size(o.per_job)} at {o.threads} nvcc thread(s): {o.source}",
-        f"{format_size(headroom)} reserved as headroom for the pip/setup.py Python process and "
-        "the final link",
-    ]
-    if o.largest > o.per_job:
-        out.append(
-            f"largest single object {format_size(o.largest)}: the first {HEAVY_JOBS} jobs are "
-            f"counted at that size ({o.largest_source or 'measured'})"
-        )
-    by_memory = jobs_that_fit(memory, per_job=o.per_job, largest=o.largest, headroom=headroom)
-    limits = [f"memory allows {by_memory} job(s)",
-              f"{cpus} CPU(s) allow {cpus // min(o.threads, archs)}"]
+    out = [f"budget: {budget_txt} of memory, {cpus} CPU(s) ({cpus_source})"]
+    if o.replayed:
+        out.append(f"memory per object at {o.threads} nvcc thread(s): {o.source}")
+    else:
+        out += [
+            f"per-job peak {format_size(o.per_job)} at {o.threads} nvcc thread(s): {o.source}",
+            f"{format_size(headroom)} reserved as headroom for the pip/setup.py Python process "
+            "and the final link",
+        ]
+    limits = [f"{cpus} CPU(s) allow {cpus // min(o.threads, archs)}"]
     if n_objects:
         limits.append(f"there are {n_objects} objects")
-    out.append(f"at {o.threads} thread(s): " + ", ".join(limits) + f" -> {o.jobs} job(s)")
+    if o.replayed:
+        out.append(
+            f"at {o.threads} thread(s): the replay of build.ninja's start order (each object at "
+            f"its own peak for its first {PEAK_WINDOW_SECONDS:.0f} s, then "
+            f"{TAIL_FRACTION:.0%}) allows {o.jobs} job(s); " + ", ".join(limits))
+        out.append(f"predicted peak {format_size(o.peak)} (replayed compiles + what runs beside "
+                   f"them; the link after them needs {format_size(headroom)}) <= "
+                   f"{format_size(memory)}")
+    else:
+        if o.largest > o.per_job:
+            out.append(
+                f"largest single object {format_size(o.largest)}: the first {HEAVY_JOBS} jobs "
+                f"are counted at that size ({o.largest_source or 'measured'})"
+            )
+        by_memory = jobs_that_fit(memory, per_job=o.per_job, largest=o.largest,
+                                  headroom=headroom)
+        out.append(f"at {o.threads} thread(s): memory allows {by_memory} job(s), "
+                   + ", ".join(limits) + f" -> {o.jobs} job(s)")
+        heavy = min(o.jobs, HEAVY_JOBS) if o.largest > o.per_job else 0
+        terms = ([f"{heavy} x {format_size(o.largest)}"] if heavy else []) + (
+            [f"{o.jobs - heavy} x {format_size(o.per_job)}"] if o.jobs > heavy else [])
+        out.append(
+            f"predicted peak {' + '.join(terms)} + {format_size(headroom)} = "
+            f"{format_size(o.peak)} <= {format_size(memory)}"
+        )
     if not supports_threads:
         out.append(f"nvcc threads fixed at 1: {cell.package}'s recipe does not pass "
                    "NVCC_THREADS to nvcc")
     elif archs == 1:
         out.append("nvcc threads 1: the cell compiles one arch, more threads would only "
                    "cost memory")
-    heavy = min(o.jobs, HEAVY_JOBS) if o.largest > o.per_job else 0
-    terms = ([f"{heavy} x {format_size(o.largest)}"] if heavy else []) + (
-        [f"{o.jobs - heavy} x {format_size(o.per_job)}"] if o.jobs > heavy else [])
-    out.append(
-        f"predicted peak {' + '.join(terms)} + {format_size(headroom)} = "
-        f"{format_size(o.peak)} <= {format_size(memory)}"
-    )
     if o.seconds is not None and times is not None:
         out.append(
             f"predicted compile time {o.seconds / 60:.0f} min, longest objects first "
@@ -325,6 +406,9 @@ def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: in
             f"OOM-killed at {plan.max_jobs} job(s) x {plan.nvcc_threads} thread(s) under "
             f"{format_size(budget)}" + (f", peak {format_size(observed_peak_bytes)}"
                                          if observed_peak_bytes else ""),
+            # what each job was predicted to hold on average -> what the kill proves
+            peak_factor=per_job / max(1.0, (plan.predicted_peak_bytes - plan.headroom_bytes)
+                                      / plan.max_jobs),
         )
         recorded = "recorded in the memory history"
     except ConfigError as exc:

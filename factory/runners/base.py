@@ -98,6 +98,8 @@ class RunResult:
     objects_built: int | None
     log_path: Path
     timed_out: bool = False
+    # output path of each compile job (nvcc -o) -> the peak RSS of its process tree (sampled)
+    object_peak_rss_bytes: Mapping[str, int] | None = None
     # when the compile cache was on: whole objects from its direct layer (ccache), or sccache's
     # steps where sccache ran alone; sccache_hits: sccache's steps in either case
     cache_hits: int | None = None
@@ -193,6 +195,7 @@ def result_from_report(
         wheel=wheel if wheel and wheel.is_file() else None,
         compile_peak_rss_bytes=report.get("compile_peak_rss_bytes"),
         max_concurrent_compiles=report.get("max_concurrent_compiles"),
+        object_peak_rss_bytes=report.get("object_peak_rss_bytes"),
         cgroup_peak_bytes=cgroup_peak_bytes,
         cgroup_anon_peak_bytes=report.get("cgroup_anon_peak_bytes"),
         wall_seconds=round(wall_seconds, 1),

@@ -107,6 +107,19 @@ def _proc_table() -> dict[int, tuple[int, str, int]]:
     return table
 
 
+def _output_of(pid: int) -> str | None:
+    """The ``-o`` argument of a compiler's command line (the object it builds), if readable."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            args = fh.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    for i, arg in enumerate(args[:-1]):
+        if arg == "-o":
+            return args[i + 1]
+    return None
+
+
 def _descendants(table: dict[int, tuple[int, str, int]], roots: set[int]) -> set[int]:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _) in table.items():
@@ -133,6 +146,8 @@ class Sampler(threading.Thread):
         self.peak_rss = 0
         self.peak_jobs = 0
         self.peak_anon: int | None = None
+        self.object_peaks: dict[str, int] = {}  # output path (-o) -> peak RSS of its job
+        self._outputs: dict[int, str | None] = {}  # job pid -> its output path
         self.samples = 0
         self.oom_stopped = False
         self._oom_base: int | None = None
@@ -148,16 +163,21 @@ class Sampler(threading.Thread):
         tree = _descendants(table, set(self.roots))
         compilers = {p for p in tree if table[p][1] in COMPILERS}
         rss = sum(table[p][2] for p in compilers)
-        jobs = 0
+        job_rss: dict[int, int] = {}
         for pid in compilers:
             # A job is a compiler with no compiler above it (nvcc -> sh -> cicc is one job).
-            parent, top = table[pid][0], True
+            parent, top = table[pid][0], pid
             while parent in tree:
                 if parent in compilers:
-                    top = False
-                    break
+                    top = parent
                 parent = table[parent][0]
-            jobs += top
+            job_rss[top] = job_rss.get(top, 0) + table[pid][2]
+        jobs = len(job_rss)
+        for pid, size in job_rss.items():
+            out = self._outputs.get(pid) or _output_of(pid)  # None: not exec'd yet, ask again
+            self._outputs[pid] = out
+            if out:
+                self.object_peaks[out] = max(size, self.object_peaks.get(out, 0))
         self.peak_rss = max(self.peak_rss, rss)
         self.peak_jobs = max(self.peak_jobs, jobs)
         if self.cgroup is not None:
@@ -645,6 +665,7 @@ class Build:
         report["build_seconds"] = round(time.monotonic() - t0, 1)
         report["compile_peak_rss_bytes"] = sampler.peak_rss
         report["max_concurrent_compiles"] = sampler.peak_jobs
+        report["object_peak_rss_bytes"] = sampler.object_peaks
         report["cgroup_anon_peak_bytes"] = sampler.peak_anon
         report["samples"] = sampler.samples
         report["stopped_at_oom_kill"] = sampler.oom_stopped

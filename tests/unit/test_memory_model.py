@@ -265,6 +265,7 @@ class FakeResult:
     cache_hits: int | None = None
     sccache_hits: int | None = None
     objects_built: int | None = 4
+    object_peak_rss_bytes: dict[str, int] | None = None
     log_path: Path = Path("nowhere/logs/attempt-1.log")
 
 
@@ -272,6 +273,7 @@ class FakeResult:
 class FakePlan:
     max_jobs: int = 3
     nvcc_threads: int = 1
+    cpus: int = 4
 
 
 def _planned_ext():  # type: ignore[no-untyped-def]

@@ -61,24 +61,38 @@ def test_actionlint_does_find_mistakes(tmp_path: Path) -> None:
     assert "mem-999g" in messages and "\"nope\" is not defined" in messages
 
 
-def test_nightly_builds_missing_cells_one_publisher_per_cell() -> None:
+def test_nightly_schedules_missing_cells_one_job_per_builder() -> None:
     doc = _load("nightly.yml")
     assert doc["on"]["schedule"][0]["cron"] and "workflow_dispatch" in doc["on"]
     jobs = doc["jobs"]
-    matrix_run = " ".join(s.get("run", "") for s in jobs["matrix"]["steps"])
-    assert "matrix --missing --json --store" in matrix_run
+    schedule_run = " ".join(s.get("run", "") for s in jobs["schedule"]["steps"])
+    assert "schedule --missing --store" in schedule_run and "--builders" in schedule_run
     build = jobs["build"]
-    assert build["needs"] == "matrix"
-    assert build["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.matrix.outputs.cells) }}"
-    assert build["runs-on"][0] == "self-hosted" and "${{ matrix.runner }}" in build["runs-on"]
-    assert build["concurrency"]["group"] == "factory-publish-${{ matrix.cell }}"
+    assert build["needs"] == "schedule"
+    assert build["strategy"]["matrix"]["include"] == (
+        "${{ fromJSON(needs.schedule.outputs.builders) }}")
+    assert build["runs-on"][0] == "self-hosted" and "${{ matrix.builder }}" in build["runs-on"]
+    assert build["concurrency"]["group"] == "factory-builder-${{ matrix.builder }}"
     assert build["concurrency"]["cancel-in-progress"] is False
     build_run = " ".join(s.get("run", "") for s in build["steps"])
-    assert 'factory build "$CELL" --cache --publish --store "$FACTORY_STORE"' in build_run
+    assert "factory.ci builder-slots" in build_run
+    assert '--cache --publish' in build_run and '--memory "$memory" --cpus "$cpus"' in build_run
     index = jobs["index"]
-    assert set(index["needs"]) == {"matrix", "build"}
+    assert set(index["needs"]) == {"schedule", "build"}
     assert index["concurrency"]["group"] == "factory-index"
     assert 'factory index rebuild --store "$FACTORY_STORE"' in " ".join(s.get("run", "") for s in index["steps"])
+
+
+def test_builder_slots_prints_one_line_per_slot() -> None:
+    doc = {"version": 1, "builders": [
+        {"name": "a", "slots": [{"memory": "65536m", "cpus": 16, "cells": ["x-cp311", "x-cp312"]},
+                                {"memory": "65536m", "cpus": 16, "cells": []}]},
+        {"name": "b", "slots": [{"memory": "1024m", "cpus": 2, "cells": ["y"]}]}]}
+    r = subprocess.run([sys.executable, "-m", "factory.ci", "builder-slots", "a"],
+                       input=json.dumps(doc), capture_output=True, text=True, cwd=REPO,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["65536m 16 x-cp311 x-cp312"]
 
 
 def test_request_shares_the_per_cell_group_and_has_typed_inputs() -> None:
@@ -89,9 +103,7 @@ def test_request_shares_the_per_cell_group_and_has_typed_inputs() -> None:
     assert inputs["python"]["type"] == "choice"
     assert all(inputs[k]["type"] == "string" for k in ("spec", "torch", "arch"))
     group = doc["jobs"]["request"]["concurrency"]["group"]
-    nightly_group = _load("nightly.yml")["jobs"]["build"]["concurrency"]["group"]
-    # The same name once the expression is filled in: the prefix before it must match.
-    assert group.split("${{")[0] == nightly_group.split("${{")[0] == "factory-publish-"
+    assert group.split("${{")[0] == "factory-publish-"
     assert group.endswith("${{ needs.resolve.outputs.cell }}")
 
 

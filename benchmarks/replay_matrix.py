@@ -1,0 +1,196 @@
+"""A 48-cell flash-attn matrix on 4 builders: `factory schedule` against today's nightly.
+
+Matrix: flash-attn 2.8.3.post2, torch 2.11/2.12/2.13/2.14, CUDA 13.0, Python 3.11/3.12/3.13,
+arch sets sm_90 and sm_100, two platforms (manylinux_2_28 and manylinux_2_36 images: their
+kernels are not shared, docs/BENCHMARKS.md "Compile cache"). Builders: 64/128/256/512 GiB with
+16/32/64/128 CPUs, all x86_64.
+
+Cell times come from one model for both policies (factory.planning.schedule.CellTimes): the
+planner's predicted compile at the slot's memory and CPUs from measured per-object times (sm_90:
+the shipped history; sm_100: the 2026-11-29 H200 run's ninja log, added here), contention
+included; a later Python version of a group compiles CACHED_FRACTION (10 %, measured) of the
+first; every cell adds the measured 79 s of link, repair and verify.
+
+  factory schedule  groups (same kernels, any Python) to builder slots, longest first, slots
+                    per builder chosen for the shortest makespan
+  today's nightly   one Actions job per cell in id order, max-parallel 8, static label per
+                    package: flash-attn -> mem-256g, which only the 256 GiB builder carries
+                    (labels name a builder's own size); each job has the whole builder; the
+                    builder's local compile cache serves a later Python version only when the
+                    same builder built the group's first cell before it
+  lower bound       max(all groups' CPU work / all CPUs, the longest group on its fastest
+                    builder): CPU work = the group's time on one CPU (cache effect included),
+                    which no schedule can shrink; and no group can finish faster than on the
+                    whole builder where it is fastest
+
+    python benchmarks/replay_matrix.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from factory.matrix.load import PlannedCell, load_matrix  # noqa: E402
+from factory.planning.memory_model import (  # noqa: E402
+    MemoryHistory,
+    read_ninja_log,
+    shipped_history_path,
+)
+from factory.planning.schedule import (  # noqa: E402
+    CACHED_FRACTION,
+    Builder,
+    CellTimes,
+    Group,
+    _lanes,
+    group_cells,
+    overhead,
+    platform_of,
+    schedule,
+    shared_span,
+)
+from factory.units import GIB  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SM100_LOG = (ROOT / "benchmarks" / "gpu" / "results-2026-11-29-h200x2"
+             / "flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312.ninja_log")
+MATRIX = """
+[axes]
+torch = ["2.11.0", "2.12.0", "2.13.0", "2.14.1"]
+cuda = ["13.0"]
+archs = [["9.0"], ["10.0"]]
+python = ["3.11", "3.12", "3.13"]
+
+[packages.flash-attn]
+recipe = "flash-attn"
+versions = ["2.8.3.post2"]
+"""
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_36_x86_64")
+BUILDERS = tuple(
+    Builder(name=f"builder-{m}g", memory_bytes=m * GIB, cpus=c, platform="x86_64",
+            labels=(f"mem-{m}g",))
+    for m, c in ((64, 16), (128, 32), (256, 64), (512, 128)))
+STATIC_LABEL = "mem-256g"  # factory.ci.RUNNER_LABELS["flash-attn"]
+MAX_PARALLEL = 8
+
+
+def cells() -> list[PlannedCell]:
+    base = list(load_matrix(text=MATRIX).cells)
+    return [dataclasses.replace(pc, wheel=pc.wheel.replace(platform_of(pc), plat))
+            for plat in PLATFORMS for pc in base]
+
+
+def history() -> MemoryHistory:
+    shipped = MemoryHistory.load(shipped_history_path()).as_document()
+    doc = {**shipped, "objects": shipped["objects"] + [{
+        "package": "flash-attn", "version": "2.8.3.post2", "cuda": "13.0", "archs": [100],
+        "nvcc_threads": 1, "max_jobs": 9, "cpus": 16, "source": SM100_LOG.name,
+        "seconds": read_ninja_log(SM100_LOG)}]}
+    return MemoryHistory(doc, path=None)
+
+
+def nightly(all_cells: list[PlannedCell], times: CellTimes) -> float:
+    """Per-cell jobs in id order on the runners carrying the static label (one job each)."""
+    runners = [b for b in BUILDERS if STATIC_LABEL in b.labels]
+    free = {b.name: 0.0 for b in runners}
+    seen: dict[str, set[tuple[str, ...]]] = {b.name: set() for b in runners}
+    groups = {pc.cell.id + platform_of(pc): g.key for g in group_cells(all_cells)
+              for pc in g.cells}
+    order = sorted(all_cells, key=lambda pc: (pc.cell.id, platform_of(pc)))
+    running: list[float] = []  # end times of the jobs in flight (max-parallel)
+    end = 0.0
+    for pc in order:
+        b = min(runners, key=lambda r: free[r.name])
+        start = free[b.name]
+        running = sorted(t for t in running if t > start)
+        if len(running) >= MAX_PARALLEL:
+            start = max(start, running[-MAX_PARALLEL])
+        compile_phase = times.compile(pc, b.memory_bytes, b.cpus)
+        assert compile_phase is not None
+        key = groups[pc.cell.id + platform_of(pc)]
+        if key in seen[b.name]:  # the builder's local compile cache has the kernels
+            compile_phase = dataclasses.replace(
+                compile_phase, work=compile_phase.work * CACHED_FRACTION,
+                longest=compile_phase.longest * CACHED_FRACTION)
+        took = shared_span(b.cpus, [[compile_phase, overhead()]])[0]
+        seen[b.name].add(key)
+        free[b.name] = start + took
+        running.append(start + took)
+        end = max(end, start + took)
+    return end
+
+
+def best_whole_groups(groups: list[Group], times: CellTimes) -> float:
+    """The best makespan over EVERY way to put whole groups on builders (exhaustive over how
+    many groups of each kind each builder gets; groups of one kind are alike here), each
+    builder running its groups as `factory schedule` runs them."""
+    kinds: dict[tuple[str, ...], list[Group]] = {}
+    for g in groups:
+        kinds.setdefault((g.cells[0].cell.archs.__repr__(), g.platform), []).append(g)
+    pools = list(kinds.values())
+    memo: dict[tuple[str, tuple[int, ...]], float] = {}
+
+    def end(b: Builder, counts: tuple[int, ...]) -> float:
+        key = (b.name, counts)
+        if key not in memo:
+            chosen = [g for pool, n in zip(pools, counts, strict=True) for g in pool[:n]]
+            found = _lanes(b, chosen, times) if chosen else None
+            memo[key] = max(found[2]) if found else (0.0 if not chosen else float("inf"))
+        return memo[key]
+
+    def splits(total: int, parts: int) -> list[tuple[int, ...]]:
+        if parts == 1:
+            return [(total,)]
+        return [(i, *rest) for i in range(total + 1) for rest in splits(total - i, parts - 1)]
+
+    per_kind = [splits(len(pool), len(BUILDERS)) for pool in pools]
+    best = float("inf")
+    for combo in itertools.product(*per_kind):
+        span = max(end(b, tuple(c[i] for c in combo)) for i, b in enumerate(BUILDERS))
+        best = min(best, span)
+    return best
+
+
+def main() -> int:
+    all_cells = cells()
+    h = history()
+    times = CellTimes(h)
+    found = schedule(all_cells, BUILDERS, history=h)
+    today = nightly(all_cells, times)
+    groups = group_cells(all_cells)
+    print(f"{len(all_cells)} cells in {len(groups)} groups (same kernels, any Python); "
+          f"builders: " + ", ".join(f"{b.name} ({b.memory_bytes // GIB} GiB, {b.cpus} CPUs)"
+                                    for b in BUILDERS))
+    print()
+    print("| policy | makespan h | vs today's nightly | vs lower bound |")
+    print("|---|---:|---:|---:|")
+    lb = found.lower_bound_seconds
+    whole = best_whole_groups(list(groups), times)
+    for name, span in (("today's nightly (per-cell jobs, id order, max-parallel 8, "
+                        f"label {STATIC_LABEL})", today),
+                       ("`factory schedule`", found.makespan_seconds),
+                       ("best assignment of whole groups (exhaustive)", whole),
+                       ("lower bound (work / all CPUs, longest group)", lb)):
+        print(f"| {name} | {span / 3600:.2f} | {today / span:.2f}x shorter | "
+              f"{100 * (span / lb - 1):+.1f} % |")
+    print()
+    print("| builder | lanes (cells at once) | memory GiB per lane (CPUs shared) | cells "
+          "| busy h |")
+    print("|---|---:|---|---:|---:|")
+    for b in BUILDERS:
+        slots = [s for s in found.slots if s.builder == b.name]
+        used = [s for s in slots if s.cells]
+        if not slots:
+            continue
+        print(f"| {b.name} | {len(slots)} | {slots[0].memory_bytes / GIB:.0f} "
+              f"| {sum(len(s.cells) for s in used)} | "
+              f"{max((s.seconds for s in used), default=0) / 3600:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

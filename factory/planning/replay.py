@@ -1,0 +1,67 @@
+"""Replay a planned compile: which objects run together, at their own size, and for how long.
+
+ninja starts the objects in build.ninja's order (longest first, factory.planning.critical_path)
+on ``jobs`` slots. With each object's measured seconds and peak RSS the replay says when each
+one starts and ends, and so what runs together:
+
+- Memory. A compile holds its peak in its front end (cicc over flash-attn's templates) for
+  about its first minute, then about half of it (ptxas and the host compile). The peak of a
+  build is where many front ends coincide: at the very start, when every slot starts at once
+  (FIELD-NOTES s.3: "the peak came 51 s in"). Fitted on the two 16-job sm_90 runs in the repo
+  (setup.py's order: 16 backward kernels at once, 67.0 GiB; longest first: 12 split + 4
+  backward kernels, 56.25 GiB), it predicts the two 9-job runs of 2026-11-29 (sm_90 and
+  sm_100 under 48 GiB) within 8 % (docs/BENCHMARKS.md, benchmarks/simulate_schedule.py).
+- Time. Objects slow down as more CPUs compile: +14 % per object when every CPU compiles
+  (the 16-job run on 16 cores against the same objects alone), proportionally beyond the
+  cores. Measured seconds are divided by the factor they were measured under, then multiplied
+  by the plan's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Sequence
+
+PEAK_WINDOW_SECONDS = 60.0  # how long an object's front end holds its peak
+TAIL_FRACTION = 0.5  # what it holds after that, as a fraction of its peak
+CONTENTION = 0.14  # slow-down per object when every CPU compiles
+
+
+def contention_factor(compilers: float, cpus: int) -> float:
+    """How much slower an object compiles with ``compilers`` compiling on ``cpus`` CPUs than
+    alone: 1 + 14 % x the share of busy CPUs, and proportionally more past the core count."""
+    share = compilers / max(1, cpus)
+    return (1.0 + CONTENTION * min(1.0, share)) * max(1.0, share)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Replay:
+    peak_bytes: int  # compile memory only (add the non-compile memory to compare with a cap)
+    peak_at_seconds: float
+    span_seconds: float
+
+
+def replay(objects: Sequence[tuple[float, int]], jobs: int) -> Replay:
+    """``objects`` in start order as (seconds, peak bytes), run on ``jobs`` slots."""
+    free = [0.0] * max(1, jobs)
+    events: list[tuple[float, int, float]] = []  # (time, order: ends before starts, delta)
+    span = 0.0
+    for seconds, peak in objects:
+        start = heapq.heappop(free)
+        end = start + seconds
+        heapq.heappush(free, end)
+        span = max(span, end)
+        events.append((start, 1, float(peak)))
+        if end > start + PEAK_WINDOW_SECONDS:
+            events.append((start + PEAK_WINDOW_SECONDS, 0, -(1 - TAIL_FRACTION) * peak))
+            events.append((end, 0, -TAIL_FRACTION * peak))
+        else:
+            events.append((end, 0, -float(peak)))
+    events.sort()
+    level = best = at = 0.0
+    for time, _, delta in events:
+        level += delta
+        if level > best:
+            best, at = level, time
+    return Replay(peak_bytes=int(round(best)), peak_at_seconds=at, span_seconds=span)

@@ -1,0 +1,112 @@
+"""The per-object replay: what runs together at its own size, and contention in time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from factory.matrix.cell import Cell
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory, shipped_history_path
+from factory.planning.planner import plan_after_oom, plan_for
+from factory.planning.replay import (
+    PEAK_WINDOW_SECONDS,
+    TAIL_FRACTION,
+    contention_factor,
+    replay,
+)
+from factory.units import GIB
+
+SM90 = Cell(package="flash-attn", version="2.8.3.post2", torch="2.11.0", cuda="13.0",
+            archs=(90,), python="3.12")
+
+
+def test_objects_started_together_count_at_their_peaks() -> None:
+    r = replay([(300.0, 4 * GIB), (300.0, 3 * GIB), (300.0, 2 * GIB)], jobs=3)
+    assert r.peak_bytes == 9 * GIB
+    assert r.peak_at_seconds == 0.0
+    assert r.span_seconds == 300.0
+
+
+def test_a_later_start_meets_the_others_past_their_front_end() -> None:
+    # 2 slots: the third object starts when the short one ends, after the long one's window.
+    r = replay([(400.0, 4 * GIB), (100.0, 4 * GIB), (100.0, 4 * GIB)], jobs=2)
+    assert PEAK_WINDOW_SECONDS < 100.0
+    assert r.peak_bytes == 8 * GIB  # the start, not the later 4 x 0.5 + 4
+    assert replay([(400.0, 4 * GIB), (100.0, 1 * GIB), (100.0, 9 * GIB)], jobs=2).peak_bytes \
+        == int(4 * GIB * TAIL_FRACTION + 9 * GIB)
+    assert r.span_seconds == 400.0
+
+
+def test_contention_grows_to_14_percent_then_proportionally() -> None:
+    assert contention_factor(1, 16) == pytest.approx(1 + 0.14 / 16)
+    assert contention_factor(16, 16) == pytest.approx(1.14)
+    assert contention_factor(32, 16) == pytest.approx(2 * 1.14)
+
+
+def shipped() -> MemoryHistory:
+    return MemoryHistory.load(shipped_history_path())
+
+
+def test_planner_replays_per_object_peaks_where_they_were_measured() -> None:
+    # The real 16-job run peaked at 56.25 GiB in this order: 16 jobs fit 64 GiB, where the
+    # per-job model (2 x 6.7 + n x 4.2 + 2) allowed 13.
+    plan = plan_for(SM90, supports_threads=True, memory_model_key="flash-attn",
+                    memory=64 * GIB, cpus=16, history=shipped())
+    assert plan.max_jobs == 16
+    assert 56 * GIB <= plan.predicted_peak_bytes <= 64 * GIB
+    assert any("replay" in r for r in plan.reasons)
+    tight = plan_for(SM90, supports_threads=True, memory_model_key="flash-attn",
+                     memory=48 * GIB, cpus=16, history=shipped())
+    assert tight.predicted_peak_bytes <= 48 * GIB
+    assert 9 <= tight.max_jobs < 16
+
+
+def test_another_arch_falls_back_to_the_per_job_model() -> None:
+    sm100 = Cell(package="flash-attn", version="2.8.3.post2", torch="2.11.0", cuda="13.0",
+                 archs=(100,), python="3.12")
+    plan = plan_for(sm100, supports_threads=True, memory_model_key="flash-attn",
+                    memory=64 * GIB, cpus=16, history=shipped())
+    assert not any("replay" in r for r in plan.reasons)
+    assert plan.max_jobs == 13
+
+
+def test_an_oom_raises_the_object_peaks_so_the_next_plan_is_no_bolder(tmp_path: Path) -> None:
+    history = MemoryHistory.load(tmp_path / "h.json")
+    plan = plan_for(SM90, supports_threads=True, memory_model_key="flash-attn",
+                    memory=64 * GIB, cpus=16, history=history)
+    retry = plan_after_oom(plan, 64 * GIB, 1, history=history)
+    again = plan_for(SM90, supports_threads=True, memory_model_key="flash-attn",
+                     memory=64 * GIB, cpus=16, history=MemoryHistory.load(tmp_path / "h.json"))
+    assert again.max_jobs <= retry.max_jobs < plan.max_jobs
+
+
+def test_recorded_object_peaks_keep_the_largest_seen(tmp_path: Path) -> None:
+    history = MemoryHistory.load(tmp_path / "h.json")
+    cell = Cell(package="x", version="1", torch="2.11.0", cuda="13.0", archs=(90,),
+                python="3.12")
+    for peaks in ({"a": 3 * GIB, "b": 1 * GIB}, {"a": 2 * GIB}):
+        history.record(BuildMeasurement(cell=cell, nvcc_threads=1, max_jobs=2, cpus=4,
+                                        peak_job_bytes=None, object_seconds={"a": 10.0},
+                                        object_peaks=peaks))
+    times = MemoryHistory.load(tmp_path / "h.json").object_times(cell)
+    assert times is not None
+    assert dict(times.peaks) == {"a": 3 * GIB, "b": 1 * GIB}
+    assert (times.max_jobs, times.cpus) == (2, 4)
+
+
+def test_the_sampler_names_a_compile_job_by_its_output() -> None:
+    import subprocess
+    import sys
+
+    from factory.runners.inside import _output_of
+
+    code = "import sys; print('ready', flush=True); sys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", code, "-o", "build/temp/x.o"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        assert _output_of(child.pid) == "build/temp/x.o"
+    finally:
+        child.communicate(b"")
+    assert _output_of(child.pid) is None  # gone: no name, no error
