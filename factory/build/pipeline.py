@@ -25,6 +25,7 @@ from factory.errors import BuildError, FactoryError, OOMError, PlanError, Verify
 from factory.logger import Log, NinjaProgress
 from factory.units import format_size
 from factory.matrix.load import Matrix, PlannedCell
+from factory.wheels.floor import lower_floor_tip, wheel_floor
 from factory.planning.budget import BudgetRequest
 
 MAX_ATTEMPTS = 4
@@ -82,6 +83,11 @@ def cell_work_dir(matrix: Matrix, pc: PlannedCell) -> Path:
     return matrix.settings.work_dir / pc.cell.id
 
 
+def sysroots_dir(matrix: Matrix) -> Path:
+    """Where the glibc sysroot and its tarball live (next to the toolkits: shared by work dirs)."""
+    return matrix.settings.work_dir.parent / "sysroots"
+
+
 def toolkits_dir(matrix: Matrix) -> Path:
     """Where CUDA toolkits made from PyPI wheels live (next to the work dir)."""
     return matrix.settings.work_dir.parent / "toolkits"
@@ -90,6 +96,22 @@ def toolkits_dir(matrix: Matrix) -> Path:
 def build_image(matrix: Matrix, pc: PlannedCell) -> str:
     """The image a containerized build of the cell runs in."""
     return pc.toolchain.image or matrix.settings.image_for(pc.cell.python)
+
+
+def floor_plan(matrix: Matrix, pc: PlannedCell, runner: str) -> Any:
+    """How the build keeps the cell's glibc floor (factory.toolchain.sysroot.FloorPlan); raises
+    ToolchainError, before anything compiles, when no environment of the factory reaches it."""
+    from factory.hosts.doctor import glibc_version
+    from factory.toolchain.images import plat_for_image
+    from factory.toolchain.sysroot import plan_floor
+    from factory.wheels.floor import parse_manylinux
+
+    if runner == "local":
+        builder, where = glibc_version() or (0, 0), "this host"
+    else:
+        image = build_image(matrix, pc)
+        builder, where = parse_manylinux(plat_for_image(image))[0] or (0, 0), f"image {image}"
+    return plan_floor(pc.manylinux, builder=builder, where=where, sysroot=matrix.settings.sysroot)
 
 
 def job_requirements(pc: PlannedCell) -> tuple[str, ...]:
@@ -208,7 +230,7 @@ def _cache_settings(matrix: Matrix, opts: BuildOptions) -> Any:
 
 
 def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
-         attempt: int, opts: BuildOptions) -> Any:
+         attempt: int, opts: BuildOptions, sysroot: Path | None = None) -> Any:
     from factory.build.compile_cache import DEFAULT_SIZE
     from factory.runners.base import BuildJob
     from factory.matrix.tags import local_tag
@@ -240,6 +262,7 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         cache_size=cache.size if cache else DEFAULT_SIZE,
         timeout=None,
         venv_root=matrix.settings.venv_dir,
+        sysroot=sysroot,
     )
 
 
@@ -256,12 +279,15 @@ def _planned_cuda_home(matrix: Matrix, pc: PlannedCell) -> Path | None:
 def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOptions) -> dict[str, Any]:
     """The exact settings the runner would use, from the runner itself; nothing is run."""
     from factory.runners import get_runner
+    from factory.toolchain.sysroot import sysroot_dir
 
     work = cell_work_dir(matrix, pc)
-    job = _job(matrix, pc, plan, work=work, src=work / "src", cuda_home=_planned_cuda_home(matrix, pc),
-               attempt=1, opts=opts)
+    floor = floor_plan(matrix, pc, opts.runner)
+    sysroot = sysroot_dir(sysroots_dir(matrix)) if floor.sysroot else None
+    job = _job(matrix, pc, plan, work=work, src=work / "src",
+               cuda_home=_planned_cuda_home(matrix, pc), attempt=1, opts=opts, sysroot=sysroot)
     return {
-        "cell": pc.cell.id, "wheel": pc.wheel, "plan": plan.as_dict(),
+        "cell": pc.cell.id, "wheel": pc.wheel, "plan": plan.as_dict(), "floor": floor.as_dict(),
         "toolchain": pc.toolchain.as_dict(), "env": dict(job.env),
         "requirements": list(job.requirements),
         "runner": get_runner(opts.runner, **opts.runner_options).describe(job),
@@ -283,6 +309,8 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
         log.detail(f"already published (content key {pc.content_key}); nothing to build")
         return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
                             detail="already published")
+    floor = floor_plan(matrix, pc, opts.runner)  # an unreachable floor fails here
+    log.detail(floor.describe())
     history = load_history(matrix)
     store = _shared_store(opts)
     if store is not None and not opts.dry_run:
@@ -312,7 +340,7 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
             return dataclasses.replace(skipped, seconds=time.monotonic() - t0)
         if store is None:
             return _build_locked(matrix, pc, opts, log, plan=plan, history=history, work=work,
-                                 t0=t0)
+                                 t0=t0, floor=floor)
         from factory.build.lease import hold_cell
 
         with hold_cell(store, content_key=pc.content_key, cell=pc.cell.id,
@@ -324,7 +352,7 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
                 log.detail("published by another builder; nothing to build")
                 return dataclasses.replace(skipped, seconds=time.monotonic() - t0)
             return _build_locked(matrix, pc, opts, log, plan=plan, history=history,
-                                 work=work, t0=t0)
+                                 work=work, t0=t0, floor=floor)
 
 
 def _share_records(opts: BuildOptions) -> Any:
@@ -362,21 +390,28 @@ def _cell_lock(work: Path, log: Log) -> Iterator[None]:
 
 
 def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, *, plan: Any,
-                  history: Any, work: Path, t0: float) -> BuildOutcome:
+                  history: Any, work: Path, t0: float, floor: Any) -> BuildOutcome:
     from factory.runners import get_runner
 
     runner = get_runner(opts.runner, **opts.runner_options)
     src, cuda_home = _prepare_inputs(matrix, pc, runner, work, log, history=history)
+    sysroot = _sysroot(matrix, floor, log)
     runner.prepare(_job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=1,
-                        opts=opts))
+                        opts=opts, sysroot=sysroot))
     # the remote compile cache, synced from here: the build container has no network
     with _remote_cache_synced(matrix, opts, log):
         plan, result, attempts = _run_attempts(matrix, pc, opts, log, runner, plan=plan,
                                                history=history, work=work, src=src,
-                                               cuda_home=cuda_home)
+                                               cuda_home=cuda_home, sysroot=sysroot)
     wheel = _finish_wheel(matrix, pc, opts, log, result.wheel, work=work)
+    reached = wheel_floor(wheel)
+    log.step(f"glibc floor reached: {reached.why()}; tagged {pc.wheel.rsplit('-', 1)[-1][:-4]}")
+    lower = lower_floor_tip(reached, floor)
+    if lower:
+        log.detail(lower)
     seconds = time.monotonic() - t0
-    _write_provenance(matrix, pc, plan, wheel, attempts, result, seconds, opts)
+    _write_provenance(matrix, pc, plan, wheel, attempts, result, seconds, opts,
+                      floor={**floor.as_dict(), "reached": reached.as_dict()})
     if opts.publish:
         from factory.index.publish import publish
         from factory.index.store import open_store
@@ -385,6 +420,18 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
         publish(open_store(opts.store or matrix.settings.store), [wheel])
     return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
                         seconds=seconds)
+
+
+def _sysroot(matrix: Matrix, floor: Any, log: Log) -> Path | None:
+    """The glibc sysroot when the floor plan needs it (made or unpacked once, then reused)."""
+    if not floor.sysroot:
+        return None
+    from factory.toolchain.images import rootfs_tarball
+    from factory.toolchain.sysroot import SUITE, ensure_sysroot
+
+    log.step("glibc sysroot (glibc 2.31, libstdc++ 10)")
+    rootfs = rootfs_tarball(matrix.settings.work_dir, SUITE)
+    return ensure_sysroot(sysroots_dir(matrix), rootfs=rootfs).root
 
 
 def _prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Any, work: Path, log: Log, *,
@@ -411,7 +458,8 @@ def _prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Any, work: Path, lo
 
 def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, runner: Any, *,
                   plan: Any, history: Any, work: Path, src: Path,
-                  cuda_home: Path | None) -> tuple[Any, Any, list[dict[str, Any]]]:
+                  cuda_home: Path | None,
+                  sysroot: Path | None = None) -> tuple[Any, Any, list[dict[str, Any]]]:
     """Attempts until one builds a wheel: after an OOM kill the next resumes with a smaller
     plan. Returns (the last plan, the good attempt's result, every attempt's record)."""
     from factory.planning.memory_model import record_build
@@ -419,7 +467,7 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     attempts: list[dict[str, Any]] = []
     for attempt in range(1, opts.attempts + 1):
         job = _job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=attempt,
-                   opts=opts)
+                   opts=opts, sysroot=sysroot)
         shutil.rmtree(job.out_dir, ignore_errors=True)
         job.out_dir.mkdir(parents=True)
         log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
@@ -548,7 +596,8 @@ def _log_tail(path: Path, lines: int = 30) -> str:
 
 
 def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: Any, wheel: Path, attempts: list[dict[str, Any]],
-                      result: Any, seconds: float, opts: BuildOptions) -> Path:
+                      result: Any, seconds: float, opts: BuildOptions,
+                      floor: dict[str, Any] | None = None) -> Path:
     from factory.wheels.provenance import write_manifest
 
     data = {
@@ -567,6 +616,7 @@ def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: Any, wheel: Path, a
                     "image": build_image(matrix, pc)},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cache": {"hits": getattr(result, "cache_hits", None), "misses": getattr(result, "cache_misses", None)},
+        "floor": floor or {},
     }
     path = wheel.with_name(wheel.name + ".provenance.json")
     write_manifest(path, data)

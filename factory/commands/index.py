@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
                 "links": v.links,
                 "problems": list(v.problems),
                 "pending": list(v.pending),
+                "floors": list(v.floors),
             }
         )
     else:
@@ -71,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"pending {name}: uploaded but not committed ('factory index rebuild' completes it)"
             )
+        for floor in v.floors:
+            print(f"floor   {floor['wheel']}: {floor.get('policy') or 'unreadable'}")
         for problem in v.problems:
             print(f"problem {problem}")
         print(

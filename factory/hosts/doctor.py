@@ -35,6 +35,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import StoreError, UsageError, WheelError
+from factory.wheels.floor import glibc_text, parse_manylinux
 from factory.index.links import Anchor, parse_anchors
 from factory.matrix.tags import LocalTag, parse_local
 
@@ -405,13 +406,9 @@ class Choice:
 
 def _manylinux(platform_tag: str) -> tuple[tuple[int, int] | None, str]:
     """('manylinux_2_28_x86_64') -> ((2, 28), 'x86_64'); legacy aliases included."""
-    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", platform_tag)
-    if m:
-        return (int(m.group(1)), int(m.group(2))), m.group(3)
-    m = re.fullmatch(r"(manylinux1|manylinux2010|manylinux2014)_(\w+)", platform_tag)
-    if m:
-        return legacy[m.group(1)], m.group(2)
+    glibc, arch = parse_manylinux(platform_tag)
+    if glibc is not None:
+        return glibc, arch
     m = re.fullmatch(r"linux_(\w+)", platform_tag)
     if m:
         return None, m.group(1)
@@ -444,7 +441,7 @@ def _needed_glibc(files: Iterable[IndexFile]) -> str:
             glibc, _ = _manylinux(tag)
             if glibc:
                 needs.add(glibc)
-    return "%d.%d" % min(needs) if needs else "?"
+    return glibc_text(min(needs)) if needs else "?"
 
 
 def _sm_runs(gpu_sm: int, built: int) -> bool:
@@ -532,6 +529,13 @@ def _for_platform(
     host: HostInfo, project: str, files: list[IndexFile], warnings: list[str]
 ) -> list[IndexFile] | str:
     step = [f for f in files if _platform_ok(f, host)]
+    above = [f for f in files if f not in step
+             and any(_manylinux(t)[1] == host.machine for t in f.platforms)]
+    if step and above:
+        glibc = "unknown" if host.glibc is None else glibc_text(host.glibc)
+        needs = sorted({f"{f.variant or f.filename} (glibc >= {_needed_glibc([f])})" for f in above})
+        warnings.append(f"this host's glibc is {glibc}: {len(above)} {project} wheel(s) on the "
+                        f"index need a newer one and cannot install here: {_join(needs)}")
     if not step:
         arches = {_manylinux(t)[1] for f in files for t in f.platforms}
         if host.machine not in arches:

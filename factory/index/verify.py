@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 from collections import defaultdict
+from pathlib import Path
 from urllib.parse import unquote, urljoin
 
 from factory.index import pages
@@ -26,6 +27,8 @@ class IndexReport:
     links: int
     problems: tuple[str, ...]
     pending: tuple[str, ...]  # uploaded but never committed: 'index rebuild' completes them
+    # with ``deep``: each wheel's glibc floor, promised (its tag) and needed (its binaries)
+    floors: tuple[dict[str, object], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -77,12 +80,14 @@ def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
             linked[key].add(link.target or "")
             links += 1
     problems += _missing_from_pages(store, entries, linked, roots, page_keys)
+    problems += checker.floor_problems
     return IndexReport(
         wheels=len(entries),
         pages=len(page_keys),
         links=links,
         problems=tuple(dict.fromkeys(problems)),
         pending=tuple(store.uncommitted_wheels()),
+        floors=tuple(checker.floors[name] for name in sorted(checker.floors)),
     )
 
 
@@ -138,6 +143,8 @@ class _LinkChecker:
         self._listing = {o.key: o.size for o in store.list(f"{FILES}/")}
         self._wheel_hash: dict[str, str] = {}
         self._metadata_hash: dict[str, str] = {}
+        self.floors: dict[str, dict[str, object]] = {}  # filename -> its floor (deep only)
+        self.floor_problems: list[str] = []
 
     def problems(self, page: str, link: _Link) -> list[str]:
         target = link.target
@@ -172,7 +179,28 @@ class _LinkChecker:
         if target not in cache:
             data = self._store.read(target + suffix)
             cache[target] = _sha256(data) if data is not None else ("missing" if suffix else "")
+            if not suffix and data is not None and target in self._by_key:
+                name = self._by_key[target].filename
+                self.floors[name] = _floor(name, data, self.floor_problems)
         return cache[target]
+
+
+def _floor(filename: str, data: bytes, problems: list[str]) -> dict[str, object]:
+    """A wheel's floor for the report; a tag promising less than the binaries need is a
+    problem (factory.wheels.verify.check_floor says it the same way)."""
+    from factory.errors import WheelError
+    from factory.wheels.floor import wheel_floor
+    from factory.wheels.verify import check_floor
+
+    try:
+        floor = wheel_floor(Path(filename), data)
+    except WheelError as exc:
+        problems.append(exc.message)
+        return {"wheel": filename, "floor": None}
+    check = check_floor(filename, floor)
+    if not check.ok:
+        problems.append(f"{filename}: {check.detail}")
+    return {"wheel": filename, "ok": check.ok, **floor.as_dict()}
 
 
 def _missing_from_pages(

@@ -149,10 +149,13 @@ class Cell:
             python=f"3.{m.group('py')}",
         )
 
-    def content_key(self, recipe_revision: str) -> str:
-        payload = json.dumps(
-            {**self.as_dict(), "recipe_revision": recipe_revision}, sort_keys=True
-        ).encode()
+    def content_key(self, recipe_revision: str, *, manylinux: str | None = None) -> str:
+        """``manylinux``: the promised glibc floor ("2_28"); a wheel for another floor is
+        another build."""
+        values: dict[str, object] = {**self.as_dict(), "recipe_revision": recipe_revision}
+        if manylinux is not None:
+            values["manylinux"] = manylinux
+        payload = json.dumps(values, sort_keys=True).encode()
         return hashlib.sha256(payload).hexdigest()[:16]
 
     def as_dict(self) -> dict[str, object]:

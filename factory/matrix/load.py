@@ -18,14 +18,14 @@ from packaging.version import Version
 
 from factory.matrix.cell import Cell, parse_arch, parse_cuda, parse_python, parse_version
 from factory.errors import CellError, ConfigError
-from factory.matrix.settings import Settings, check_keys, default_settings
+from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
 from factory.recipes import Recipe, get_recipe
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
 
 AXES = ("torch", "cuda", "archs", "python")
 TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes"}
-PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", *AXES}
-RULE_KEYS = {"package", "version", *AXES, "reason"}
+PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", "manylinux", *AXES}
+RULE_KEYS = {"package", "version", *AXES, "reason", "manylinux"}
 
 
 def _as_list(value: Any, where: str) -> list[Any]:
@@ -84,6 +84,7 @@ class PackageSpec:
     source: str  # "pypi" or a path (relative to the matrix file's directory)
     sha256: str | None
     axes: dict[str, list[Any]]
+    manylinux: str | None = None  # the package's glibc floor, over [settings] manylinux
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -97,6 +98,7 @@ class PlannedCell:
     sha256: str | None
     content_key: str
     wheel: str  # the exact filename the cell will produce
+    manylinux: str = "auto"  # the promised glibc floor ("2_28"), or "auto": the builder's
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +110,7 @@ class PlannedCell:
             "content_key": self.content_key,
             "source": self.source,
             "wheel": self.wheel,
+            "manylinux": self.manylinux,
             "toolchain": self.toolchain.as_dict(),
         }
 
@@ -165,9 +168,17 @@ def default_plat(settings: Settings, python: str | None = None) -> str:
     return plat_for_image(settings.image_for(python))
 
 
+def cell_plat(settings: Settings, python: str, manylinux: str) -> str:
+    """The platform tag a cell's wheel promises: its floor's, or the builder's for "auto"."""
+    if manylinux == "auto":
+        return default_plat(settings, python)
+    return f"manylinux_{manylinux}_x86_64"
+
+
 def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
               settings: Settings | None = None,
-              torch_indexes: Mapping[str, str] | None = None) -> PlannedCell:
+              torch_indexes: Mapping[str, str] | None = None,
+              manylinux: str | None = None) -> PlannedCell:
     settings = matrix.settings if matrix else (settings or default_settings())
     torch_indexes = matrix.torch_indexes if matrix else (torch_indexes or {})
     try:
@@ -176,14 +187,16 @@ def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
     except ConfigError:
         raise
     toolchain = resolve_toolchain(cell, torch_indexes=dict(torch_indexes), prefer=settings.toolkit)
+    floor = manylinux or pkg.manylinux or settings.manylinux
     return PlannedCell(
         cell=cell,
         recipe=pkg.recipe,
         toolchain=toolchain,
         source=pkg.source,
         sha256=pkg.sha256,
-        content_key=cell.content_key(pkg.recipe.revision),
-        wheel=wheel_filename(cell, pkg.recipe, default_plat(settings, cell.python)),
+        content_key=cell.content_key(pkg.recipe.revision, manylinux=floor),
+        wheel=wheel_filename(cell, pkg.recipe, cell_plat(settings, cell.python, floor)),
+        manylinux=floor,
     )
 
 
@@ -312,9 +325,10 @@ def _package(name: str, spec: Any, *, root: Path,
     for axis in AXES:
         if axis not in axes:
             raise ConfigError(f"{where} has no {axis} axis and [axes] sets none")
+    floor = check_manylinux(spec["manylinux"], where) if "manylinux" in spec else None
     return PackageSpec(
         name=canonicalize_name(name), recipe=recipe, versions=tuple(versions), source=source,
-        sha256=sha, axes=axes,
+        sha256=sha, axes=axes, manylinux=floor,
     )
 
 
@@ -330,6 +344,11 @@ def _rules(data: Mapping[str, Any], kind: str,
         if "package" in rule and canonicalize_name(str(rule["package"])) not in packages:
             raise ConfigError(f"[[{kind}]] #{i + 1} names unknown package {rule['package']!r}")
         parsed = _parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
+        if "manylinux" in rule:
+            if kind == "exclude":
+                raise ConfigError(f"[[exclude]] #{i + 1}: manylinux is not a cell axis "
+                                  "(a cell has one floor); exclude by package or axes")
+            rule["manylinux"] = check_manylinux(rule["manylinux"], f"[[include]] #{i + 1}")
         if kind == "include":
             many = [a for a, v in parsed.items() if len(v) != 1]
             if many:
@@ -354,7 +373,7 @@ def _expand(matrix: Matrix, *, excludes: list[dict[str, Any]],
             cells[cell] = plan_cell(cell, pkg, matrix)
     for i, rule in enumerate(includes):
         pkg, cell = _included_cell(rule, f"[[include]] #{i + 1}", matrix.packages)
-        cells[cell] = plan_cell(cell, pkg, matrix)
+        cells[cell] = plan_cell(cell, pkg, matrix, manylinux=rule.get("manylinux"))
     if not cells:
         raise ConfigError("the matrix expands to no cells (everything excluded?)")
     return tuple(sorted(cells.values(), key=lambda p: p.cell.id))

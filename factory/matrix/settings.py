@@ -19,7 +19,7 @@ TOOLKIT_SOURCES = ("pypi", "image", "system")
 SETTINGS_KEYS = {
     "store", "wheelhouse", "runner", "memory", "cpus", "base-image", "plat", "work-dir", "toolkit",
     "memory-history", "venv-dir",
-    "images", "compile-cache",
+    "images", "compile-cache", "manylinux", "sysroot",
 }
 COMPILE_CACHE_KEYS = {"dir", "size", "remote"}
 
@@ -37,11 +37,18 @@ DEFAULTS: dict[str, Any] = {
     # builds record measured memory here (layered over the shipped defaults); share it between
     # builders by pointing this (or $FACTORY_MEMORY_HISTORY) at a common file
     "memory-history": ".cache/factory/memory_history.json",
+    # The glibc floor of every wheel (a manylinux policy, like torch's own "2_28"), unless a
+    # package or an [[include]] names another; "auto": whatever the builder's glibc gives.
+    "manylinux": "2_28",
+    # How a builder newer than the floor reaches it: "bullseye" (the factory's glibc 2.31
+    # sysroot, factory.toolchain.sysroot) or "none".
+    "sysroot": "bullseye",
 }
+SYSROOTS = ("bullseye", "none")
 
 _TEXT_SETTINGS = (
     "store", "wheelhouse", "work-dir", "venv-dir", "runner", "base-image", "plat",
-    "memory-history",
+    "memory-history", "manylinux", "sysroot",
 )
 
 
@@ -80,6 +87,8 @@ class Settings:
     plat: str  # "auto" or a platform tag
     toolkit: tuple[str, ...]  # nvcc sources in order of preference
     compile_cache: CompileCacheSettings
+    manylinux: str = "2_28"  # the default glibc floor ("2_28"), or "auto"
+    sysroot: str = "bullseye"  # how a newer builder reaches it: "bullseye" or "none"
 
     @classmethod
     def from_table(cls, raw: Mapping[str, Any], *, root: Path) -> Settings:
@@ -112,6 +121,8 @@ class Settings:
             plat=table["plat"],
             toolkit=toolkit,
             compile_cache=_compile_cache(table.get("compile-cache"), root=root, work_dir=work_dir),
+            manylinux=check_manylinux(table["manylinux"], "[settings]"),
+            sysroot=_sysroot(table["sysroot"]),
         )
 
     def image_for(self, python: str | None = None) -> str:
@@ -147,6 +158,27 @@ def _store(spec: str) -> str:
     if "://" in spec and not (spec.startswith("s3://") and spec[len("s3://") :].partition("/")[0]):
         raise ConfigError(f"[settings] store {spec!r} is not a directory or s3://bucket/prefix")
     return spec
+
+
+def check_manylinux(value: Any, where: str) -> str:
+    """"2_28" (a manylinux policy auditwheel knows) or "auto"; ConfigError otherwise."""
+    from factory.errors import WheelError
+    from factory.wheels.floor import floor_policy
+
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where} manylinux must be a string like \"2_28\" or \"auto\"")
+    if value == "auto":
+        return value
+    try:
+        return floor_policy(value).name.removeprefix("manylinux_")
+    except WheelError as exc:
+        raise ConfigError(f"{where} manylinux: {exc.message}") from None
+
+
+def _sysroot(value: str) -> str:
+    if value not in SYSROOTS:
+        raise ConfigError(f"[settings] sysroot {value!r} is not one of {', '.join(SYSROOTS)}")
+    return value
 
 
 def _runner(runner: str) -> str:

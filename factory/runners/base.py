@@ -27,6 +27,7 @@ INSIDE = {
     "cache": f"{INSIDE_ROOT}/cache",
     "run": f"{INSIDE_ROOT}/run",
     "log": f"{INSIDE_ROOT}/log",
+    "sysroot": f"{INSIDE_ROOT}/sysroot",
 }
 
 LineCallback = Callable[[str], None]
@@ -52,6 +53,9 @@ class BuildJob:
     timeout: float | None = None  # seconds for the whole run; None: no limit
     venv_dir: Path | None = None  # this exact venv; else one under venv_root, else per cell
     venv_root: Path | None = None  # venvs shared by every build with the same environment
+    # the glibc sysroot (factory.toolchain.sysroot) the compilers link against; None: the
+    # builder's own glibc and libstdc++
+    sysroot: Path | None = None
 
     @property
     def python_tag(self) -> str:

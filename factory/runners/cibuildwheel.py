@@ -1,10 +1,19 @@
-"""The cibuildwheel runner: multi-Python builds in the official manylinux images.
+"""The cibuildwheel runner: cibuildwheel drives the build, in the factory's own offline image.
 
 cibuildwheel drives its own container, so the caps travel in its ``container-engine``
-``create_args`` (memory = memory-swap, cpus, network none, pids) and the wheelhouse and toolkit
-are mounted read-only through the same args. torch is installed offline in ``before-build``;
-the build runs with ``--no-build-isolation`` so it sees that torch; the repair step excludes
-torch's and CUDA's libraries, which the wheel must load from the user's torch.
+``create_args`` (memory = memory-swap, cpus, network none, pids) and the wheelhouse, toolkit
+and glibc sysroot are mounted read-only through the same args. torch is installed offline in
+``before-build``; the build runs with ``--no-build-isolation`` so it sees that torch.
+
+The image: cibuildwheel runs any image that has its interpreter layout (measured with
+cibuildwheel 4.3: ``/opt/python/cp3X-cp3X/bin/{python,pip}`` first on PATH, and
+``/opt/python/cp39-cp39/bin/python`` for reading the environment) and pulls none that exists
+locally. So a factory image (``factory-base:bookworm``, made offline) gets that layout in a
+derived image, ``<image>-cibw``: a venv of the cell's Python at the cibuildwheel path. The
+official manylinux images already have it and are used as they are on a builder with a
+registry. The repair step is not cibuildwheel's: the factory repairs every runner's wheel on
+the host (local version tag, torch pin, auditwheel with torch's and CUDA's libraries
+excluded, the glibc floor), as it does for the docker runner.
 
 What this runner cannot do that the docker runner does: read the container's OOMKilled flag
 and cgroup counters (cibuildwheel removes its container), so OOM is read from the log
@@ -21,26 +30,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from factory.build.compile_cache import SCCACHE_SUBDIR
+from factory.errors import EngineError
 from factory.process import run_command
-from factory.runners.base import BuildJob, LineCallback, RunResult
+from factory.runners.base import INSIDE, BuildJob, LineCallback, RunResult
 from factory.runners.oom import was_oom_killed
+from factory.toolchain.sysroot import sysroot_env
 
 DEFAULT_IMAGE = "quay.io/pypa/manylinux_2_28_x86_64"
 WHEELHOUSE = "/factory/wheelhouse"
 CUDA = "/factory/cuda"
 CACHE = "/factory/cache"
-# A torch extension links against these at run time from the installed torch / driver;
-# bundling them would add gigabytes or fail (FIELD-NOTES 6).
-AUDITWHEEL_EXCLUDES = (
-    "libtorch.so",
-    "libtorch_cpu.so",
-    "libtorch_cuda.so",
-    "libtorch_python.so",
-    "libc10.so",
-    "libc10_cuda.so",
-    "libcudart.so.*",
-    "libcuda.so.*",
-)
+# cibuildwheel's interpreter layout, made in a factory image (see the module doc).
+LAYOUT_SCRIPT = """set -e
+tag=cp{nodot}-cp{nodot}
+python{python} -m venv /opt/python/$tag
+mkdir -p /opt/python/cp39-cp39/bin
+helper=/opt/python/cp39-cp39/bin/python
+[ -e $helper ] || ln -s "$(command -v python3)" $helper
+"""
 
 
 def build_identifier(python: str) -> str:
@@ -70,7 +77,9 @@ def cibuildwheel_environment(
         create.append(f"--volume={job.cuda_home.resolve()}:{CUDA}:ro")
     if job.cache_dir:
         create.append(f"--volume={job.cache_dir.resolve()}:{CACHE}:rw")
-    inner: dict[str, str] = dict(job.env)
+    if job.sysroot:
+        create.append(f"--volume={job.sysroot.resolve()}:{INSIDE['sysroot']}:ro")
+    inner: dict[str, str] = {**job.env, **sysroot_env(job.sysroot, INSIDE["sysroot"])}
     # Offline by construction: every pip call in the container reads the wheelhouse only.
     inner.update({"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": WHEELHOUSE})
     if job.cuda_home:
@@ -86,11 +95,10 @@ def cibuildwheel_environment(
         )
     else:
         inner["TORCH_NO_COMPILER_WRAPPER"] = "1"
-    excludes = " ".join(f"--exclude {shlex.quote(x)}" for x in AUDITWHEEL_EXCLUDES)
     env = {
         "CIBW_BUILD": build_identifier(job.python),
         "CIBW_ARCHS_LINUX": "x86_64",
-        "CIBW_MANYLINUX_X86_64_IMAGE": job.image or DEFAULT_IMAGE,
+        "CIBW_MANYLINUX_X86_64_IMAGE": cibuildwheel_image(job.image or DEFAULT_IMAGE),
         "CIBW_CONTAINER_ENGINE": "docker; create_args: " + " ".join(shlex.quote(a) for a in create),
         "CIBW_ENVIRONMENT": " ".join(
             f"{k}={shlex.quote(v) if '$' not in v else _dq(v)}" for k, v in sorted(inner.items())
@@ -101,14 +109,68 @@ def cibuildwheel_environment(
         + " ".join(shlex.quote(r) for r in job.requirements),
         "CIBW_BUILD_FRONTEND": "pip; args: --no-build-isolation --no-index",
         "CIBW_BUILD_VERBOSITY": "1",  # ninja's [N/M] lines
-        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": (
-            f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}"
-        ),
+        # the factory repairs on the host (factory.wheels.finalize), as for every runner
+        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": "",
         "CIBW_TEST_SKIP": "*",
     }
     if base:
         env = {**base, **env}
     return env
+
+
+def cibuildwheel_image(image: str) -> str:
+    """The image cibuildwheel is pointed at: a factory image's ``-cibw`` twin (the layout
+    cibuildwheel needs), any other image as it is."""
+    return f"{image}-cibw" if image.startswith("factory-base:") else image
+
+
+def ensure_cibuildwheel_image(image: str, python: str) -> str:
+    """Make ``<image>-cibw`` (offline: a venv from the image's own Python, then a commit) unless
+    it exists with this Python's interpreter; returns what cibuildwheel should run."""
+    target = cibuildwheel_image(image)
+    if target == image:
+        return image
+    from docker.errors import APIError, ImageNotFound
+
+    from factory.runners.engine import docker_client
+
+    client = docker_client()
+    nodot = python.replace(".", "")
+    label = f"org.factory.cibuildwheel.cp{nodot}"
+    try:
+        labels = (client.images.get(target).attrs.get("Config") or {}).get("Labels") or {}
+        if labels.get(label) == image_id(client, image):
+            return target
+    except ImageNotFound:
+        pass
+    script = LAYOUT_SCRIPT.format(python=python, nodot=nodot)
+    container = client.containers.create(image, ["bash", "-c", script], user="0:0",
+                                         network_disabled=True)
+    try:
+        container.start()
+        status = container.wait(timeout=600)
+        if int(status.get("StatusCode", 1)) != 0:
+            tail = container.logs(tail=20).decode(errors="replace").strip()
+            raise EngineError(f"making {target} from {image} failed", tip=tail)
+        repo, _, tag = target.rpartition(":")
+        container.commit(repository=repo, tag=tag,
+                         changes=[f"LABEL {label}={image_id(client, image)}"])
+    except APIError as exc:
+        raise EngineError(f"making {target} from {image} failed: {exc}") from None
+    finally:
+        container.remove(force=True)
+    return target
+
+
+def image_id(client: Any, image: str) -> str:
+    """The base's id: a remade base makes the twin stale."""
+    from docker.errors import ImageNotFound
+
+    try:
+        return str(client.images.get(image).id).removeprefix("sha256:")[:12]
+    except ImageNotFound:
+        raise EngineError(f"image {image} does not exist",
+                          tip="'factory image base' makes the factory's base image") from None
 
 
 def _dq(value: str) -> str:
@@ -124,7 +186,14 @@ class CibuildwheelRunner:
         """Nothing: cibuildwheel drives its own containers."""
 
     def prepare(self, job: BuildJob) -> None:
-        """Nothing: cibuildwheel gets its manylinux image itself."""
+        """A factory image: the builder image, then its ``-cibw`` twin with cibuildwheel's
+        interpreter layout (an official manylinux image is cibuildwheel's to get)."""
+        image = job.image or DEFAULT_IMAGE
+        if cibuildwheel_image(image) != image:
+            from factory.toolchain.python_image import ensure_builder_image
+
+            ensure_builder_image(image)
+            ensure_cibuildwheel_image(image, job.python)
 
     def describe(self, job: BuildJob) -> dict[str, Any]:
         return {
@@ -135,9 +204,10 @@ class CibuildwheelRunner:
                 "--platform",
                 "linux",
                 "--output-dir",
-                str(job.out_dir),
-                str(job.src_dir),
+                str(job.out_dir.resolve()),
+                ".",
             ],
+            "cwd": str(job.src_dir),
         }
 
     def print_build_identifiers(self, job: BuildJob) -> list[str]:
@@ -159,8 +229,10 @@ class CibuildwheelRunner:
         job.log_path.parent.mkdir(parents=True, exist_ok=True)
         before = {p: p.stat().st_mtime for p in job.out_dir.glob("*.whl")}
         started = time.monotonic()
+        # cibuildwheel builds only a package inside its working directory
         result = run_command(
-            ["cibuildwheel", "--platform", "linux", "--output-dir", job.out_dir, job.src_dir],
+            ["cibuildwheel", "--platform", "linux", "--output-dir", job.out_dir.resolve(), "."],
+            cwd=job.src_dir,
             env=env,
             log_path=job.log_path,
             check=False,
@@ -195,7 +267,6 @@ class CibuildwheelRunner:
 
 
 __all__ = [
-    "AUDITWHEEL_EXCLUDES",
     "CibuildwheelRunner",
     "build_identifier",
     "cibuildwheel_environment",

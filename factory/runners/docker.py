@@ -42,6 +42,7 @@ from factory.runners.base import (
 )
 from factory.runners.engine import docker_client, image_exists
 from factory.runners.oom import was_oom_killed
+from factory.toolchain.sysroot import sysroot_env
 
 _log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ class DockerRunner:
             "run_dir": INSIDE["run"],
             "log": f"{INSIDE['log']}/{job.log_path.name}",
             "report": f"{INSIDE['log']}/{job.log_path.name}.report.json",
-            "env": dict(job.env),
+            "env": {**job.env, **sysroot_env(job.sysroot, INSIDE["sysroot"])},
             "cuda_home": INSIDE["cuda"] if job.cuda_home else None,
             "cache": (
                 inside_config(root=INSIDE["cache"], size=job.cache_size, normalize_paths=True)
@@ -187,6 +188,8 @@ class DockerRunner:
             vols[str(job.cuda_home.resolve())] = {"bind": INSIDE["cuda"], "mode": "ro"}
         if job.cache_dir:
             vols[str(job.cache_dir.resolve())] = {"bind": INSIDE["cache"], "mode": "rw"}
+        if job.sysroot:
+            vols[str(job.sysroot.resolve())] = {"bind": INSIDE["sysroot"], "mode": "ro"}
         return vols
 
     def create_kwargs(self, job: BuildJob, *, name: str, run_dir: Path | str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.build.compile_cache import inside_config
+from factory.toolchain.sysroot import sysroot_env
 from factory.errors import EngineError
 from factory.runners import cgroup
 from factory.runners.base import (
@@ -303,7 +304,7 @@ class LocalRunner:
             "run_dir": str(report.parent),
             "log": str(job.log_path.resolve()),
             "report": str(report),
-            "env": dict(job.env),
+            "env": {**job.env, **sysroot_env(job.sysroot)},
             "cuda_home": str(job.cuda_home.resolve()) if job.cuda_home else None,
             "cache": (
                 {

@@ -121,36 +121,37 @@ def ensure_base_image(
     return name
 
 
-def _debootstrap_tarball(tarball: Path, *, suite: str, mirror: str) -> None:
+def debootstrap(root: Path, *, suite: str, packages: tuple[str, ...], mirror: str,
+                log: Path) -> None:
+    """A minimal Debian ``suite`` with ``packages`` in ``root``, without package lists and
+    downloaded .debs (100+ MB that nothing needs)."""
     find_program("debootstrap")
-    find_program("tar")
     if os.geteuid() != 0:
         raise EngineError(
-            "debootstrap needs root to make the base image",
-            tip="run 'sudo docker/make-base-image.sh' once; later runs reuse the image",
+            "debootstrap needs root to make the base image or the sysroot",
+            tip="run 'sudo docker/make-base-image.sh' (or 'sudo factory image base') once; "
+            "later runs reuse what it made",
         )
+    log.parent.mkdir(parents=True, exist_ok=True)
+    run_command(
+        ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", suite, root,
+         mirror],
+        log_path=log,
+        error=EngineError,
+        what="debootstrap",
+    )
+    for junk in (root / "var/cache/apt/archives", root / "var/lib/apt/lists"):
+        for item in junk.glob("*"):
+            if item.is_file():
+                item.unlink()
+
+
+def _debootstrap_tarball(tarball: Path, *, suite: str, mirror: str) -> None:
     tarball.parent.mkdir(parents=True, exist_ok=True)
     log = tarball.parent / f"debootstrap-{suite}.log"
     root = Path(tempfile.mkdtemp(prefix="rootfs.", dir=tarball.parent))
     try:
-        run_command(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                f"--include={','.join(BASE_PACKAGES)}",
-                suite,
-                root,
-                mirror,
-            ],
-            log_path=log,
-            error=EngineError,
-            what="debootstrap",
-        )
-        # Package lists and downloaded .debs are 100+ MB that no build needs.
-        for junk in (root / "var/cache/apt/archives", root / "var/lib/apt/lists"):
-            for item in junk.glob("*"):
-                if item.is_file():
-                    item.unlink()
+        debootstrap(root, suite=suite, packages=BASE_PACKAGES, mirror=mirror, log=log)
         partial = tarball.with_suffix(".tar.partial")
         run_command(
             ["tar", "-C", root, "-cf", partial, "."],

@@ -37,7 +37,7 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends xz-
     uuid-dev libgdbm-dev libncurses-dev pkgconf
 mkdir -p /tmp/pysrc && cd /tmp/pysrc
 apt-get source --download-only python{python}
-tar xf python{python}_*.orig.tar.xz
+tar xf python{python}_*.orig.tar.*  # bookworm ships .tar.gz, trixie .tar.xz
 cd Python-{python}*/
 ./configure --prefix=/usr/local --with-ensurepip=install > /tmp/pysrc/configure.log
 make -j"$(nproc)" > /tmp/pysrc/make.log 2>&1 || {{ tail -n 40 /tmp/pysrc/make.log; exit 1; }}

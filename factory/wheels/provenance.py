@@ -111,6 +111,9 @@ class Manifest:
     builder: Mapping[str, Any]  # {hostname, runner, image}
     created: str  # ISO 8601, UTC
     cache: Mapping[str, Any]  # {hits, misses}
+    # the glibc floor: promised, how it was kept (sysroot or not), and what the binaries
+    # reached with the symbol versions that set it (factory.wheels.floor); {} before it existed
+    floor: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +132,7 @@ class Manifest:
             "builder": dict(self.builder),
             "created": self.created,
             "cache": dict(self.cache),
+            "floor": dict(self.floor),
         }
 
     @classmethod
@@ -159,6 +163,7 @@ class Manifest:
                 builder=dict(d.get("builder") or {}),
                 created=str(d.get("created") or ""),
                 cache=dict(d.get("cache") or {}),
+                floor=dict(d.get("floor") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WheelError(f"{source}: not a provenance manifest ({type(exc).__name__}: {exc})") from None
@@ -305,6 +310,13 @@ def render_text(m: Manifest, *, yanked: str | None = None) -> str:
             f"{a.objects_built if a.objects_built is not None else '?'} object(s) built"
         )
     lines.append(f"  build       {_seconds(m.build_seconds)}, peak memory {_bytes(m.peak_memory_bytes)}")
+    if m.floor:
+        reached = m.floor.get("reached") or {}
+        how = "the glibc 2.31 sysroot" if m.floor.get("sysroot") else "the builder's glibc"
+        highest = reached.get("highest") or {}
+        lines.append(f"  glibc floor promised {m.floor.get('promised') or 'auto'} ({how}); "
+                     f"binaries need {reached.get('policy', '?')} (GLIBC "
+                     f"{highest.get('GLIBC', '-')}, GLIBCXX {highest.get('GLIBCXX', '-')})")
     if m.cache and any(v is not None for v in m.cache.values()):
         lines.append(f"  cache       {m.cache.get('hits')} hit(s), {m.cache.get('misses')} miss(es)")
     b = m.builder

@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 from factory.errors import EngineError, FactoryError, VerifyError, WheelError
 from factory.matrix.tags import local_tag, parse_local, torch_pin
 from factory.process import last_error_line, run_program
+from factory.wheels.floor import BinaryFloor, manylinux_name, promised_glibc, wheel_floor
 from factory.wheels.reader import WheelInfo, analyse_wheel
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ _MANYLINUX_RE = re.compile(r"manylinux(_\d+_\d+|1|2010|2014)_")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Check:
-    # 'archs', 'filename', 'metadata', 'local-tag', 'torch-pin', 'platform', 'record', 'import'
+    # 'archs', 'filename', 'metadata', 'local-tag', 'torch-pin', 'platform', 'record', 'glibc',
+    # 'import'
     name: str
     ok: bool  # a skipped check is ok (it found nothing wrong) and says why it was skipped
     detail: str
@@ -56,6 +58,7 @@ class Check:
 class WheelReport:
     wheel: str  # the filename
     checks: tuple[Check, ...]
+    floor: BinaryFloor | None = None  # what the binaries need from the host's glibc
 
     @property
     def ok(self) -> bool:
@@ -80,7 +83,22 @@ class WheelReport:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"wheel": self.wheel, "ok": self.ok, "checks": [c.as_dict() for c in self.checks]}
+        return {"wheel": self.wheel, "ok": self.ok, "checks": [c.as_dict() for c in self.checks],
+                "floor": self.floor.as_dict() if self.floor else None}
+
+
+def check_floor(filename: str, floor: BinaryFloor) -> Check:
+    """The platform tag promises a glibc; the binaries must need no newer one."""
+    promised = promised_glibc(filename)
+    if promised is None or floor.glibc is None:
+        return Check(name="glibc", ok=True, skipped=promised is None,
+                     detail=f"binaries: {floor.why()}"
+                     + ("" if promised is not None else "; the tag promises no manylinux floor"))
+    tag = manylinux_name(promised)
+    if floor.glibc > promised:
+        return Check(name="glibc", ok=False,
+                     detail=f"the tag promises {tag} but the binaries need {floor.why()}")
+    return Check(name="glibc", ok=True, detail=f"tag {tag}; binaries need {floor.why()}")
 
 
 # -- cuobjdump ------------------------------------------------------------------------------------
@@ -518,6 +536,13 @@ def verify_wheel(
     if expected is not None:
         want_archs = expected.cell.archs  # the plan decides, whatever the tag claims
     checks.append(check_archs(info, want_archs, allow_ptx=allow_ptx))
+    try:
+        floor: BinaryFloor | None = wheel_floor(path)
+    except WheelError as exc:
+        floor = None
+        checks.append(Check(name="glibc", ok=False, detail=exc.message))
+    if floor is not None:
+        checks.append(check_floor(info.filename, floor))
     if import_check:
         try:
             checks.append(check_import(info, wheelhouse=wheelhouse, echo=echo, log_path=log_path))
@@ -525,7 +550,7 @@ def verify_wheel(
             checks.append(Check(name="import", ok=False, detail=exc.message))
     else:
         checks.append(Check(name="import", ok=True, skipped=True, detail="skipped: not asked for"))
-    report = WheelReport(wheel=info.filename, checks=tuple(checks))
+    report = WheelReport(wheel=info.filename, checks=tuple(checks), floor=floor)
     if raise_on_failure and not report.ok:
         raise VerifyError(report.summary())
     return report

@@ -67,6 +67,7 @@ def test_a_good_wheel_passes_every_check(tmp_path: Path, sos: dict[str, Path]) -
         "platform",
         "record",
         "archs",
+        "glibc",
         "import",
     ]
     assert report.check("archs").detail == "SASS sm_90 in 1 file(s), no PTX"

@@ -193,7 +193,12 @@ def test_images_per_python_version() -> None:
     assert m.settings.image_for("cp313") == "factory-base:trixie"
     assert m.settings.image_for("3.11") == "factory-base:bookworm"
     wheels = {pc.cell.python: pc.wheel for pc in m.cells}
-    # The wheel's platform tag follows the glibc of the cell's own image.
+    # The platform tag is the cell's glibc floor (torch's 2_28 by default), whatever the image.
+    assert wheels["3.11"].endswith("manylinux_2_28_x86_64.whl")
+    assert wheels["3.13"].endswith("manylinux_2_28_x86_64.whl")
+    # With manylinux = "auto" it follows the glibc of the cell's own image.
+    auto = load_matrix(text=MATRIX.replace("[settings]\n", '[settings]\nmanylinux = "auto"\n'))
+    wheels = {pc.cell.python: pc.wheel for pc in auto.cells}
     assert wheels["3.11"].endswith("manylinux_2_36_x86_64.whl")
     assert wheels["3.13"].endswith("manylinux_2_41_x86_64.whl")
 

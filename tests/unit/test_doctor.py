@@ -5,6 +5,7 @@ as a directory and over HTTP. Always through the real CLI in a subprocess."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -214,3 +215,19 @@ def test_runs_the_hosts_nvidia_smi_with_the_query(tmp_path: Path, torch_dirs: di
     assert r.returncode == 0, r.stdout + r.stderr
     assert "gpu         none found (nvidia-smi not found" in r.stdout
     assert "WARNING flash-attn: no NVIDIA GPU found" in r.stdout
+
+
+def test_a_variant_needing_a_newer_glibc_than_the_host_is_named(
+    tmp_path: Path, torch_dirs: dict[str, Path]
+) -> None:
+    store = tmp_path / "store"
+    for torch, plat in (("2.14.1", "manylinux_2_28_x86_64"), ("2.11.0", "manylinux_2_99_x86_64")):
+        root = tmp_path / torch
+        root.mkdir()
+        for pc in planned(write_matrix(root, _matrix('[["10.0"]]', torch=f'"{torch}"'))):
+            publish_build(store, root / "dist", pc, plat=plat)
+    r = doctor(store, "b200.txt", torch_dirs["2.14-cu130"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"glibc\s+\d+\.\d+ \(x86_64\)", r.stdout)  # the host's own, named
+    assert ("1 flash-attn wheel(s) on the index need a newer one and cannot install here: "
+            "cu130-torch2.11 (glibc >= 2.99)") in r.stdout

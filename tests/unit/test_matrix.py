@@ -74,7 +74,7 @@ def test_a_package_axis_overrides_the_global_one() -> None:
 def test_cell_ids_round_trip_and_content_keys_follow_the_recipe_revision() -> None:
     for pc in load_matrix(text=BASE).cells:
         assert Cell.from_id(pc.cell.id) == pc.cell
-        assert pc.content_key == pc.cell.content_key(pc.recipe.revision)
+        assert pc.content_key == pc.cell.content_key(pc.recipe.revision, manylinux=pc.manylinux)
         assert pc.cell.content_key("2") != pc.content_key
 
 

@@ -7,8 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+from ops_builds import factory_cli, fake_build, manifest_for, planned, publish_build, write_matrix
 
 from factory.errors import WheelError
+from factory.index.store import open_store
 from factory.wheels.provenance import (
     Manifest,
     manifest_name,
@@ -18,9 +20,6 @@ from factory.wheels.provenance import (
     render_text,
     write_manifest,
 )
-from factory.index.store import open_store
-
-from ops_builds import factory_cli, fake_build, manifest_for, planned, publish_build, write_matrix
 
 
 @pytest.fixture
@@ -109,6 +108,14 @@ def test_render_text_names_what_people_ask_about(tmp_path: Path, cells) -> None:
     assert "MAX_JOBS=2 NVCC_THREADS=1" in text
     assert "attempt 1" in text and "exit 0" in text
     assert cells[0].content_key in text
+    assert "glibc floor" not in text  # a manifest from before the floor was recorded
+    highest = {"GLIBC": "GLIBC_2.14", "GLIBCXX": "GLIBCXX_3.4.21"}
+    floor = {"promised": "2.28", "sysroot": True,
+             "reached": {"policy": "manylinux_2_24", "highest": highest}}
+    wheel = fake_build(tmp_path / "f", cells[0], floor=floor)
+    text = render_text(read_manifest(tmp_path / "f" / manifest_name(wheel.name)))
+    assert ("glibc floor promised 2.28 (the glibc 2.31 sysroot); binaries need manylinux_2_24 "
+            "(GLIBC GLIBC_2.14, GLIBCXX GLIBCXX_3.4.21)") in text
 
 
 def test_published_builds_skip_a_manifest_without_its_wheel(tmp_path: Path, cells) -> None:  # type: ignore[no-untyped-def]
@@ -127,7 +134,7 @@ def test_show_wheel_path_filename_and_cell(tmp_path: Path, cells) -> None:  # ty
     pc = cells[1]
     w1 = publish_build(store, tmp_path / "d1", pc, created="2026-03-01T00:00:00+00:00")
     w2 = publish_build(store, tmp_path / "d2", pc, created="2026-03-02T00:00:00+00:00",
-                       plat="manylinux_2_28_x86_64")
+                       plat="manylinux_2_31_x86_64")
 
     r = factory_cli("show", str(w1), "--store", str(store))
     assert r.returncode == 0, r.stderr

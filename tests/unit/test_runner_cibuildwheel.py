@@ -1,8 +1,9 @@
-"""The cibuildwheel runner: its configuration, and cibuildwheel's own reading of it. Official
-manylinux images cannot be pulled here, so no build runs."""
+"""The cibuildwheel runner: its configuration and cibuildwheel's own reading of it (the real
+build: tests/integration/test_runner_cibuildwheel.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import shutil
 from pathlib import Path
@@ -12,9 +13,9 @@ import pytest
 from factory.errors import UsageError
 from factory.runners import BuildJob, get_runner
 from factory.runners.cibuildwheel import (
-    AUDITWHEEL_EXCLUDES,
     CibuildwheelRunner,
     cibuildwheel_environment,
+    cibuildwheel_image,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,8 +61,21 @@ def test_configuration_carries_caps_offline_install_and_excludes(tmp_path: Path)
     assert "FLASH_ATTN_CUDA_ARCHS=100" in env["CIBW_ENVIRONMENT"]
     assert "CUDA_HOME=/factory/cuda" in env["CIBW_ENVIRONMENT"]
     assert "TORCH_NO_COMPILER_WRAPPER=1" in env["CIBW_ENVIRONMENT"]
-    for lib in AUDITWHEEL_EXCLUDES:
-        assert f"--exclude {shlex.quote(lib)}" in env["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]
+    # the factory repairs on the host, as for every runner (excludes, tag, pin, glibc floor)
+    assert env["CIBW_REPAIR_WHEEL_COMMAND_LINUX"] == ""
+
+
+def test_a_factory_image_is_run_through_its_cibuildwheel_twin(tmp_path: Path) -> None:
+    assert cibuildwheel_image("factory-base:bookworm") == "factory-base:bookworm-cibw"
+    official = "quay.io/pypa/manylinux_2_28_x86_64"
+    assert cibuildwheel_image(official) == official
+    job = dataclasses.replace(_job(tmp_path), image="factory-base:bookworm",
+                              sysroot=tmp_path / "sysroot")
+    env = cibuildwheel_environment(job)
+    assert env["CIBW_MANYLINUX_X86_64_IMAGE"] == "factory-base:bookworm-cibw"
+    assert f"--volume={(tmp_path / 'sysroot').resolve()}:/factory/sysroot:ro" in env[
+        "CIBW_CONTAINER_ENGINE"]
+    assert "CXX=/factory/sysroot/bin/g++" in env["CIBW_ENVIRONMENT"]
 
 
 def test_cache_is_mounted_and_nvcc_wrapped(tmp_path: Path) -> None:
@@ -81,3 +95,4 @@ def test_cibuildwheel_reads_the_configuration(tmp_path: Path) -> None:
 def test_unknown_runner_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="known: docker, local, cibuildwheel"):
         get_runner("podman")
+

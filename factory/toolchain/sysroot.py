@@ -1,0 +1,310 @@
+"""The glibc sysroot: wheels for hosts older than the builder, with the builder's own compiler.
+
+The C and C++ runtime a binary links against decides the oldest host it loads on (its glibc
+floor, ``factory.wheels.floor``). The base image's g++ 12 is new enough for torch 2.14's C++20
+(GCC 10, the compiler of every glibc <= 2.31 Debian, reports ``__cplusplus`` 201709 and torch's
+``ATen.h`` refuses it); its glibc 2.36 and libstdc++ are too new for the hosts that exist. So the
+factory compiles with the builder's g++ against Debian bullseye's glibc 2.31 and libstdc++ 10
+(headers and shared objects to link against, nothing else): ``--sysroot`` plus the older C++
+headers. What the binaries need is then at most glibc 2.31 and GLIBCXX_3.4.28 (manylinux_2_31)
+by construction, and manylinux_2_28 (torch's own floor) when nothing from glibc 2.29-2.31 is
+used; the build checks that on the binaries after compiling (``wheels.floor``).
+
+The sysroot is made once with debootstrap (bullseye is on the Debian mirror; buster, with glibc
+2.28, is not), cached as a tarball (about 30 MB, so it can be carried to a GPU host without
+network or docker), and unpacked where it is used. The wrappers in its ``bin/`` are what CC, CXX
+and nvcc's ``-ccbin`` point at; they find the sysroot from their own location, so the tree works
+at any path: mounted into the build container, or unpacked on a host for the local runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from factory.errors import EngineError
+from factory.wheels.floor import glibc_text, manylinux_name
+
+SUITE = "bullseye"
+# What is linked against: glibc (libc6-dev) and libstdc++ 10 (libstdc++-10-dev); the kernel
+# headers come with libc6-dev.
+PACKAGES = ("libc6-dev", "libstdc++-10-dev")
+GLIBC = (2, 31)  # bullseye's: the floor the sysroot reaches by construction
+GCC_RUNTIME = "10"  # the libstdc++ headers and library of the sysroot
+# The lowest floor a build with the sysroot is accepted for: torch's own wheels are
+# manylinux_2_28, so nothing lower is worth promising; between 2_28 and 2_31 the binaries are
+# checked after compiling.
+REACH = (2, 28)
+# Of the root filesystem only what a compile and a link read: headers and libraries.
+KEEP = ("usr/include", "usr/lib/x86_64-linux-gnu", "usr/lib/gcc/x86_64-linux-gnu", "usr/lib64",
+        "lib", "lib64")
+# Never read by a compile or a link: the compiler proper and plugins of bullseye's own gcc.
+# Nor what the base image's other packages (python3, apt, binutils) bring, nor static archives
+# a torch extension never links (libc_nonshared.a stays: libc.so names it).
+DROP = ("cc1", "cc1plus", "collect2", "lto1", "lto-wrapper", "plugin", "libcc1.so*", "gconv",
+        "perl", "perl5", "perl-base", "apt", "dpkg", "python3*", "libpython3*", "audit",
+        "lib[atlu]san*", "libubsan*", "libc.a", "libm.a", "libm-*.a", "libpthread.a",
+        "libstdc++.a", "libcrypto*", "libssl*", "libmpfr*", "libisl*", "libgnutls*", "libapt*",
+        "libdb-*", "libbfd*", "libopcodes*", "libsqlite3*", "libp11*", "ldscripts",
+        "libunistring*", "libperl*", "libx86.a", "libasan.a", "libtsan.a")
+MARKER = ".factory-sysroot"
+_log = logging.getLogger(__name__)
+PYTHON_MINORS = range(8, 16)  # the CPython 3.X whose multiarch headers the sysroot leads to
+
+WRAPPER = """#!/bin/sh
+# The factory's sysroot wrapper: this host's {driver}, Debian {suite}'s glibc {glibc} and
+# libstdc++ {gcc} (factory/toolchain/sysroot.py). FACTORY_SYSROOT_{var} names another {driver}.
+sysroot="$(dirname "$(dirname "$(readlink -f "$0")")")"
+exec "${{FACTORY_SYSROOT_{var}:-/usr/bin/{driver}}}" --sysroot="$sysroot" -nostdinc++ \\
+    -isystem "$sysroot/usr/include/c++/{gcc}" \\
+    -isystem "$sysroot/usr/include/x86_64-linux-gnu/c++/{gcc}" \\
+    -isystem "$sysroot/usr/include/c++/{gcc}/backward" \\
+    -B"$sysroot/usr/lib/x86_64-linux-gnu/" -L"$sysroot/usr/lib/gcc/x86_64-linux-gnu/{gcc}" \\
+    -L"$sysroot/usr/lib/x86_64-linux-gnu" "$@"
+"""
+# Why -B and -L: the driver's own library dirs are relative to the compiler's prefix, not to
+# --sysroot (/usr/lib/gcc/x86_64-linux-gnu/12/../../../x86_64-linux-gnu is the builder's), so
+# without them libc.so, libm.so and crti.o would come from the builder and bind GLIBC_2.34
+# symbols (measured: __pthread_key_create@GLIBC_2.34 in a sysroot build without them).
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sysroot:
+    root: Path
+
+    @property
+    def cc(self) -> Path:
+        return self.root / "bin" / "gcc"
+
+    @property
+    def cxx(self) -> Path:
+        return self.root / "bin" / "g++"
+
+    @property
+    def glibc(self) -> tuple[int, int]:
+        return GLIBC
+
+    def build_env(self, root: str | None = None) -> dict[str, str]:
+        """CC, CXX and the link commands for a build (``root``: where the tree is seen from,
+        e.g. its mount point in a container). torch passes CC to nvcc as ``-ccbin``."""
+        base = root or str(self.root)
+        cc, cxx = f"{base}/bin/gcc", f"{base}/bin/g++"
+        return {"CC": cc, "CXX": cxx, "LDSHARED": f"{cc} -shared",
+                "LDCXXSHARED": f"{cxx} -shared"}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"suite": SUITE, "glibc": glibc_text(GLIBC), "libstdcxx": f"gcc {GCC_RUNTIME}",
+                "key": key()}
+
+
+def sysroot_env(root: Path | None, seen_at: str | None = None) -> dict[str, str]:
+    """The build environment for a sysroot at ``root`` (seen at ``seen_at`` by the build, e.g.
+    its mount point in a container); nothing without one."""
+    return {} if root is None else Sysroot(root=Path(root)).build_env(seen_at)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FloorPlan:
+    """How a build keeps the glibc floor its cell promises, decided before compiling."""
+
+    promised: tuple[int, int] | None  # None: "auto", the builder's own glibc
+    builder: tuple[int, int]  # the glibc the builder's compilers link against on their own
+    sysroot: bool  # compile against the sysroot's glibc 2.31 and libstdc++ 10
+
+    @property
+    def linked(self) -> tuple[int, int]:
+        return GLIBC if self.sysroot else self.builder
+
+    @property
+    def checked(self) -> bool:
+        """The promise holds only if the binaries use nothing newer: checked after compiling."""
+        return self.promised is not None and self.promised < self.linked
+
+    def describe(self) -> str:
+        want = "auto" if self.promised is None else manylinux_name(self.promised)
+        how = (f"the {SUITE} sysroot (glibc {glibc_text(GLIBC)}, libstdc++ {GCC_RUNTIME})"
+               if self.sysroot else f"the builder's own glibc {glibc_text(self.builder)}")
+        check = ", binaries checked after compiling" if self.checked else ""
+        return f"glibc floor {want}: {how}{check}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "promised": None if self.promised is None else glibc_text(self.promised),
+            "builder_glibc": glibc_text(self.builder),
+            "sysroot": self.sysroot,
+            "linked_glibc": glibc_text(self.linked),
+        }
+
+
+def plan_floor(manylinux: str, *, builder: tuple[int, int], sysroot: str, where: str) -> FloorPlan:
+    """Whether ``manylinux`` ("2_28", "auto") is reachable from a builder whose glibc is
+    ``builder``, and how; ToolchainError (before anything compiles) when it is not."""
+    from factory.errors import ToolchainError
+    from factory.wheels.floor import parse_floor
+
+    if manylinux == "auto":
+        return FloorPlan(promised=None, builder=builder, sysroot=False)
+    want = parse_floor(manylinux)
+    if builder <= want:
+        return FloorPlan(promised=want, builder=builder, sysroot=False)
+    floor = manylinux_name(want)
+    have = glibc_text(builder)
+    if sysroot == "none":
+        raise ToolchainError(
+            f"{floor} is not reachable: {where} links against glibc {have} and "
+            "[settings] sysroot is \"none\"",
+            tip=f'set sysroot = "{SUITE}" (reaches manylinux_2_28), or manylinux = '
+            f'"{builder[0]}_{builder[1]}" for this builder\'s own floor',
+        )
+    if want < REACH:
+        raise ToolchainError(
+            f"{floor} is not reachable: the lowest floor the factory builds for is "
+            f"manylinux_{REACH[0]}_{REACH[1]} (torch's own wheels need glibc "
+            f"{REACH[0]}.{REACH[1]}; {where} links against glibc {have})",
+            tip=f'use manylinux = "{REACH[0]}_{REACH[1]}"',
+        )
+    return FloorPlan(promised=want, builder=builder, sysroot=True)
+
+
+def key() -> str:
+    """Changes whenever what goes into the sysroot changes (its tarball's and directory's name)."""
+    text = "\n".join([SUITE, *PACKAGES, *KEEP, *DROP, WRAPPER, f"python {list(PYTHON_MINORS)}"])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def sysroot_dir(cache: Path) -> Path:
+    """Where the unpacked sysroot lives in the sysroot cache (``<cache>/bullseye-<key>``)."""
+    return Path(cache) / f"{SUITE}-{key()}"
+
+
+def tarball_path(cache: Path) -> Path:
+    return Path(cache) / f"sysroot-{SUITE}-{key()}.tar.gz"
+
+
+def ensure_sysroot(cache: Path, *, mirror: str | None = None, tarball: Path | None = None,
+                   rootfs: Path | None = None) -> Sysroot:
+    """The sysroot in ``cache``: unpacked from its tarball (``tarball``, else the cached one),
+    made with debootstrap when there is none (root and the Debian mirror needed)."""
+    root = sysroot_dir(cache)
+    if (root / MARKER).is_file():
+        return Sysroot(root=root.resolve())
+    archive = Path(tarball) if tarball else tarball_path(cache)
+    if not archive.is_file():
+        if tarball:
+            raise EngineError(f"sysroot tarball {archive} does not exist")
+        make_tarball(archive, mirror=mirror, rootfs=rootfs)
+    unpack(archive, root)
+    return Sysroot(root=root.resolve())
+
+
+def unpack(archive: Path, root: Path) -> None:
+    partial = root.with_name(root.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        with tarfile.open(archive) as tf:
+            _extract_all(tf, partial)
+    except (OSError, tarfile.TarError) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise EngineError(f"cannot unpack sysroot {archive}: {exc}") from None
+    if not (partial / MARKER).is_file():
+        shutil.rmtree(partial, ignore_errors=True)
+        raise EngineError(f"{archive} is not a factory sysroot (no {MARKER} in it)")
+    shutil.rmtree(root, ignore_errors=True)
+    os.replace(partial, root)
+
+
+def make_tarball(archive: Path, *, mirror: str | None = None, rootfs: Path | None = None) -> Path:
+    """Keep headers and libraries of a bullseye root filesystem, add the wrappers, pack.
+
+    ``rootfs``: the cached tarball of the factory's bullseye base image (its g++ brings
+    libstdc++-10-dev and libc6-dev), made first when missing, so that one debootstrap serves
+    both the sysroot and a ``factory-base:bullseye`` image; without it, a debootstrap of just
+    the two packages."""
+    from factory.toolchain.images import DEBIAN_MIRROR, _debootstrap_tarball, debootstrap
+
+    mirror = mirror or os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sysroot.", dir=archive.parent) as tmp:
+        full = Path(tmp) / "rootfs"
+        if rootfs is not None:
+            if not rootfs.is_file() or rootfs.stat().st_size == 0:
+                _debootstrap_tarball(rootfs, suite=SUITE, mirror=mirror)
+            _extract_kept(rootfs, full)
+        else:
+            debootstrap(full, suite=SUITE, packages=PACKAGES, mirror=mirror,
+                        log=archive.parent / f"debootstrap-sysroot-{SUITE}.log")
+        lean = Path(tmp) / "sysroot"
+        prune(full, lean)
+        partial = archive.with_name(archive.name + ".partial")
+        with tarfile.open(partial, "w:gz") as tf:
+            tf.add(lean, arcname=".")
+        os.replace(partial, archive)
+    _log.info(f"+ sysroot {archive} ({archive.stat().st_size / 2**20:.0f} MiB)")
+    return archive
+
+
+def _extract_all(tf: tarfile.TarFile, dest: Path,
+                 members: list[tarfile.TarInfo] | None = None) -> None:
+    """extractall with the 'tar' filter (no paths outside ``dest``) where this Python has it
+    (3.11.4+, 3.12; Debian 12's 3.11.2 has not)."""
+    if hasattr(tarfile, "tar_filter"):
+        tf.extractall(dest, members=members, filter="tar")
+    else:
+        tf.extractall(dest, members=members)  # noqa: S202 - our own tarballs
+
+
+def _extract_kept(rootfs: Path, full: Path) -> None:
+    """Only the members under KEEP: a root filesystem is 600 MB, its headers and libraries 110."""
+    prefixes = tuple(f"{k}/" for k in KEEP)
+    try:
+        with tarfile.open(rootfs) as tf:
+            members = [m for m in tf.getmembers()
+                       if (name := m.name.removeprefix("./")) in KEEP or name.startswith(prefixes)]
+            _extract_all(tf, full, members)
+    except (OSError, tarfile.TarError) as exc:
+        raise EngineError(f"cannot read the root filesystem {rootfs}: {exc}") from None
+
+
+def prune(full: Path, lean: Path) -> None:
+    """Copy what compiles and links read from ``full`` into ``lean``; every absolute symlink
+    becomes relative (a link to /lib/... must not reach the builder's own glibc)."""
+    for rel in KEEP:
+        src = full / rel
+        if src.is_symlink():
+            (lean / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(src), lean / rel)
+        elif src.is_dir():
+            shutil.copytree(src, lean / rel, symlinks=True,
+                            ignore=shutil.ignore_patterns(*DROP), dirs_exist_ok=True)
+    for link in [p for p in lean.rglob("*") if p.is_symlink()]:
+        target = os.readlink(link)
+        if target.startswith("/"):
+            link.unlink()
+            os.symlink(os.path.relpath(lean / target.lstrip("/"), link.parent), link)
+    # Debian's and Ubuntu's Python.h include <x86_64-linux-gnu/python3.X/pyconfig.h>, which the
+    # compiler looks up in the sysroot: these links (absolute on purpose) lead to the builder's
+    # own, so a Python extension finds its interpreter's configuration (measured: flash-attn's
+    # pybind11 code stops at "pyconfig.h: No such file or directory" without them).
+    multiarch = lean / "usr/include/x86_64-linux-gnu"
+    multiarch.mkdir(parents=True, exist_ok=True)
+    for minor in PYTHON_MINORS:
+        link = multiarch / f"python3.{minor}"
+        if not link.exists() and not link.is_symlink():
+            os.symlink(f"/usr/include/x86_64-linux-gnu/python3.{minor}", link)
+    bin_dir = lean / "bin"
+    bin_dir.mkdir()
+    for driver, var in (("gcc", "CC"), ("g++", "CXX")):
+        path = bin_dir / driver
+        path.write_text(WRAPPER.format(driver=driver, var=var, suite=SUITE,
+                                       glibc=glibc_text(GLIBC), gcc=GCC_RUNTIME))
+        path.chmod(0o755)
+    (lean / MARKER).write_text(
+        f"{SUITE} glibc {glibc_text(GLIBC)} libstdc++ {GCC_RUNTIME} {key()}\n")
