@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from factory.errors import IndexError_, UsageError
 from factory.commands._common import add_store_arg, print_json, store_from_args
+from factory.errors import IndexError_, UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

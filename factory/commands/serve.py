@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from factory.errors import UsageError
 from factory.commands._common import (
     add_store_arg,
     add_wheel_limit_args,
     store_from_args,
     wheel_limits_from_args,
 )
+from factory.errors import UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

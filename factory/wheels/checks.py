@@ -36,7 +36,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.errors import WheelError
 from factory.units import GIB, MIB
-from factory.wheels.reader import WheelInfo, analyse_wheel
+from factory.wheels.reader import WheelInfo, analyse_wheel, open_wheel
 
 MAX_FILENAME = 200  # real ones stay under ~120 even with compressed manylinux tag sets
 _ARCHS = r"(x86_64|i686|aarch64|armv7l|ppc64le|ppc64|s390x|riscv64|loongarch64)"
@@ -175,12 +175,10 @@ def check_wheel(path: Path, limits: WheelLimits = DEFAULT_LIMITS) -> VettedWheel
     name = path.name
     project, version, tags = check_filename(name)
     try:
-        with zipfile.ZipFile(path) as zf:
+        with open_wheel(path, name) as zf:
             check_archive(zf, name, limits)
-    except FileNotFoundError:
-        raise WheelError(f"{name}: no such file") from None
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise WheelError(f"{name}: not a valid zip ({exc})") from None
+        raise WheelError(f"{name} is not a readable zip file: {exc}") from None
     info = analyse_wheel(path)  # one .dist-info with METADATA and WHEEL; RECORD re-hashed
     if info.record_problems:
         raise WheelError(f"{name}: RECORD: {info.record_problems[0]}")
