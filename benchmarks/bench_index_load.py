@@ -291,6 +291,7 @@ def main() -> int:
                         r = run_load(port, reqs, args.clients, args.requests)
                     r["published"] = pubs.published - pubs.at_start  # during the load
                     r["publish_failures"] = len(pubs.failed)
+                    r["first_publish_failure"] = pubs.failed[0] if pubs.failed else ""  # type: ignore[assignment]
                     rows.append((name, mix, r))
             finally:
                 proc.terminate()
@@ -319,6 +320,8 @@ def main() -> int:
     for name, mix, r in rows:
         if r["errors"]:
             print(f"{name} {mix}: first error: {r['first_error']}")
+        if r["publish_failures"]:
+            print(f"{name} {mix}: first publish failure: {r['first_publish_failure']}")
     return 0
 
 
