@@ -132,6 +132,8 @@ def run_load(port: int, requests: list[Request], clients: int, per_client: int) 
 class Publishers:
     """``count`` threads publishing fresh wheels until stopped; counts what they published."""
 
+    serial = 0
+
     def __init__(self, count: int, tmp: Path, target: Path, ours: bool) -> None:
         self.count, self.tmp, self.target, self.ours = count, tmp, target, ours
         self.stop = threading.Event()
@@ -141,7 +143,6 @@ class Publishers:
         self.threads = [
             threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)
         ]
-        self.serial = 0
         self.at_start = 0
 
     def __enter__(self) -> Publishers:
@@ -163,8 +164,8 @@ class Publishers:
             if self.stop.is_set():
                 return
             with self.lock:
-                self.serial += 1
-                n = self.serial
+                Publishers.serial += 1  # across runs: a version is never published twice
+                n = Publishers.serial
             source = self.tmp / f"pub-{i}-{n}"
             wheel = variant_wheel(source, PROJECTS[n % 2], f"9.{n}", "2.3", payload_bytes=64 << 10)
             if self.ours:
