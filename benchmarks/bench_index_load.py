@@ -1,6 +1,8 @@
-"""Load on the served index: 200 concurrent resolver-style clients on loopback.
+"""Load on the served index: 200 concurrent resolver-style clients on loopback, while
+publishers write.
 
     python benchmarks/bench_index_load.py [--clients 200] [--requests 10] [--variants 12]
+        [--publishers 8]
 
 One store holds ``--variants`` variants of two projects (small wheels: the load is in the
 requests, not the bytes). ``factory serve`` and ``pypi-server run --disable-fallback`` (PyPI's
@@ -15,6 +17,12 @@ together, and sends ``--requests`` requests of one mix:
 
 Per server and mix: requests, errors (anything but a 200, or no answer within 60 s), p50 and
 p99 latency and throughput. Loopback only; bounded in count (clients x requests) and time.
+
+While each load runs, ``--publishers`` threads publish new wheels of the served projects, one
+after another, the way each server is published to: ``factory publish`` processes into the
+store that ``factory serve`` serves (what CI does); for pypiserver, whose store is its package
+directory, a copy into that directory (written to a temp name, then renamed). The row shows how
+many were published while the load ran (the load starts after each publisher's first wheel).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from factory.index.publish import publish  # noqa: E402
 from factory.index.store import LocalStore  # noqa: E402
 
 PROJECTS = ("flash-attn", "demo-ext")
+MAX_EACH = 40  # wheels per publisher and load run
 
 
 def free_port() -> int:
@@ -120,6 +129,91 @@ def run_load(port: int, requests: list[Request], clients: int, per_client: int) 
     }
 
 
+class Publishers:
+    """``count`` threads publishing fresh wheels until stopped; counts what they published."""
+
+    serial = 0
+
+    def __init__(self, count: int, tmp: Path, target: Path, ours: bool) -> None:
+        self.count, self.tmp, self.target, self.ours = count, tmp, target, ours
+        self.stop = threading.Event()
+        self.published = 0
+        self.failed: list[str] = []
+        self.lock = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)
+        ]
+        self.at_start = 0
+
+    def __enter__(self) -> Publishers:
+        for t in self.threads:
+            t.start()
+        deadline = time.monotonic() + 300  # the load starts once every publisher is writing
+        while time.monotonic() < deadline and self.published + len(self.failed) < self.count:
+            time.sleep(0.05)
+        self.at_start = self.published
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+    def _run(self, i: int) -> None:
+        for _ in range(MAX_EACH):  # bounded: a slow server must not fill the disk meanwhile
+            if self.stop.is_set():
+                return
+            with self.lock:
+                Publishers.serial += 1  # across runs: a version is never published twice
+                n = Publishers.serial
+            source = self.tmp / f"pub-{i}-{n}"
+            wheel = variant_wheel(source, PROJECTS[n % 2], f"9.{n}", "2.3", payload_bytes=64 << 10)
+            if self.ours:
+                result = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "factory",
+                        "publish",
+                        "--store",
+                        str(self.target),
+                        str(wheel),
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
+                ok, why = result.returncode == 0, result.stderr.strip()[-200:]
+            else:
+                temp = self.target / f".{wheel.name}.part"
+                shutil.copyfile(wheel, temp)
+                temp.rename(self.target / wheel.name)
+                ok, why = True, ""
+                time.sleep(0.2)  # about the pace of one `factory publish` on this machine
+            shutil.rmtree(source, ignore_errors=True)
+            with self.lock:
+                if ok:
+                    self.published += 1
+                else:
+                    self.failed.append(why)
+
+
+def env_for(name: str, tmp: Path) -> dict[str, str]:
+    """pypiserver imports passlib, whose bcrypt backend check fails with bcrypt 5 (which this
+    project installs): give pypiserver's process a ``bcrypt`` that is absent, so passlib
+    skips that backend (no htpasswd is used here)."""
+    import os
+
+    if name == "factory serve":
+        return dict(os.environ)
+    hide = tmp / "hide-bcrypt"
+    hide.mkdir(exist_ok=True)
+    (hide / "bcrypt.py").write_text("raise ImportError('hidden from pypiserver')\n")
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
 def mixes(wheels: list[Path], ours: bool) -> dict[str, list[Request]]:
     html = {"Accept": "text/html"}
     json_ = {"Accept": f"{JSON_TYPE}, text/html;q=0.1"}
@@ -141,10 +235,11 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--requests", type=int, default=10, help="per client and mix")
     parser.add_argument("--variants", type=int, default=12)
+    parser.add_argument("--publishers", type=int, default=8, help="publishing during the load")
     args = parser.parse_args()
     pypi_server = shutil.which("pypi-server")
     if pypi_server is None:
-        raise SystemExit("pypi-server not found: pip install 'pypiserver>=2.4'")
+        raise SystemExit("pypi-server not found: pip install -e '.[bench]'")
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp_name:
         tmp = Path(tmp_name)
         minors = [f"2.{m}" for m in range(3, 3 + args.variants)]
@@ -157,39 +252,77 @@ def main() -> int:
         ours_port, theirs_port = free_port(), free_port()
         commands = {
             "factory serve": (
-                [sys.executable, "-m", "factory", "serve", "--store", str(tmp / "store"),
-                 "--port", str(ours_port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "factory",
+                    "serve",
+                    "--store",
+                    str(tmp / "store"),
+                    "--port",
+                    str(ours_port),
+                ],
                 ours_port,
             ),
             "pypiserver --disable-fallback": (
-                [pypi_server, "run", "-p", str(theirs_port), "-i", "127.0.0.1",
-                 "--disable-fallback", str(tmp / "wheels")],
+                [
+                    pypi_server,
+                    "run",
+                    "-p",
+                    str(theirs_port),
+                    "-i",
+                    "127.0.0.1",
+                    "--disable-fallback",
+                    str(tmp / "wheels"),
+                ],
                 theirs_port,
             ),
         }
         rows: list[tuple[str, str, dict[str, float]]] = []
         for name, (cmd, port) in commands.items():
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            ours = name == "factory serve"
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env_for(name, tmp)
+            )
             try:
                 wait_up(f"http://127.0.0.1:{port}/simple/")
-                for mix, reqs in mixes(wheels, ours=name == "factory serve").items():
-                    rows.append((name, mix, run_load(port, reqs, args.clients, args.requests)))
+                for mix, reqs in mixes(wheels, ours=ours).items():
+                    target = tmp / "store" if ours else tmp / "wheels"
+                    with Publishers(args.publishers, tmp / "pub", target, ours) as pubs:
+                        r = run_load(port, reqs, args.clients, args.requests)
+                    r["published"] = pubs.published - pubs.at_start  # during the load
+                    r["publish_failures"] = len(pubs.failed)
+                    r["first_publish_failure"] = pubs.failed[0] if pubs.failed else ""  # type: ignore[assignment]
+                    rows.append((name, mix, r))
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
-    print(f"{args.clients} concurrent clients x {args.requests} requests each, per server and mix")
+    print(
+        f"{args.clients} concurrent clients x {args.requests} requests each, per server and mix,"
+        f" while {args.publishers} publishers write"
+    )
     print()
-    print("| server                        | mix      | requests | errors | p50 ms | p99 ms "
-          "| max ms | req/s |")
-    print("|-------------------------------|----------|----------|--------|--------|--------"
-          "|--------|-------|")
+    print(
+        "| server                        | mix      | requests | errors | p50 ms | p99 ms "
+        "| max ms | req/s | published |"
+    )
+    print(
+        "|-------------------------------|----------|---------:|-------:|-------:|-------:"
+        "|-------:|------:|----------:|"
+    )
     fmt: Callable[[float], str] = lambda v: f"{v:6.1f}"  # noqa: E731
     for name, mix, r in rows:
-        print(f"| {name:29} | {mix:8} | {int(r['requests']):8d} | {int(r['errors']):6d} "
-              f"| {fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} | {r['max_ms']:6.0f} | {r['rps']:5.0f} |")
+        failures = f" ({int(r['publish_failures'])} failed)" if r["publish_failures"] else ""
+        print(
+            f"| {name:29} | {mix:8} | {int(r['requests']):8d} | {int(r['errors']):6d} "
+            f"| {fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} | {r['max_ms']:6.0f} | {r['rps']:5.0f} "
+            f"| {int(r['published'])}{failures} |"
+        )
     for name, mix, r in rows:
         if r["errors"]:
             print(f"{name} {mix}: first error: {r['first_error']}")
+        if r["publish_failures"]:
+            print(f"{name} {mix}: first publish failure: {r['first_publish_failure']}")
     return 0
 
 

@@ -103,7 +103,7 @@ def main() -> int:
     args = parser.parse_args()
     pypi_server = shutil.which("pypi-server")
     if pypi_server is None:
-        raise SystemExit("pypi-server not found: pip install 'pypiserver>=2.4'")
+        raise SystemExit("pypi-server not found: pip install -e '.[bench]'")
     with tempfile.TemporaryDirectory(prefix="bench-resolve-") as tmp_name:
         tmp = Path(tmp_name)
         env = installer_env(tmp)

@@ -126,11 +126,34 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "factory", *args]
 
 
-def write_htpasswd(path: Path, user: str, password: str) -> Path:
-    """An htpasswd file with one user, as `htpasswd` or passlib would write it."""
-    from passlib.apache import HtpasswdFile
+def write_htpasswd(path: Path, user: str, password: str, *, cost: int = 4) -> Path:
+    """An htpasswd file with one bcrypt user, as `htpasswd -B` writes it (cost 4: fast tests)."""
+    from factory.index.htpasswd import bcrypt_line
 
-    ht = HtpasswdFile(str(path), new=True, default_scheme="sha256_crypt")
-    ht.set_password(user, password)
-    ht.save()
+    path.write_text(bcrypt_line(user, password, cost=cost) + "\n")
     return path
+
+
+def multipart_upload(
+    filename: str, content: bytes, boundary: str = "b0undary", **fields: str
+) -> bytes:
+    """The body twine sends: ':action=file_upload' and the other fields, then the file as
+    'content' (``filename`` as given, even when it is hostile)."""
+    form = {":action": "file_upload", "protocol_version": "1", **fields}
+    body = b"".join(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+        for k, v in form.items()
+    )
+    body += (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="content"; '
+        f'filename="{filename}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+    ).encode("utf-8", "surrogateescape")
+    return body + content + f"\r\n--{boundary}--\r\n".encode()
+
+
+def peak_rss(pid: int) -> int:
+    """A live process's peak resident memory so far (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmHWM for process {pid}")

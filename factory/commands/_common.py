@@ -43,3 +43,39 @@ def store_from_args(args: argparse.Namespace) -> str:
 def print_json(obj: dict[str, Any]) -> None:
     json.dump({"version": 1, **obj}, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def add_wheel_limit_args(parser: argparse.ArgumentParser) -> None:
+    """The caps of the strict wheel checks (factory.wheels.checks), for publish and serve."""
+    parser.add_argument(
+        "--max-unpacked",
+        default=None,
+        metavar="SIZE",
+        help="refuse a wheel that unpacks to more than this (default 16g)",
+    )
+    parser.add_argument(
+        "--max-ratio",
+        type=float,
+        default=None,
+        metavar="N",
+        help="refuse a wheel (over 256 MiB unpacked) that unpacks to more than N times its "
+        "compressed size (default 100)",
+    )
+
+
+def wheel_limits_from_args(args: argparse.Namespace) -> Any:
+    import dataclasses
+
+    from factory.errors import UsageError
+    from factory.units import parse_size
+    from factory.wheels.checks import DEFAULT_LIMITS
+
+    limits = DEFAULT_LIMITS
+    if args.max_unpacked is not None:
+        size = parse_size(args.max_unpacked, what="--max-unpacked")
+        limits = dataclasses.replace(limits, max_unpacked=size)
+    if args.max_ratio is not None:
+        if not args.max_ratio >= 1:
+            raise UsageError(f"--max-ratio must be at least 1, not {args.max_ratio}")
+        limits = dataclasses.replace(limits, max_ratio=args.max_ratio)
+    return limits

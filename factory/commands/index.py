@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from factory.errors import IndexError_
 from factory.commands._common import add_store_arg, print_json, store_from_args
+from factory.errors import IndexError_, UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,16 +20,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="verify: trust the recorded sha256 of each wheel instead of re-hashing it",
     )
+    parser.add_argument(
+        "--temp-grace",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="rebuild: remove writers' temp files older than this (default 3600)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run(args: argparse.Namespace) -> int:
     from factory.index import rebuild_index, verify_index
+    from factory.index.publish import TEMP_GRACE
     from factory.index.store import open_store
 
     store = open_store(store_from_args(args))
     if args.action == "rebuild":
-        r = rebuild_index(store)
+        grace = TEMP_GRACE if args.temp_grace is None else args.temp_grace
+        if grace < 0:
+            raise UsageError(f"--temp-grace must be >= 0, not {args.temp_grace}")
+        r = rebuild_index(store, temp_grace=grace)
         if args.json:
             print_json(
                 {
@@ -41,12 +52,15 @@ def run(args: argparse.Namespace) -> int:
                     "pages_unchanged": r.pages_unchanged,
                     "pages_removed": r.pages_removed,
                     "completed": list(r.completed),
+                    "temps_removed": list(r.temps_removed),
                     "seconds": round(r.seconds, 3),
                 }
             )
             return 0
         for name in r.completed:
             print(f"completed an interrupted publish: {name}")
+        for key in r.temps_removed:
+            print(f"removed a stale temp file: {key}")
         print(
             f"{store.url}: {r.wheels} wheel(s), {r.projects} project(s), {r.variants} variant(s); "
             f"{r.pages_written} page(s) written, {r.pages_unchanged} unchanged, "
@@ -65,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
                 "problems": list(v.problems),
                 "pending": list(v.pending),
                 "floors": list(v.floors),
+                "temps": list(v.temps),
             }
         )
     else:
@@ -74,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
             )
         for floor in v.floors:
             print(f"floor   {floor['wheel']}: {floor.get('policy') or 'unreadable'}")
+        for temp in v.temps:
+            print(f"temp {temp}: a writer's temp file ('index rebuild' removes it when stale)")
         for problem in v.problems:
             print(f"problem {problem}")
         print(

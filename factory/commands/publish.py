@@ -1,11 +1,17 @@
-"""factory publish [--store STORE] WHEEL..."""
+"""factory publish [--store STORE] [--max-unpacked SIZE] [--max-ratio N] WHEEL..."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from factory.commands._common import add_store_arg, print_json, store_from_args
+from factory.commands._common import (
+    add_store_arg,
+    add_wheel_limit_args,
+    print_json,
+    store_from_args,
+    wheel_limits_from_args,
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -17,6 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="WHEEL",
         help="wheel files; a WHEEL.provenance.json next to one is uploaded with it",
     )
+    add_wheel_limit_args(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -25,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from factory.index.store import open_store
 
     store = open_store(store_from_args(args))
-    report = publish(store, args.wheels)
+    report = publish(store, args.wheels, limits=wheel_limits_from_args(args))
     if args.json:
         print_json(
             {

@@ -1,12 +1,18 @@
-"""factory serve [--store STORE] [--host H] [--port P] [--htpasswd FILE] [--read-auth]"""
+"""factory serve [--store STORE] [--host H] [--port P] [--htpasswd FILE] [--read-auth]
+[--max-upload SIZE] [--max-connections N] [--max-unpacked SIZE] [--max-ratio N]"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from factory.commands._common import (
+    add_store_arg,
+    add_wheel_limit_args,
+    store_from_args,
+    wheel_limits_from_args,
+)
 from factory.errors import UsageError
-from factory.commands._common import add_store_arg, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -26,13 +32,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--read-auth", action="store_true", help="reads need credentials from --htpasswd too"
     )
+    parser.add_argument(
+        "--max-upload", default="4g", metavar="SIZE", help="largest upload request (default 4g)"
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=512,
+        metavar="N",
+        help="concurrent connections; past this a 503 (default 512)",
+    )
+    add_wheel_limit_args(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from factory.index import rebuild_index
     from factory.index.server import ServerConfig, make_server
     from factory.logger import configure
+    from factory.units import parse_size
 
+    if args.max_connections < 1:
+        raise UsageError(f"--max-connections must be at least 1, not {args.max_connections}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be 0-65535 (0: any free port), not {args.port}")
     spec = store_from_args(args)
@@ -53,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             htpasswd=args.htpasswd,
             read_auth=args.read_auth,
+            max_upload=parse_size(args.max_upload, what="--max-upload"),
+            max_connections=args.max_connections,
+            wheel_limits=wheel_limits_from_args(args),
         )
     )
     configure(timestamps=True)  # the request log, each line with its time

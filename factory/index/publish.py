@@ -1,10 +1,10 @@
 """Publishing wheels into the store, and yanking them (PEP 592).
 
-Check, then change: every wheel is inspected (name and version against its own METADATA, a
-valid zip with RECORD, no path tricks) before anything is written. Then, per wheel: the wheel,
-its PEP 658 ``.metadata``, its provenance manifest, and last the ``.entry.json`` that commits
-it; files are created exclusively, so the same bytes again change nothing and different bytes
-under a published name are refused. Only then are the affected index pages rewritten.
+Check, then change: every wheel is checked strictly (factory.wheels.checks: tags, core
+metadata, member names, sizes, RECORD hashes) before anything is written. Then, per wheel:
+the wheel, its PEP 658 ``.metadata``, its provenance manifest, and last the ``.entry.json``
+that commits it; files are created exclusively, so the same bytes again change nothing and
+different bytes under a published name are refused. Then the affected index pages are rewritten.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import tempfile
 import time
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,20 +29,11 @@ from factory.index.store.base import (
     YANK_SUFFIX,
     Store,
     WheelEntry,
-    check_key,
     file_key,
 )
 from factory.index.writer import RebuildReport, rebuild_pages, update_index
 from factory.matrix.tags import variant_of_filename
-from factory.wheels.reader import (
-    dist_info_dir,
-    open_wheel,
-    parse_filename,
-    parse_headers,
-    read_metadata,
-)
-
-_MAX_FILENAME = 200  # real ones stay under ~120 even with compressed manylinux tag sets
+from factory.wheels.checks import DEFAULT_LIMITS, WheelLimits, check_filename, check_wheel
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -80,69 +71,32 @@ def _sha256_file(path: Path) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
-def inspect_wheel(source: Path | bytes, filename: str | None = None) -> CheckedWheel:
-    """Validate a wheel and read what the index needs. Raises WheelError with one line."""
-    name = filename or (source.name if isinstance(source, Path) else "")
-    if "/" in name or "\\" in name:
-        raise WheelError(f"unsafe wheel filename {name[:80]!r}")
-    if len(name) > _MAX_FILENAME:
-        raise WheelError(f"wheel filename too long ({len(name)} > {_MAX_FILENAME} characters)")
+def inspect_wheel(
+    source: Path | bytes, filename: str | None = None, *, limits: WheelLimits = DEFAULT_LIMITS
+) -> CheckedWheel:
+    """Check a wheel strictly (factory.wheels.checks) and read what the index needs.
+    Raises WheelError with one line."""
+    if isinstance(source, bytes):  # a stored wheel read back (commit_stored_wheel)
+        name = filename or ""
+        check_filename(name)
+        with tempfile.TemporaryDirectory(prefix="factory-inspect-") as tmp:
+            path = Path(tmp) / name
+            path.write_bytes(source)
+            return inspect_wheel(path, limits=limits)
+    vetted = check_wheel(source, limits)
     try:
-        check_key(name)
-    except StoreError:
-        raise WheelError(f"invalid wheel filename {name[:80]!r}") from None
-    parsed = parse_filename(name)
-    if not parsed.tags or any(not (t.interpreter and t.abi and t.platform) for t in parsed.tags):
-        raise WheelError(f"invalid wheel filename {name[:80]!r}: an empty tag")  # 'any..whl'
-    project, version = parsed.distribution, parsed.version
-    try:
-        if isinstance(source, Path):
-            sha256, size = _sha256_file(source)
-        else:
-            sha256, size = hashlib.sha256(source).hexdigest(), len(source)
+        sha256, size = _sha256_file(source)
     except OSError as exc:
-        raise WheelError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    with open_wheel(source, name) as archive:
-        members = archive.namelist()
-        for member in members:
-            parts = member.split("/")
-            if member.startswith("/") or "\\" in member or ".." in parts or ":" in parts[0]:
-                raise WheelError(f"{name}: unsafe path in archive: {member[:80]!r}")
-        dist_info = dist_info_dir(members, name)
-        for required in ("METADATA", "RECORD", "WHEEL"):
-            if f"{dist_info}/{required}" not in members:
-                raise WheelError(f"{name}: {dist_info}/{required} is missing")
-        try:
-            bad = archive.testzip()
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-            raise WheelError(f"{name}: corrupt zip ({exc})") from None
-        if bad is not None:
-            raise WheelError(f"{name}: corrupt member {bad[:80]!r} (CRC mismatch)")
-        metadata = read_metadata(archive, dist_info, name)
-    headers = parse_headers(metadata, "METADATA", name)
-    meta_name, meta_version = headers.get("Name"), headers.get("Version")
-    if not meta_name or not meta_version:
-        raise WheelError(f"{name}: METADATA has no Name or Version")
-    if canonicalize_name(str(meta_name)) != project:
-        raise WheelError(f"{name}: filename says {project!r} but METADATA says {str(meta_name)!r}")
-    try:
-        same_version = Version(str(meta_version)) == version
-    except Exception:
-        same_version = False
-    if not same_version:
-        raise WheelError(
-            f"{name}: filename says version {version} but METADATA says {str(meta_version)!r}"
-        )
-    requires_python = headers.get("Requires-Python")
+        raise WheelError(f"{source.name}: cannot read: {exc.strerror or exc}") from None
     return CheckedWheel(
-        filename=name,
-        project=project,
-        version=str(version),
-        requires_python=str(requires_python).strip() if requires_python else None,
-        metadata=metadata,
+        filename=source.name,
+        project=canonicalize_name(vetted.info.filename_name),
+        version=str(Version(vetted.info.filename_version)),
+        requires_python=vetted.info.requires_python,
+        metadata=vetted.metadata,
         sha256=sha256,
         size=size,
-        variant=variant_of_filename(name),
+        variant=variant_of_filename(source.name),
     )
 
 
@@ -195,7 +149,13 @@ def _store_wheel(store: Store, source: Path, info: CheckedWheel, provenance: byt
     return store.put_new(key + ENTRY_SUFFIX, _entry_for(info).to_json()) or created
 
 
-def publish(store: Store, wheels: Iterable[Path], *, update_pages: bool = True) -> PublishReport:
+def publish(
+    store: Store,
+    wheels: Iterable[Path],
+    *,
+    update_pages: bool = True,
+    limits: WheelLimits = DEFAULT_LIMITS,
+) -> PublishReport:
     """Add wheels to the store, then rewrite only the index pages they appear on."""
     checked = []
     for path in wheels:
@@ -206,7 +166,7 @@ def publish(store: Store, wheels: Iterable[Path], *, update_pages: bool = True) 
             raise WheelError(f"{str(path)[:120]}: {exc.strerror}") from None
         if not is_file:
             raise WheelError(f"{str(path)[:120]}: no such file")
-        info = inspect_wheel(path)
+        info = inspect_wheel(path, limits=limits)
         checked.append((path, info, _read_provenance(path, info)))
     published: list[str] = []
     unchanged: list[str] = []
@@ -254,13 +214,23 @@ def yank(store: Store, filename: str, reason: str) -> bool:
     return created
 
 
-def rebuild_index(store: Store) -> RebuildReport:
-    """``index rebuild``: complete the publishes that stopped after their wheel was uploaded
-    (store files first), then have the writer derive every page again."""
+TEMP_GRACE = 3600.0  # a temp file this old has no live writer (uploads keep theirs fresh)
+
+
+def rebuild_index(store: Store, *, temp_grace: float = TEMP_GRACE) -> RebuildReport:
+    """``index rebuild``: remove the temp files of writers that died more than ``temp_grace``
+    seconds ago, complete the publishes that stopped after their wheel was uploaded (store
+    files first), then have the writer derive every page again."""
     started = time.perf_counter()
+    temps_removed = tuple(store.remove_stale_temps(temp_grace))
     completed = tuple(commit_stored_wheel(store, key) for key in store.uncommitted_wheels())
     report = rebuild_pages(store)
-    return dataclasses.replace(report, completed=completed, seconds=time.perf_counter() - started)
+    return dataclasses.replace(
+        report,
+        completed=completed,
+        seconds=time.perf_counter() - started,
+        temps_removed=temps_removed,
+    )
 
 
 def _update_pages(store: Store, entries: list[WheelEntry]) -> int:

@@ -13,19 +13,17 @@ file; reads are open unless ``read_auth``. Credentials never reach a log line.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import dataclasses
-import hashlib
 import logging
+import queue
 import re
-import shutil
-import tempfile
+import selectors
+import socket
+import sys
 import threading
+import time
 from collections.abc import Iterator
-from email.parser import BytesParser
-from email.policy import HTTP
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,15 +31,22 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from packaging.utils import canonicalize_name
 
-from factory.errors import AuthError, ConflictError, FactoryError, StoreError, UsageError, WheelError
+from factory.errors import ConflictError, FactoryError, StoreError, UsageError, WheelError
+from factory.index.htpasswd import Credentials
 from factory.index.pages import HTML_TYPE, JSON_TYPE
 from factory.index.store.local import LocalStore
+from factory.index.upload import UploadError, receive
+from factory.wheels.checks import DEFAULT_LIMITS, WheelLimits
 
 log = logging.getLogger("factory.index.server")
 
 _VARIANT_RE = re.compile(r"^cu\d{2,4}-torch\d+\.\d+$")
 _FILE_SUFFIXES = (".whl", ".whl.metadata", ".whl.provenance.json")
-_MAX_UPLOAD = 4 * 1024**3
+MAX_UPLOAD = 4 * 1024**3
+MAX_CONNECTIONS = 512  # each one is a thread; past this, a 503 (pip retries those)
+_TLS_HANDSHAKE = b"\x16"  # the first byte of a TLS record carrying a ClientHello
+_LINGER_SECONDS = 2.0  # after a refusal, read (and drop) what the client still sends, this long
+_LINGER_BYTES = 64 * 1024 * 1024
 # What each Accept type gets: PEP 691 names, plus the plain ones browsers and pip send.
 _NEGOTIABLE = {
     JSON_TYPE: "json",
@@ -62,6 +67,9 @@ class ServerConfig:
     port: int = 8080  # 0: any free port
     htpasswd: Path | None = None  # uploads are refused without one
     read_auth: bool = False  # reads need credentials too
+    max_upload: int = MAX_UPLOAD  # bytes of one upload request
+    max_connections: int = MAX_CONNECTIONS
+    wheel_limits: WheelLimits = DEFAULT_LIMITS
 
 
 @dataclasses.dataclass
@@ -72,45 +80,15 @@ class ServerStats:
     uploads: int = 0
     server_errors: int = 0
     bytes_sent: int = 0
+    malformed: int = 0  # requests refused before a handler ran (bad request line, TLS, ...)
+    busy: int = 0  # connections answered 503: the connection cap was reached
+    handler_errors: int = 0  # exceptions that escaped a handler (logged as one line)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
     def add(self, **counts: int) -> None:
         with self.lock:
             for name, n in counts.items():
                 setattr(self, name, getattr(self, name) + n)
-
-
-class Credentials:
-    """htpasswd checks via passlib, cached per header so read auth stays cheap under load."""
-
-    def __init__(self, path: Path) -> None:
-        from passlib.apache import HtpasswdFile
-
-        if not path.is_file():
-            raise AuthError(f"htpasswd file {path} does not exist")
-        self._file = HtpasswdFile(str(path))
-        self._ok: set[str] = set()
-        self._lock = threading.Lock()
-
-    def check(self, header: str | None) -> bool:
-        if not header or not header.startswith("Basic "):
-            return False
-        digest = hashlib.sha256(header.encode()).hexdigest()
-        with self._lock:
-            if self._file.load_if_changed():
-                self._ok.clear()  # a password changed or a user was removed
-            if digest in self._ok:
-                return True
-            try:
-                user, _, password = (
-                    base64.b64decode(header[6:], validate=True).decode().partition(":")
-                )
-            except (binascii.Error, UnicodeDecodeError):
-                return False
-            if self._file.check_password(user, password):
-                self._ok.add(digest)
-                return True
-            return False
 
 
 def negotiate(accept: str | None, query_format: str | None = None) -> str | None:
@@ -145,8 +123,139 @@ class IndexServer(ThreadingHTTPServer):
         self.credentials = Credentials(config.htpasswd) if config.htpasswd else None
         if config.read_auth and self.credentials is None:
             raise UsageError("read auth needs an htpasswd file (--htpasswd)")
+        if config.max_connections < 1:
+            raise UsageError("the connection cap must be at least 1")
         self.stats = ServerStats()
+        self._slots = threading.BoundedSemaphore(config.max_connections)
+        # Connections past the cap get their 503 from one thread, never from the accept loop.
+        self._turned_away: queue.Queue[socket.socket | None] = queue.Queue(maxsize=4096)
+        self._busy_logged = 0.0
+        threading.Thread(target=self._turn_away, name="factory-busy", daemon=True).start()
         super().__init__((config.host, config.port), _Handler)
+
+    # -- the connection cap ---------------------------------------------------------------
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        if not self._slots.acquire(blocking=False):
+            self.stats.add(busy=1)
+            try:
+                self._turned_away.put_nowait(request)
+            except queue.Full:  # a flood: no answer at all is all that is affordable
+                self.close_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _turn_away(self) -> None:
+        """Answer 503 to connections past the cap, all from this one thread: send at once (a
+        short answer fits an empty socket buffer), stop writing, and close each when its client
+        has read it and closed, or after a second. Nothing here waits on one slow client."""
+        body = b"busy: too many connections, retry shortly\n"
+        response = (
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
+        waiting = selectors.DefaultSelector()
+        deadlines: dict[socket.socket, float] = {}
+
+        def close(sock: socket.socket) -> None:
+            with contextlib.suppress(KeyError, ValueError):
+                waiting.unregister(sock)
+            deadlines.pop(sock, None)
+            self.close_request(sock)
+
+        while True:
+            try:
+                sock: socket.socket | None = self._turned_away.get(
+                    timeout=0.05 if deadlines else None
+                )
+            except queue.Empty:
+                sock = None  # nothing new; only the waiting ones to look after
+            else:
+                if sock is None:  # server_close
+                    for open_sock in list(deadlines):
+                        close(open_sock)
+                    return
+            if sock is not None:
+                try:
+                    sock.setblocking(False)
+                    sock.send(response)
+                    sock.shutdown(socket.SHUT_WR)
+                    waiting.register(sock, selectors.EVENT_READ)
+                    deadlines[sock] = time.monotonic() + 1.0
+                except OSError:
+                    close(sock)
+                self._log_busy()
+            for key, _ in waiting.select(timeout=0) if deadlines else ():
+                conn = key.fileobj
+                assert isinstance(conn, socket.socket)
+                try:
+                    data = conn.recv(65536)  # their request, dropped; b'': they closed
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    close(conn)
+            now = time.monotonic()
+            for conn, deadline in list(deadlines.items()):
+                if deadline < now:
+                    close(conn)
+
+    def _log_busy(self) -> None:
+        now = time.monotonic()
+        if now - self._busy_logged > 1.0:  # a flood is one line a second, not one each
+            self._busy_logged = now
+            log.warning(
+                "busy: connection cap (%d) reached; %d connection(s) answered 503 so far",
+                self.config.max_connections,
+                self.stats.busy,
+            )
+
+    # -- closing without losing the answer ------------------------------------------------
+    def shutdown_request(self, request: socket.socket) -> None:  # type: ignore[override]
+        """Close after the answer is out: stop writing, then drop what the client still sends
+        (briefly). Closing with unread bytes makes the kernel send a reset, and a client that
+        gets a reset may never see the 401, 413 or 414 it was sent."""
+        self._linger_and_close(request, _LINGER_SECONDS)
+
+    def _linger_and_close(self, request: socket.socket, seconds: float) -> None:
+        with contextlib.suppress(OSError):
+            request.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + seconds
+            dropped = 0
+            while dropped < _LINGER_BYTES:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                request.settimeout(left)
+                chunk = request.recv(65536)
+                if not chunk:
+                    break
+                dropped += len(chunk)
+        self.close_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._turned_away.put(None)  # blocks only until the turn-away thread takes one
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """One line, never a traceback: whatever escaped a handler (a reset, a timeout)."""
+        exc = sys.exc_info()[1]
+        self.stats.add(handler_errors=1)
+        host = client_address[0] if isinstance(client_address, tuple) else client_address
+        log.warning("%s: connection ended: %s: %s", host, type(exc).__name__, exc)
 
     @property
     def url(self) -> str:
@@ -168,8 +277,75 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # the stdlib line would include the raw request line; see log_request
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        path = urlsplit(self.path).path  # no query string: it may carry a token
-        log.info('%s "%s %s" %s', self.client_address[0], self.command, path, code)
+        # Also called for requests that never got a path (a malformed line): one line each.
+        path = getattr(self, "path", None)
+        try:
+            shown = urlsplit(path).path[:200] if path else "-"  # no query: it may hold a token
+        except ValueError:
+            shown = "-"
+        command = getattr(self, "command", None) or "-"
+        log.info('%s "%s %s" %s', self.client_address[0], command[:20], shown, code)
+
+    # -- the request line and the connection (malformed input gets a 4xx, never a traceback) --
+    default_request_version = "HTTP/1.0"  # so that a refused HTTP/0.9 line gets a status line
+
+    def handle(self) -> None:
+        try:
+            first = self.connection.recv(1, socket.MSG_PEEK)
+        except (TimeoutError, OSError):
+            return
+        if first == _TLS_HANDSHAKE:
+            self.requestline, self.request_version, self.command = "", "HTTP/1.0", ""
+            self.close_connection = True
+            self.send_error(HTTPStatus.BAD_REQUEST, "this server speaks plain HTTP, not TLS")
+            return
+        super().handle()
+
+    def parse_request(self) -> bool:
+        self._upload_checked = False
+        raw: bytes = self.raw_requestline  # type: ignore[attr-defined]  # set by the stdlib
+        words = str(raw, "iso-8859-1").split()
+        if not words:
+            self.command, self.request_version = "", "HTTP/1.0"
+            return self._malformed("empty request line")
+        if len(words) == 2:  # before the stdlib waits for headers an HTTP/0.9 line never has
+            self.command, self.request_version = "", "HTTP/1.0"
+            return self._malformed("HTTP/0.9 requests are not supported")
+        if not super().parse_request():
+            return False
+        if self.request_version.startswith("HTTP/0."):  # 'GET / HTTP/0.9': answered without
+            self.request_version = "HTTP/1.0"  # a status line by the stdlib; refuse it with one
+            return self._malformed("HTTP/0.x requests are not supported")
+        try:
+            urlsplit(self.path)
+        except ValueError:
+            return self._malformed("unparseable request target")
+        if not self.path.startswith("/") or any(ord(c) < 0x21 or ord(c) == 0x7F for c in self.path):
+            return self._malformed("the request target must be an absolute path")
+        return True
+
+    def _malformed(self, reason: str) -> bool:
+        self.close_connection = True
+        self.send_error(HTTPStatus.BAD_REQUEST, reason)
+        return False
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # Only the request-line and header parsing get here (handlers answer with _text).
+        self.server.stats.add(malformed=1)
+        if code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED:  # 'GET / HTTP/2.0': a malformed line
+            code, message = (
+                HTTPStatus.BAD_REQUEST,
+                "HTTP/2 needs a connection preface; use HTTP/1.1",
+            )
+        super().send_error(code, message, explain)
+
+    def handle_expect_100(self) -> bool:
+        """curl (and others) wait for this before sending a body: refuse before it comes."""
+        if self.command == "POST":
+            if not self._upload_allowed():
+                return False
+            self._upload_checked = True
+        return super().handle_expect_100()
 
     def _send(
         self,
@@ -286,8 +462,8 @@ class _Handler(BaseHTTPRequestHandler):
         if len(parts) != 2 or not parts[1].endswith(_FILE_SUFFIXES):
             return self._text(HTTPStatus.NOT_FOUND, "not found")
         try:
-            path = self.server.store.path(f"files/{parts[0]}/{parts[1]}")
-            f = open(path, "rb")  # noqa: SIM115 (closed by the with below; open errors are a 404)
+            # Never through a symlink: a link planted in the store is a 404, not /etc/passwd.
+            f = self.server.store.open_file(f"files/{parts[0]}/{parts[1]}")
         except (StoreError, OSError):
             return self._text(HTTPStatus.NOT_FOUND, "not found")
         with f:
@@ -309,87 +485,90 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.stats.add(requests=1)
         try:
             self._post()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        except Exception:
-            log.exception("error handling an upload")
+        except (BrokenPipeError, ConnectionResetError, TimeoutError) as exc:
+            log.warning("upload from %s ended: %s", self.client_address[0], type(exc).__name__)
+            self.close_connection = True
+        except Exception as exc:
+            log.error("error handling an upload: %s: %s", type(exc).__name__, exc)
+            self.close_connection = True
             with contextlib.suppress(Exception):
                 self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
 
-    def _post(self) -> None:
+    def _upload_allowed(self) -> bool:
+        """Path, credentials and length, before one byte of the body is read. Sends the
+        refusal (and closes the connection) when not allowed."""
         if urlsplit(self.path).path not in {"/", "/legacy/", "/legacy"}:
             self.close_connection = True
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
+            self._text(HTTPStatus.NOT_FOUND, "not found")
+            return False
         if self.server.credentials is None:
             self.close_connection = True  # the body is left unread
-            return self._text(HTTPStatus.FORBIDDEN, "uploads are disabled on this server")
+            self._text(HTTPStatus.FORBIDDEN, "uploads are disabled on this server")
+            return False
         if not self._authorized():
             self.close_connection = True
-            return
+            return False
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            self._text(HTTPStatus.LENGTH_REQUIRED, "Content-Length required (no chunked uploads)")
+            return False
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
             self.close_connection = True
-            return self._text(HTTPStatus.LENGTH_REQUIRED, "Content-Length required")
-        if not 0 < length <= _MAX_UPLOAD:
+            self._text(HTTPStatus.LENGTH_REQUIRED, "Content-Length required")
+            return False
+        if not 0 < length <= self.server.config.max_upload:
             self.close_connection = True
-            return self._text(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "upload too large")
-        body = self.rfile.read(length)
-        ctype = self.headers.get("Content-Type", "")
-        if not ctype.startswith("multipart/form-data"):
-            return self._text(HTTPStatus.BAD_REQUEST, "expected multipart/form-data")
-        message = BytesParser(policy=HTTP).parsebytes(
-            b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + body
-        )
-        fields: dict[str, str] = {}
-        content: tuple[str, bytes] | None = None
-        for part in message.iter_parts():
-            name = part.get_param("name", header="content-disposition")
-            filename = part.get_filename()
-            payload = part.get_payload(decode=True)
-            if not isinstance(payload, bytes):
-                payload = b""
-            if name == "content" and filename:
-                content = (str(filename), payload)
-            elif isinstance(name, str):
-                fields[name] = payload.decode("utf-8", "replace")
-        if fields.get(":action", "file_upload") != "file_upload" or content is None:
-            return self._text(
-                HTTPStatus.BAD_REQUEST, "expected :action=file_upload with a content file"
+            self._text(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"upload too large (the limit is {self.server.config.max_upload} bytes)",
             )
-        filename, data = content
-        digest = fields.get("sha256_digest")
-        if digest and digest != hashlib.sha256(data).hexdigest():
-            return self._text(HTTPStatus.BAD_REQUEST, "sha256_digest does not match the upload")
-        self._publish(filename, data)
+            return False
+        return True
 
-    def _publish(self, filename: str, data: bytes) -> None:
+    def _post(self) -> None:
+        if not self._upload_checked and not self._upload_allowed():
+            return
+        length = int(self.headers["Content-Length"])
+        try:
+            upload = receive(
+                self.rfile,  # type: ignore[arg-type]
+                length,
+                self.headers.get("Content-Type", ""),
+                self.server.store.root,
+                self.server.config.max_upload,
+            )
+        except (UploadError, WheelError) as exc:
+            self.close_connection = True  # the rest of the body is not read
+            message = exc.message if isinstance(exc, WheelError) else str(exc)
+            return self._text(HTTPStatus.BAD_REQUEST, message)
+        try:
+            status, message = self._publish_upload(upload.fields, upload.sha256, upload.path)
+        finally:
+            upload.discard()  # before the answer: a client that has it finds no temp file left
+        self._text(status, message)
+
+    def _publish_upload(self, fields: dict[str, str], sha256: str, path: Path) -> tuple[int, str]:
         from factory.index.publish import publish
 
-        if (
-            "/" in filename
-            or "\\" in filename
-            or filename.startswith(".")
-            or not filename.endswith(".whl")
-        ):
-            return self._text(
-                HTTPStatus.BAD_REQUEST, "only wheels with plain file names are accepted"
-            )
-        workdir = Path(tempfile.mkdtemp(prefix="factory-upload-"))
+        if fields.get(":action", "file_upload") != "file_upload":
+            return HTTPStatus.BAD_REQUEST, "expected :action=file_upload"
+        digest = fields.get("sha256_digest")
+        if digest and digest.strip().lower() != sha256:
+            return HTTPStatus.BAD_REQUEST, "sha256_digest does not match the upload"
+        filename = path.name
         try:
-            path = workdir / filename
-            path.write_bytes(data)
-            report = publish(self.server.store, [path])
+            report = publish(self.server.store, [path], limits=self.server.config.wheel_limits)
         except ConflictError as exc:
-            return self._text(HTTPStatus.CONFLICT, f"File already exists: {exc.message}")
+            return HTTPStatus.CONFLICT, f"File already exists: {exc.message}"
         except (WheelError, StoreError) as exc:
-            return self._text(HTTPStatus.BAD_REQUEST, exc.message)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            log.info("upload %s refused: %s", filename[:200], exc.message)
+            return HTTPStatus.BAD_REQUEST, exc.message
         self.server.stats.add(uploads=1)
         state = "published" if report.published else "unchanged"
         log.info("upload %s: %s", filename, state)
-        self._text(HTTPStatus.OK, f"{state} {filename}")
+        return HTTPStatus.OK, f"{state} {filename}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,7 @@ Checked: each project page (HTML and JSON) links only to files that exist, with 
 sha256 and the ``.metadata`` file's sha256; with ``deep`` the wheels are re-hashed too (a
 tampered file is found). And the other way round: every committed wheel appears on its
 combined page and on its variant page, and every project page is linked from its root.
+Symlinks in the store are problems; temp files of writers (live or killed) are reported.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class IndexReport:
     pending: tuple[str, ...]  # uploaded but never committed: 'index rebuild' completes them
     # with ``deep``: each wheel's glibc floor, promised (its tag) and needed (its binaries)
     floors: tuple[dict[str, object], ...] = ()
+    temps: tuple[str, ...] = ()  # writers' temp files ('index rebuild' removes stale ones)
 
     @property
     def ok(self) -> bool:
@@ -81,7 +83,14 @@ def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
             links += 1
     problems += _missing_from_pages(store, entries, linked, roots, page_keys)
     problems += checker.floor_problems
+    temps = []
+    for stray in store.strays():
+        if stray.kind == "symlink":
+            problems.append(f"{stray.key}: a symlink in the store (never served; remove it)")
+        else:
+            temps.append(f"{stray.key} ({stray.age:.0f} s old)")
     return IndexReport(
+        temps=tuple(temps),
         wheels=len(entries),
         pages=len(page_keys),
         links=links,

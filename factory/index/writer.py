@@ -134,6 +134,7 @@ class RebuildReport:
     pages_removed: int
     completed: tuple[str, ...]  # wheels whose publish had stopped before its entry was written
     seconds: float
+    temps_removed: tuple[str, ...] = ()  # temp files of killed writers, older than the grace
 
 
 def rebuild_pages(store: Store) -> RebuildReport:

@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from index_fixtures import cli, write_htpasswd
+from index_fixtures import cli, multipart_upload, write_htpasswd
 from index_wheels import make_wheel, variant_wheel
 
 from factory.index import verify_index
@@ -58,21 +58,9 @@ def _upload(
 ) -> int:
     """What twine sends: a multipart form with :action=file_upload and the file as 'content'."""
     boundary = uuid.uuid4().hex
-    fields = {":action": "file_upload", "protocol_version": "1", "name": "x", "version": "1"}
-    body = b"".join(
-        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-        for k, v in fields.items()
+    body = multipart_upload(
+        filename or wheel.name, wheel.read_bytes(), boundary, name="x", version="1"
     )
-    body += (
-        (
-            f"--{boundary}\r\nContent-Disposition: form-data; "
-            f'name="content"; filename="{filename or wheel.name}"\r\n'
-            "Content-Type: application/octet-stream\r\n\r\n"
-        ).encode()
-        + wheel.read_bytes()
-        + b"\r\n"
-    )
-    body += f"--{boundary}--\r\n".encode()
     request = urllib.request.Request(url, data=body, method="POST")
     request.add_header("Content-Type", f"multipart/form-data; boundary={boundary}")
     if auth:

@@ -91,6 +91,15 @@ class WheelEntry:
             raise StoreError(f"corrupt index entry: {exc}") from None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Stray:
+    """Something in the store that is not an object: a writer's temp file, or a symlink."""
+
+    key: str
+    kind: str  # 'temp' | 'symlink'
+    age: float  # seconds since it last changed (0 for symlinks)
+
+
 @runtime_checkable
 class Store(Protocol):
     """The primitives a backend provides, plus the wheel-level reads of ``StoreBase``."""
@@ -126,6 +135,10 @@ class Store(Protocol):
 
     def wheels(self, project: str | None = None) -> builtins.list[WheelEntry]: ...
 
+    def strays(self) -> builtins.list[Stray]: ...
+
+    def remove_stale_temps(self, older_than: float) -> builtins.list[str]: ...
+
 
 class StoreBase:
     """Wheel-level reads shared by the backends; they only need the primitives."""
@@ -145,6 +158,13 @@ class StoreBase:
 
     def _read_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]:
         return [self.read(k) for k in keys]
+
+    def strays(self) -> builtins.list[Stray]:
+        """Leftovers that are not objects; none where writes are atomic (S3)."""
+        return []
+
+    def remove_stale_temps(self, older_than: float) -> builtins.list[str]:
+        return []
 
     def page_objects(self) -> builtins.list[StoreObject]:
         """Every object that is not under ``files/``: the index pages."""
