@@ -23,7 +23,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,12 +30,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import tomllib
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import StoreError, UsageError, WheelError
 from factory.index.links import Anchor, parse_anchors
-from factory.matrix.tags import LocalTag, parse_local
+from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local, variant_name, wheel_platform
 
 NO_FIT_EXIT = 1  # the doctor ran fine but no wheel fits: scripts branch on this
 _TORCH_MARK = "FACTORY-DOCTOR:"
@@ -291,7 +291,11 @@ class IndexFile:
 
     @property
     def variant(self) -> str | None:
-        return self.local.variant if self.local else None
+        """The per-variant index this file is on: 'cu130-torch2.14-sm100' (see tags.py)."""
+        if self.local is None:
+            return None
+        return variant_name(cuda=self.local.cuda, torch_minor=self.local.torch_minor,
+                            archs=self.local.archs, platform=wheel_platform(self.platforms))
 
 
 def _file_from_link(anchor: Anchor) -> IndexFile | None:
@@ -319,9 +323,6 @@ def _file_from_link(anchor: Anchor) -> IndexFile | None:
     )
 
 
-_VARIANT_RE = re.compile(r"^cu\d{3,4}-torch\d+\.\d+$")
-
-
 class IndexReader:
     """A factory index tree read through a directory path or an http(s)/file URL (stdlib only).
 
@@ -343,7 +344,7 @@ class IndexReader:
         parts = base.split("/")
         if parts[-1] == "simple":
             parts.pop()
-            if parts and _VARIANT_RE.match(parts[-1]):
+            if parts and VARIANT_RE.match(parts[-1]):
                 parts.pop()
         self.root_url = "/".join(parts)
 
@@ -638,8 +639,10 @@ def _pick(host: HostInfo, project: str, fitting: list[IndexFile], reader: IndexR
         archs = _arch_set(best, default)
         if archs:
             warnings.append(f"{best.filename} holds kernels for {_archs_text(archs)} only")
-    # pip takes the highest version the variant index offers for this Python and platform; pin
-    # when that is not the chosen file (local tags sort as strings: 'sm90' > 'sm100').
+    # The chosen file's own variant index holds one arch set (tags.py), so its URL is the one
+    # that fits this host's GPU; pip takes the highest version there for this Python and
+    # platform: pin when that is not the chosen file.
+    variant = best.variant or variant
     variant_files = reader.files(project, variant)
     if variant_files is None:
         warnings.append(f"the index has no per-variant page for {variant}; using the combined index")

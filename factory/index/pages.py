@@ -17,6 +17,7 @@ from urllib.parse import quote
 from packaging.version import InvalidVersion, Version
 
 from factory.index.store.base import FILES, WheelEntry
+from factory.matrix.tags import variant_of_filename
 
 API_VERSION = "1.1"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -40,6 +41,20 @@ def root_page_keys(variant: str | None) -> tuple[str, str]:
 
 
 TOP_KEYS = ("index.json", "index.html")
+
+
+@functools.lru_cache(maxsize=65536)
+def _current_variant(filename: str) -> str | None:
+    return variant_of_filename(filename)
+
+
+def entry_variants(entry: WheelEntry) -> tuple[str, ...]:
+    """The per-variant indexes a wheel is listed on: the name its filename gives today, plus
+    the name stored when it was published, if that differs (variant names before the arch set
+    was part of them: their URLs keep working for the wheels already published there)."""
+    current = _current_variant(entry.filename)
+    names = [v for v in (current, entry.variant) if v]
+    return tuple(dict.fromkeys(names))
 
 
 def file_href(entry: WheelEntry, variant: str | None, suffix: str = "") -> str:

@@ -33,13 +33,20 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from packaging.utils import canonicalize_name
 
-from factory.errors import AuthError, ConflictError, FactoryError, StoreError, UsageError, WheelError
+from factory.errors import (
+    AuthError,
+    ConflictError,
+    FactoryError,
+    StoreError,
+    UsageError,
+    WheelError,
+)
 from factory.index.pages import HTML_TYPE, JSON_TYPE
 from factory.index.store.local import LocalStore
+from factory.matrix.tags import VARIANT_RE
 
 log = logging.getLogger("factory.index.server")
 
-_VARIANT_RE = re.compile(r"^cu\d{2,4}-torch\d+\.\d+$")
 _FILE_SUFFIXES = (".whl", ".whl.metadata", ".whl.provenance.json")
 _MAX_UPLOAD = 4 * 1024**3
 # What each Accept type gets: PEP 691 names, plus the plain ones browsers and pip send.
@@ -241,7 +248,7 @@ class _Handler(BaseHTTPRequestHandler):
         if parts and parts[0] == "files":
             return self._file(parts[1:])
         query = parse_qs(split.query)
-        if parts and _VARIANT_RE.match(parts[0]):
+        if parts and VARIANT_RE.match(parts[0]):
             prefix, parts = parts[0] + "/", parts[1:]
         else:
             prefix = ""

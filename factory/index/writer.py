@@ -65,7 +65,7 @@ def _project_renderer(store: Store, project: str, variants: Iterable[str | None]
         entries = store.wheels(project)
         out: dict[str, bytes] = {}
         for v in variants:
-            chosen = [e for e in entries if v is None or e.variant == v]
+            chosen = [e for e in entries if v is None or v in pages.entry_variants(e)]
             json_key, html_key = pages.project_page_keys(project, v)
             out[json_key] = pages.project_json(project, chosen, v)
             out[html_key] = pages.project_html(project, chosen, v)
@@ -104,8 +104,7 @@ def update_index(store: Store, touched: Iterable[WheelEntry]) -> int:
     by_project: dict[str, set[str | None]] = defaultdict(set)
     for e in touched:
         by_project[e.project].add(None)
-        if e.variant:
-            by_project[e.project].add(e.variant)
+        by_project[e.project].update(pages.entry_variants(e))
     changed = 0
     for project, variants in sorted(by_project.items()):
         ordered = sorted(variants, key=lambda v: v or "")
@@ -156,8 +155,8 @@ def rebuild_pages(store: Store) -> RebuildReport:
         wanted[html_key] = pages.project_html(project, project_entries, None)
         per_variant: dict[str, list[WheelEntry]] = defaultdict(list)
         for e in project_entries:
-            if e.variant:
-                per_variant[e.variant].append(e)
+            for v in pages.entry_variants(e):
+                per_variant[v].append(e)
         for v, chosen in per_variant.items():
             variant_projects[v].add(project)
             json_key, html_key = pages.project_page_keys(project, v)

@@ -10,6 +10,13 @@ Scheme: ``<version>+cu{MAJ}{MIN}torch{MAJ}.{MIN}[sm{A}[.{B}...]]``.
   written sorted and without repeats: one arch set has exactly one spelling.
 * Requires-Dist pins ``torch==MAJ.MIN.*``; resolvers use that, not the local tag, to choose.
 
+The variant name (the index's ``<variant>/simple/`` directory) holds everything a resolver
+could otherwise confuse: ``cu130-torch2.14`` for the package's default arch set, plus
+``-sm100`` / ``-sm90.100`` for any other arch set (PEP 440 compares ``11sm90`` above ``11sm100``
+as text, so two arch sets behind one URL would resolve to sm90 on every host), plus the
+platform when it is not x86_64 (``cu130-torch2.14-sm100-aarch64``). One URL, one build per
+version.
+
 The tag round-trips: ``parse_local(local_tag(...))`` gives the values back, and
 ``cell_from_wheel_filename`` rebuilds the cell (given the package's default arch set; the tag
 holds only the torch minor, so pass the full torch version to get it back exactly).
@@ -35,6 +42,10 @@ _LOCAL_RE = re.compile(
     r"(?:sm(?P<archs>\d+(?:\.\d+)*))?"
 )
 _MINOR_RE = re.compile(r"\d+\.\d+")
+# Every variant name the index has ever used: 'cu130-torch2.14' (also the pre-arch names of
+# already published wheels), '-sm100', '-sm90.100', and a platform suffix ('-aarch64').
+VARIANT_RE = re.compile(r"^cu\d{3,4}-torch\d+\.\d+(?:-sm\d+(?:\.\d+)*)?(?:-[a-z][a-z0-9_]*)?$")
+DEFAULT_PLATFORM = "x86_64"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -45,8 +56,31 @@ class LocalTag:
 
     @property
     def variant(self) -> str:
-        maj, mnr = self.cuda.split(".")
-        return f"cu{maj}{mnr}-torch{self.torch_minor}"
+        return variant_name(cuda=self.cuda, torch_minor=self.torch_minor, archs=self.archs)
+
+
+def variant_name(
+    *, cuda: str, torch_minor: str, archs: Iterable[int] | None, platform: str = DEFAULT_PLATFORM
+) -> str:
+    """'cu130-torch2.14' (default arch set), 'cu130-torch2.14-sm100', '...-sm100-aarch64'."""
+    maj, mnr = cuda.split(".")
+    name = f"cu{maj}{mnr}-torch{torch_minor}"
+    if archs is not None:
+        name += "-sm" + ".".join(str(a) for a in sorted(set(archs)))
+    if platform != DEFAULT_PLATFORM:
+        name += f"-{platform}"
+    return name
+
+
+def wheel_platform(platform_tags: Iterable[str]) -> str:
+    """The machine a wheel's platform tags name: 'manylinux_2_28_aarch64' -> 'aarch64'."""
+    machines = set()
+    for tag in platform_tags:
+        if tag == "any":
+            continue
+        m = re.fullmatch(r"(?:many|musl)?linux(?:_\d+_\d+|1|2010|2014)?_(\w+)", tag)
+        machines.add(m.group(1) if m else tag)
+    return machines.pop() if len(machines) == 1 else DEFAULT_PLATFORM
 
 
 def local_tag(
@@ -103,16 +137,22 @@ def _parse_filename(filename: str):  # type: ignore[no-untyped-def]
 
 
 def variant_of_filename(filename: str) -> str | None:
-    """'flash_attn-2.8.3+cu130torch2.14sm100-cp311-...whl' -> 'cu130-torch2.14'.
+    """'flash_attn-2.8.3+cu130torch2.14sm100-cp311-...whl' -> 'cu130-torch2.14-sm100'.
 
     None when the wheel carries no factory tag."""
-    _, version, _, _ = _parse_filename(filename)
+    _, version, _, tags = _parse_filename(filename)
     if version.local is None:
         return None
     try:
-        return parse_local(version.local).variant
+        lt = parse_local(version.local)
     except WheelError:
         return None
+    return variant_name(
+        cuda=lt.cuda,
+        torch_minor=lt.torch_minor,
+        archs=lt.archs,
+        platform=wheel_platform(t.platform for t in tags),
+    )
 
 
 def split_version(version: str) -> tuple[str, str | None]:

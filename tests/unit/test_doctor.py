@@ -101,7 +101,7 @@ def test_b200_gets_the_variant_install_line(sm100_only: Path, torch_dirs: dict[s
     r = doctor(sm100_only, "b200.txt", torch_dirs["2.14-cu130"])
     assert r.returncode == 0, r.stdout + r.stderr
     url = sm100_only.resolve().as_uri()
-    assert f"pip install --extra-index-url {url}/cu130-torch2.14/simple/ flash-attn\n" in r.stdout
+    assert f"pip install --extra-index-url {url}/cu130-torch2.14-sm100/simple/ flash-attn\n" in r.stdout
     assert "sm_100 (compute capability 10.0)" in r.stdout
     assert "variant     cu130-torch2.14" in r.stdout
 
@@ -123,13 +123,13 @@ def test_h200_picks_sm90_and_b200_is_pinned_past_pips_choice(
     assert doc["version"] == 1 and doc["host"]["gpus"][0]["sm"] == 90
     (result,) = doc["results"]
     assert "sm90" in result["wheel"]
-    # pip alone would take '+...sm90' (local segments compare as strings): that is right here.
-    assert result["install"].endswith("/cu130-torch2.14/simple/ flash-attn")
+    # Each arch set has its own URL, so the H200 gets the sm90 one and no pin is needed.
+    assert result["install"].endswith("/cu130-torch2.14-sm90/simple/ flash-attn")
 
     r = doctor(sm90_and_sm100, "b200.txt", torch_dirs["2.14-cu130"])
     assert r.returncode == 0, r.stdout + r.stderr
-    # ...and wrong for a B200, so the line pins the exact build.
-    assert "/cu130-torch2.14/simple/ flash-attn==2.8.3.post2+cu130torch2.14sm100\n" in r.stdout
+    # ...and a B200 the sm100 one: no URL offers a build its GPU cannot run.
+    assert "/cu130-torch2.14-sm100/simple/ flash-attn\n" in r.stdout
 
 
 def test_no_gpu_picks_by_torch_with_a_warning(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
@@ -138,7 +138,7 @@ def test_no_gpu_picks_by_torch_with_a_warning(sm100_only: Path, torch_dirs: dict
     assert "gpu         none found (NVIDIA-SMI has failed" in r.stdout
     assert "WARNING flash-attn: no NVIDIA GPU found" in r.stdout
     assert "holds kernels for sm_100 only" in r.stdout
-    assert "/cu130-torch2.14/simple/ flash-attn\n" in r.stdout
+    assert "/cu130-torch2.14-sm100/simple/ flash-attn\n" in r.stdout
 
 
 def test_other_torch_minor_and_cuda_say_why(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
