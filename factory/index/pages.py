@@ -41,6 +41,7 @@ def root_page_keys(variant: str | None) -> tuple[str, str]:
 
 
 TOP_KEYS = ("index.json", "index.html")
+FINDER_KEY = "finder/index.html"  # the page people browse: every wheel, filter by typing
 
 
 @functools.lru_cache(maxsize=65536)

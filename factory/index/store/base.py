@@ -32,6 +32,17 @@ YANK_SUFFIX = ".yank.json"
 METADATA_SUFFIX = ".metadata"
 PROVENANCE_SUFFIX = ".provenance.json"
 
+# What HTTP caches may do with an object: files never change once written; pages change on
+# every publish. The embedded server sends these, and the S3 store writes them onto the objects
+# so a CDN in front of the bucket does the same.
+FILE_CACHE_CONTROL = "public, max-age=31536000, immutable"
+PAGE_CACHE_CONTROL = "public, max-age=60"
+
+
+def cache_control(key: str) -> str:
+    return FILE_CACHE_CONTROL if key.startswith(f"{FILES}/") else PAGE_CACHE_CONTROL
+
+
 # One path segment: no separators, no dot-only names, nothing a URL or shell would reinterpret.
 _SEGMENT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]{0,254}$")
 
