@@ -27,12 +27,12 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
-from typing import Any
 from email.parser import BytesParser
 from email.policy import HTTP
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from packaging.utils import canonicalize_name
@@ -40,7 +40,6 @@ from packaging.utils import canonicalize_name
 from factory.errors import (
     AuthError,
     ConflictError,
-    FactoryError,
     StoreError,
     UsageError,
     WheelError,
