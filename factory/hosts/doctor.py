@@ -37,6 +37,7 @@ from packaging.version import InvalidVersion, Version
 from factory.errors import StoreError, UsageError, WheelError
 from factory.index.links import Anchor, parse_anchors
 from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local, variant_name, wheel_platform
+from factory.matrix.tags import platform_tag_parts as _manylinux
 
 NO_FIT_EXIT = 1  # the doctor ran fine but no wheel fits: scripts branch on this
 _TORCH_MARK = "FACTORY-DOCTOR:"
@@ -402,21 +403,6 @@ class Choice:
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "fits": self.wheel is not None, "warnings": list(self.warnings)}
-
-
-def _manylinux(platform_tag: str) -> tuple[tuple[int, int] | None, str]:
-    """('manylinux_2_28_x86_64') -> ((2, 28), 'x86_64'); legacy aliases included."""
-    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", platform_tag)
-    if m:
-        return (int(m.group(1)), int(m.group(2))), m.group(3)
-    m = re.fullmatch(r"(manylinux1|manylinux2010|manylinux2014)_(\w+)", platform_tag)
-    if m:
-        return legacy[m.group(1)], m.group(2)
-    m = re.fullmatch(r"linux_(\w+)", platform_tag)
-    if m:
-        return None, m.group(1)
-    return None, "any" if platform_tag == "any" else platform_tag
 
 
 def _python_ok(f: IndexFile, py: str) -> bool:

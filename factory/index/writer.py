@@ -95,6 +95,17 @@ def _top_renderer(store: Store, add: Iterable[str]) -> Render:
     return render
 
 
+def _finder_renderer(store: Store) -> Render:
+    def render() -> dict[str, bytes]:
+        # From the combined project pages just written: one read per project, not per wheel.
+        projects = sorted(pages.root_projects(store.read(pages.root_page_keys(None)[0])))
+        datas = store.read_many([pages.project_page_keys(p, None)[0] for p in projects])
+        rows = [r for data in datas for r in pages.finder_rows_from_page(data)]
+        return {pages.FINDER_KEY: pages.finder_html(rows)}
+
+    return render
+
+
 def update_index(store: Store, touched: Iterable[WheelEntry]) -> int:
     """Rewrite only the pages the given wheels appear on; returns the number of pages changed.
 
@@ -120,6 +131,8 @@ def update_index(store: Store, touched: Iterable[WheelEntry]) -> int:
     new_variants = {v for v in by_variant if v}
     if new_variants:
         changed += cas_write(store, pages.TOP_KEYS, _top_renderer(store, new_variants))
+    if by_project:
+        changed += cas_write(store, [pages.FINDER_KEY], _finder_renderer(store))
     return changed
 
 
@@ -173,6 +186,7 @@ def rebuild_pages(store: Store) -> RebuildReport:
         roots[html_key] = pages.root_html(names)
     roots[pages.TOP_KEYS[0]] = pages.top_json(variant_projects)
     roots[pages.TOP_KEYS[1]] = pages.top_html(variant_projects)
+    roots[pages.FINDER_KEY] = pages.finder_html(pages.finder_rows_from_entries(entries))
 
     written = unchanged = 0
     lost_race: list[str] = []
@@ -210,7 +224,10 @@ def _is_page(key: str) -> bool:
 
 def _on_pages(entry: WheelEntry, keys: list[str]) -> bool:
     if any(
-        k in pages.TOP_KEYS or k.endswith("simple/index.html") or k.endswith("simple/index.json")
+        k in pages.TOP_KEYS
+        or k == pages.FINDER_KEY
+        or k.endswith("simple/index.html")
+        or k.endswith("simple/index.json")
         for k in keys
     ):
         return True

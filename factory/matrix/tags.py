@@ -72,15 +72,31 @@ def variant_name(
     return name
 
 
+def platform_tag_parts(platform_tag: str) -> tuple[tuple[int, int] | None, str]:
+    """('manylinux_2_28_x86_64') -> ((2, 28), 'x86_64'); legacy aliases included."""
+    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", platform_tag)
+    if m:
+        return (int(m.group(1)), int(m.group(2))), m.group(3)
+    m = re.fullmatch(r"(manylinux1|manylinux2010|manylinux2014)_(\w+)", platform_tag)
+    if m:
+        return legacy[m.group(1)], m.group(2)
+    m = re.fullmatch(r"linux_(\w+)", platform_tag)
+    if m:
+        return None, m.group(1)
+    return None, "any" if platform_tag == "any" else platform_tag
+
+
 def wheel_platform(platform_tags: Iterable[str]) -> str:
     """The machine a wheel's platform tags name: 'manylinux_2_28_aarch64' -> 'aarch64'."""
-    machines = set()
-    for tag in platform_tags:
-        if tag == "any":
-            continue
-        m = re.fullmatch(r"(?:many|musl)?linux(?:_\d+_\d+|1|2010|2014)?_(\w+)", tag)
-        machines.add(m.group(1) if m else tag)
+    machines = {platform_tag_parts(t)[1] for t in platform_tags} - {"any"}
     return machines.pop() if len(machines) == 1 else DEFAULT_PLATFORM
+
+
+def glibc_floor(platform_tags: Iterable[str]) -> str | None:
+    """The oldest glibc a wheel installs on ('2.28'), from its manylinux tags; None if none."""
+    floors = [g for g in (platform_tag_parts(t)[0] for t in platform_tags) if g]
+    return "%d.%d" % min(floors) if floors else None
 
 
 def local_tag(
