@@ -400,6 +400,8 @@ class Choice:
     install: str | None  # the exact command line; None when nothing fits
     why: str | None  # why nothing fits
     warnings: tuple[str, ...] = ()
+    index_url: str | None = None  # the index URL of the install line
+    requirement: str | None = None  # 'flash-attn' or 'flash-attn==2.8.3+cu130torch2.14sm100'
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "fits": self.wheel is not None, "warnings": list(self.warnings)}
@@ -643,6 +645,7 @@ def _pick(host: HostInfo, project: str, fitting: list[IndexFile], reader: IndexR
     return Choice(
         project=project, wheel=best.filename, variant=variant,
         install=f"pip install --extra-index-url {url} {requirement}", why=None, warnings=tuple(warnings),
+        index_url=url, requirement=requirement,
     )
 
 
