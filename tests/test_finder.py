@@ -23,8 +23,15 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> LocalStore:
     tmp = tmp_path_factory.mktemp("finder")
     store = LocalStore(tmp / "store")
     wheels = [
-        variant_wheel(tmp, "fa-demo", "1.0", torch, cuda=cuda, archs=archs,
-                      tag=f"cp311-cp311-manylinux_2_28_{machine}")
+        variant_wheel(
+            tmp,
+            "fa-demo",
+            "1.0",
+            torch,
+            cuda=cuda,
+            archs=archs,
+            tag=f"cp311-cp311-manylinux_2_28_{machine}",
+        )
         for torch, cuda, archs, machine in [
             ("2.14", "13.0", "90", "x86_64"),
             ("2.14", "13.0", "100", "x86_64"),
@@ -49,8 +56,17 @@ def test_the_page_is_valid_html_with_a_row_per_live_wheel(store: LocalStore) -> 
     assert len(rows) == 5  # the yanked wheel is not offered
     sm100_arm = next(r for r in rows if "aarch64" in r.get("title"))
     cells = [td.text for td in sm100_arm.findall("td")][:10]
-    assert cells[:9] == ["fa-demo", "1.0+cu130torch2.14sm100", "2.14", "13.0", "sm_100", "cp311",
-                         "aarch64", "2.28", cells[8]]
+    assert cells[:9] == [
+        "fa-demo",
+        "1.0+cu130torch2.14sm100",
+        "2.14",
+        "13.0",
+        "sm_100",
+        "cp311",
+        "aarch64",
+        "2.28",
+        cells[8],
+    ]
     code = sm100_arm.find(".//code")
     assert code.get("data-path") == "cu130-torch2.14-sm100-aarch64/simple/"
     assert code.get("data-requirement") == "fa-demo==1.0+cu130torch2.14sm100"
@@ -120,7 +136,9 @@ def test_chromium_loads_the_page_and_filters_by_typing(
     assert _visible(browser) == [] and count.text == "0 of 5 wheels"
 
 
-def test_the_page_works_from_a_static_copy(browser: object, store: LocalStore, tmp_path: Path) -> None:
+def test_the_page_works_from_a_static_copy(
+    browser: object, store: LocalStore, tmp_path: Path
+) -> None:
     """file:// stands in for S3/CDN: no server logic, the page still fills in and filters."""
     from selenium.webdriver.common.by import By
 
@@ -128,6 +146,8 @@ def test_the_page_works_from_a_static_copy(browser: object, store: LocalStore, t
     shutil.copytree(store.root, copy)
     browser.get((copy / FINDER_KEY).as_uri())  # type: ignore[attr-defined]
     code = browser.find_element(By.CSS_SELECTOR, "tr[title*='cu128'] code")  # type: ignore[attr-defined]
-    assert code.text.startswith(f"pip install --extra-index-url {copy.as_uri()}/cu128-torch2.11-sm100/simple/")
+    assert code.text.startswith(
+        f"pip install --extra-index-url {copy.as_uri()}/cu128-torch2.11-sm100/simple/"
+    )
     browser.find_element(By.ID, "filter").send_keys("other")  # type: ignore[attr-defined]
     assert _visible(browser) == ["other_pkg-3.0-py3-none-any.whl"]
