@@ -59,6 +59,35 @@ HOSTS = {
     "b200-cu128": (100, "12.8", "1.0+cu128torch2.14sm100"),
 }
 TAMPERED = "tp_demo-1.0-py3-none-any.whl"
+# Each client's project settings that put PyPI's stand-in in PyPI's place.
+STAND_IN = {
+    "uv": """[tool.uv]
+package = false
+
+[[tool.uv.index]]
+name = "pypi"
+url = "{pypi}"
+default = true
+
+""",
+    "poetry": """[tool.poetry]
+package-mode = false
+
+[[tool.poetry.source]]
+name = "pypi-stand-in"
+url = "{pypi}"
+priority = "primary"
+
+""",
+    "pdm": """[tool.pdm]
+distribution = false
+
+[[tool.pdm.source]]
+name = "pypi"
+url = "{pypi}"
+
+""",
+}
 
 
 # -- the clients -----------------------------------------------------------------------------
@@ -213,7 +242,7 @@ def s3(moto_endpoint: str, tmp: Path) -> Iterator[str]:
 def _host(sm: int, cuda: str) -> HostInfo:
     """A host as the doctor reads it; given here instead of detected (no GPU in CI)."""
     return HostInfo(
-        python="%d.%d" % sys.version_info[:2],
+        python=f"{sys.version_info[0]}.{sys.version_info[1]}",
         python_exe=sys.executable,
         torch=TORCH,
         torch_local="cu" + cuda.replace(".", ""),
@@ -315,7 +344,7 @@ def install(
             work,
             req,
             pypi,
-            f'[tool.uv]\npackage = false\n\n[[tool.uv.index]]\nname = "pypi"\nurl = "{pypi}"\ndefault = true\n\n{snippet}',
+            STAND_IN["uv"].format(pypi=pypi) + snippet,
         )
         steps = [[uv_bin(), "lock"], [uv_bin(), "sync", "--python", sys.executable]]
     elif tool == "poetry":
@@ -323,7 +352,7 @@ def install(
             work,
             req,
             pypi,
-            f'[tool.poetry]\npackage-mode = false\n\n[[tool.poetry.source]]\nname = "pypi-stand-in"\nurl = "{pypi}"\npriority = "primary"\n\n{snippet}',
+            STAND_IN["poetry"].format(pypi=pypi) + snippet,
         )
         env.update(
             POETRY_VIRTUALENVS_IN_PROJECT="true",
@@ -343,7 +372,7 @@ def install(
             work,
             req,
             pypi,
-            f'[tool.pdm]\ndistribution = false\n\n[[tool.pdm.source]]\nname = "pypi"\nurl = "{pypi}"\n\n{snippet}',
+            STAND_IN["pdm"].format(pypi=pypi) + snippet,
         )
         # PDM installs into the venv its python belongs to (else into __pypackages__).
         subprocess.run(
