@@ -45,7 +45,7 @@ from factory.errors import (
     WheelError,
 )
 from factory.index.pages import FINDER_KEY, HTML_TYPE, JSON_TYPE
-from factory.index.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL
+from factory.index.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL, WHEEL_VARIANTS
 from factory.index.store.local import LocalStore
 from factory.matrix.tags import VARIANT_RE
 
@@ -360,6 +360,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._page("index", {"format": ["text/html"]})
         if parts and parts[0] == "files":
             return self._file(parts[1:])
+        if parts[:2] == [WHEEL_VARIANTS, "files"]:
+            return self._file(
+                parts[2:], prefix=f"{WHEEL_VARIANTS}/files", suffixes=(".whl", "-variants.json")
+            )
         query = parse_qs(split.query)
         if parts and parts[-1] in {"index.html", "index.json"}:
             return self._page_file(parts)
@@ -367,8 +371,10 @@ class _Handler(BaseHTTPRequestHandler):
             if parts != FINDER_KEY.split("/")[:1] + [""]:
                 return self._redirect("/" + FINDER_KEY.rsplit("/", 1)[0] + "/")
             return self._page(FINDER_KEY.removesuffix(".html"), {"format": ["text/html"]})
-        if parts and VARIANT_RE.match(parts[0]):
+        if parts and (VARIANT_RE.match(parts[0]) or parts[0] == WHEEL_VARIANTS):
             prefix, parts = parts[0] + "/", parts[1:]
+            if prefix == f"{WHEEL_VARIANTS}/":
+                query = {"format": ["text/html"]}  # that tree has HTML pages only
         else:
             prefix = ""
         if not parts or parts[0] != "simple":
@@ -434,11 +440,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
         self.end_headers()
 
-    def _file(self, parts: list[str]) -> None:
-        if len(parts) != 2 or not parts[1].endswith(_FILE_SUFFIXES):
+    def _file(
+        self, parts: list[str], prefix: str = "files", suffixes: tuple[str, ...] = _FILE_SUFFIXES
+    ) -> None:
+        if len(parts) != 2 or not parts[1].endswith(suffixes):
             return self._text(HTTPStatus.NOT_FOUND, "not found")
         try:
-            path = self.server.store.path(f"files/{parts[0]}/{parts[1]}")
+            path = self.server.store.path(f"{prefix}/{parts[0]}/{parts[1]}")
             f = open(path, "rb")  # noqa: SIM115 (closed by the with below; open errors are a 404)
         except (StoreError, OSError):
             return self._text(HTTPStatus.NOT_FOUND, "not found")
@@ -462,10 +470,15 @@ class _Handler(BaseHTTPRequestHandler):
             return self._not_modified(headers)
         wanted = parse_range(self.headers.get("Range"), size)
         if_range = self.headers.get("If-Range")
-        if wanted is not None and if_range is not None and if_range.strip() not in {
-            etag,
-            headers["Last-Modified"],
-        }:
+        if (
+            wanted is not None
+            and if_range is not None
+            and if_range.strip()
+            not in {
+                etag,
+                headers["Last-Modified"],
+            }
+        ):
             wanted = None  # the client's copy is another version: send the whole file
         if wanted is False:
             headers["Content-Range"] = f"bytes */{size}"

@@ -27,6 +27,7 @@ from typing import Protocol, runtime_checkable
 from factory.errors import StoreError
 
 FILES = "files"
+WHEEL_VARIANTS = "wheel-variants"  # variant-labelled copies and their pages (wheel_variants.py)
 ENTRY_SUFFIX = ".entry.json"
 YANK_SUFFIX = ".yank.json"
 METADATA_SUFFIX = ".metadata"
@@ -40,7 +41,8 @@ PAGE_CACHE_CONTROL = "public, max-age=60"
 
 
 def cache_control(key: str) -> str:
-    return FILE_CACHE_CONTROL if key.startswith(f"{FILES}/") else PAGE_CACHE_CONTROL
+    immutable = key.startswith((f"{FILES}/", f"{WHEEL_VARIANTS}/{FILES}/"))
+    return FILE_CACHE_CONTROL if immutable else PAGE_CACHE_CONTROL
 
 
 # One path segment: no separators, no dot-only names, nothing a URL or shell would reinterpret.
@@ -158,8 +160,10 @@ class StoreBase:
         return [self.read(k) for k in keys]
 
     def page_objects(self) -> builtins.list[StoreObject]:
-        """Every object that is not under ``files/``: the index pages."""
-        return [o for o in self.list("") if not o.key.startswith(f"{FILES}/")]
+        """Every object that is not under ``files/`` (nor the wheel-variants tree): the pages."""
+        return [
+            o for o in self.list("") if not o.key.startswith((f"{FILES}/", f"{WHEEL_VARIANTS}/"))
+        ]
 
     def wheels(self, project: str | None = None) -> builtins.list[WheelEntry]:
         """Every committed wheel (its entry written), with yank state, sorted by filename."""

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from factory.errors import StoreError
-from factory.index.store.base import FILES, StoreBase, StoreObject, check_key
+from factory.index.store.base import FILES, WHEEL_VARIANTS, StoreBase, StoreObject, check_key
 
 _LOCK_NAME = ".lock"
 
@@ -96,7 +96,7 @@ class LocalStore(StoreBase):
             return []
         out: builtins.list[StoreObject] = []
         for name in tops:
-            if name == FILES:
+            if name in (FILES, WHEEL_VARIANTS):
                 continue
             path = self.root / name
             if path.is_file():
