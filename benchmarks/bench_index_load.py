@@ -11,7 +11,12 @@ together, and sends ``--requests`` requests of one mix:
 * pages: the root page, a project page as HTML, the same page asking for PEP 691 JSON
   (pypiserver answers HTML to that: it has no JSON), in turn;
 * metadata: what a resolver fetches per candidate after the page: the PEP 658 ``.metadata`` file
-  from ours; from pypiserver, which has none, the wheel itself (what pip downloads there).
+  from ours; from pypiserver, which has none, the wheel itself (what pip downloads there);
+* revalidate: the pages again with the ``If-None-Match`` validator each server gave for them
+  (what pip's and uv's HTTP caches send once a page's max-age has passed): a 304 counts as an
+  answer, as does a 200 from a server without validators.
+
+Every request says ``Accept-Encoding: gzip, deflate``, as pip and uv do.
 
 Per server and mix: requests, errors (anything but a 200, or no answer within 60 s), p50 and
 p99 latency and throughput. Loopback only; bounded in count (clients x requests) and time.
@@ -43,6 +48,13 @@ from factory.index.publish import publish  # noqa: E402
 from factory.index.store import LocalStore  # noqa: E402
 
 PROJECTS = ("flash-attn", "demo-ext")
+# pypiserver imports passlib when it is installed, and passlib 1.7 fails its bcrypt self-test with
+# bcrypt >= 5 (FIELD-NOTES section 9), so pypiserver would not start. It treats passlib as
+# optional; a read-only benchmark needs no auth, so run it as if passlib were absent.
+PYPISERVER_WITHOUT_PASSLIB = (
+    "import sys; sys.modules['passlib'] = None; sys.argv[0] = 'pypi-server'; "
+    "from pypiserver.__main__ import main; sys.exit(main())"
+)
 
 
 def free_port() -> int:
@@ -64,12 +76,14 @@ def wait_up(url: str, seconds: float = 60) -> None:
 
 
 Request = tuple[str, dict[str, str]]  # path, headers
+ACCEPT_ENCODING = {"Accept-Encoding": "gzip, deflate"}  # what pip (requests) and uv send
 
 
 def run_load(port: int, requests: list[Request], clients: int, per_client: int) -> dict[str, float]:
     """``clients`` threads, one keep-alive connection each, ``per_client`` requests each."""
     latencies: list[float] = []
     errors: list[str] = []
+    not_modified = [0]
     lock = threading.Lock()
     barrier = threading.Barrier(clients + 1)
 
@@ -82,11 +96,16 @@ def run_load(port: int, requests: list[Request], clients: int, per_client: int) 
             path, headers = requests[(i + n) % len(requests)]
             t0 = time.perf_counter()
             try:
-                conn.request("GET", path, headers={"Connection": "keep-alive", **headers})
+                conn.request(
+                    "GET", path, headers={"Connection": "keep-alive", **ACCEPT_ENCODING, **headers}
+                )
                 response = conn.getresponse()
                 response.read()
-                if response.status != 200:
+                if response.status not in (200, 304):
                     bad.append(f"{response.status} {path}")
+                elif response.status == 304:
+                    with lock:
+                        not_modified[0] += 1
                 if response.getheader("Connection", "").lower() == "close":
                     conn.close()  # HTTP/1.0 servers: the next request reconnects
             except (OSError, http.client.HTTPException) as exc:
@@ -112,6 +131,7 @@ def run_load(port: int, requests: list[Request], clients: int, per_client: int) 
     return {
         "requests": len(latencies),
         "errors": len(errors),
+        "not_modified": not_modified[0],
         "p50_ms": q[49] * 1000,
         "p99_ms": q[98] * 1000,
         "max_ms": latencies[-1] * 1000,
@@ -134,6 +154,20 @@ def mixes(wheels: list[Path], ours: bool) -> dict[str, list[Request]]:
         else:
             files.append((f"/packages/{quote(w.name)}", {}))
     return {"pages": pages, "metadata": files}
+
+
+def with_validators(port: int, pages: list[Request]) -> list[Request]:
+    """The same page requests, each with the ETag the server sent for it (if any)."""
+    out: list[Request] = []
+    for path, headers in pages:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", path, headers={**ACCEPT_ENCODING, **headers})
+        response = conn.getresponse()
+        response.read()
+        etag = response.getheader("ETag")
+        conn.close()
+        out.append((path, {**headers, **({"If-None-Match": etag} if etag else {})}))
+    return out
 
 
 def main() -> int:
@@ -162,8 +196,8 @@ def main() -> int:
                 ours_port,
             ),
             "pypiserver --disable-fallback": (
-                [pypi_server, "run", "-p", str(theirs_port), "-i", "127.0.0.1",
-                 "--disable-fallback", str(tmp / "wheels")],
+                [sys.executable, "-c", PYPISERVER_WITHOUT_PASSLIB, "run", "-p", str(theirs_port),
+                 "-i", "127.0.0.1", "--disable-fallback", str(tmp / "wheels")],
                 theirs_port,
             ),
         }
@@ -172,20 +206,23 @@ def main() -> int:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 wait_up(f"http://127.0.0.1:{port}/simple/")
-                for mix, reqs in mixes(wheels, ours=name == "factory serve").items():
+                todo = mixes(wheels, ours=name == "factory serve")
+                todo["revalidate"] = with_validators(port, todo["pages"])
+                for mix, reqs in todo.items():
                     rows.append((name, mix, run_load(port, reqs, args.clients, args.requests)))
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
     print(f"{args.clients} concurrent clients x {args.requests} requests each, per server and mix")
     print()
-    print("| server                        | mix      | requests | errors | p50 ms | p99 ms "
-          "| max ms | req/s |")
-    print("|-------------------------------|----------|----------|--------|--------|--------"
-          "|--------|-------|")
+    print("| server                        | mix        | requests | 304s | errors | p50 ms "
+          "| p99 ms | max ms | req/s |")
+    print("|-------------------------------|------------|---------:|-----:|-------:|-------:"
+          "|-------:|-------:|------:|")
     fmt: Callable[[float], str] = lambda v: f"{v:6.1f}"  # noqa: E731
     for name, mix, r in rows:
-        print(f"| {name:29} | {mix:8} | {int(r['requests']):8d} | {int(r['errors']):6d} "
+        print(f"| {name:29} | {mix:10} | {int(r['requests']):8d} | {int(r['not_modified']):4d} "
+              f"| {int(r['errors']):6d} "
               f"| {fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} | {r['max_ms']:6.0f} | {r['rps']:5.0f} |")
     for name, mix, r in rows:
         if r["errors"]:
