@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from functools import partial
@@ -188,14 +187,8 @@ def pypi(tmp: Path) -> Iterator[str]:
 
 
 def _serve_in_thread(server: ThreadingHTTPServer) -> Iterator[str]:
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    for url in index_fixtures.serve_in_thread(server):
+        yield url + "/"
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from factory.errors import UsageError
 from factory.hosts.doctor import Choice
@@ -47,6 +47,16 @@ def _toml(value: str) -> str:
     return json.dumps(value)  # a TOML basic string is a JSON string for these characters
 
 
+def _index_tables(
+    header: str, indexes: list[tuple[str, str, list[Choice]]], extra: Callable[[list[Choice]], str]
+) -> list[str]:
+    """One TOML table per index: name, url and the installer's own key (``extra``)."""
+    lines = []
+    for name, url, group in indexes:
+        lines += [header, f"name = {_toml(name)}", f"url = {_toml(url)}", extra(group), ""]
+    return lines
+
+
 def render_snippet(fmt: str, choices: Sequence[Choice], *, torch: str | None = None) -> str:
     """The snippet for one installer; ``torch`` (the host's) goes on pip's install line."""
     indexes = _named(choices)
@@ -65,26 +75,12 @@ def render_snippet(fmt: str, choices: Sequence[Choice], *, torch: str | None = N
         ]
     elif fmt == "uv":
         lines.append("# pyproject.toml (uv add / uv lock / uv sync)")
-        for name, url, _ in indexes:
-            lines += [
-                "[[tool.uv.index]]",
-                f"name = {_toml(name)}",
-                f"url = {_toml(url)}",
-                "explicit = true",
-                "",
-            ]
+        lines += _index_tables("[[tool.uv.index]]", indexes, lambda _: "explicit = true")
         lines.append("[tool.uv.sources]")
         lines += [f"{c.project} = {{ index = {_toml(name)} }}" for name, _, g in indexes for c in g]
     elif fmt == "poetry":
         lines.append("# pyproject.toml (poetry lock / poetry install)")
-        for name, url, _ in indexes:
-            lines += [
-                "[[tool.poetry.source]]",
-                f"name = {_toml(name)}",
-                f"url = {_toml(url)}",
-                'priority = "explicit"',
-                "",
-            ]
+        lines += _index_tables("[[tool.poetry.source]]", indexes, lambda _: 'priority = "explicit"')
         lines.append("[tool.poetry.dependencies]")
         for name, _, group in indexes:
             for c in group:
@@ -93,15 +89,11 @@ def render_snippet(fmt: str, choices: Sequence[Choice], *, torch: str | None = N
                 lines.append(f"{c.project} = {{ {version}source = {_toml(name)} }}")
     elif fmt == "pdm":
         lines.append("# pyproject.toml (pdm lock / pdm install)")
-        for name, url, group in indexes:
-            projects = ", ".join(_toml(c.project) for c in group)
-            lines += [
-                "[[tool.pdm.source]]",
-                f"name = {_toml(name)}",
-                f"url = {_toml(url)}",
-                f"include_packages = [{projects}]",
-                "",
-            ]
+        lines += _index_tables(
+            "[[tool.pdm.source]]",
+            indexes,
+            lambda group: f"include_packages = [{', '.join(_toml(c.project) for c in group)}]",
+        )
         pins = [f"{c.project}{_pin(c)}" for _, _, g in indexes for c in g if _pin(c)]
         if pins:
             lines.append("# and pin in [project] dependencies: " + ", ".join(pins))

@@ -17,7 +17,6 @@ from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
-from factory.errors import WheelError
 from factory.index.store.base import FILES, WheelEntry
 from factory.matrix.tags import variant_of_filename
 
@@ -226,13 +225,10 @@ def finder_rows_from_page(data: bytes | None) -> list[FinderRow]:
 def _finder_cells(row: FinderRow) -> dict[str, str]:
     from packaging.utils import parse_wheel_filename
 
-    from factory.matrix.tags import glibc_floor, parse_local, wheel_platform
+    from factory.matrix.tags import glibc_floor, local_tag_of_filename, wheel_platform
 
     _, version, _, tags = parse_wheel_filename(row.filename)
-    try:
-        lt = parse_local(version.local) if version.local else None
-    except WheelError:
-        lt = None
+    lt = local_tag_of_filename(row.filename)
     variant = _current_variant(row.filename)
     pythons = sorted({t.interpreter for t in tags})
     platforms = sorted({t.platform for t in tags})

@@ -32,11 +32,9 @@ import zipfile
 from collections import defaultdict
 from collections.abc import Iterable
 
-from packaging.utils import parse_wheel_filename
-
 from factory.errors import StoreError, WheelError
 from factory.index.store.base import WHEEL_VARIANTS, Store, WheelEntry, check_key
-from factory.matrix.tags import parse_local
+from factory.matrix.tags import local_tag_of_filename
 
 TREE = WHEEL_VARIANTS
 SCHEMA = "https://variants-schema.wheelnext.dev/peps/825/v0.1.1.json"
@@ -53,12 +51,8 @@ def properties(
     filename: str, default_archs: Iterable[int] | None
 ) -> tuple[str, dict[str, dict[str, list[str]]]] | None:
     """(label, properties) of a factory wheel; None when it has no tag or no known arch set."""
-    _, version, _, _ = parse_wheel_filename(filename)
-    if version.local is None:
-        return None
-    try:
-        lt = parse_local(version.local)
-    except WheelError:
+    lt = local_tag_of_filename(filename)
+    if lt is None:
         return None
     archs = lt.archs if lt.archs is not None else tuple(sorted(default_archs or ()))
     if not archs:

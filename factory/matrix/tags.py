@@ -96,7 +96,7 @@ def wheel_platform(platform_tags: Iterable[str]) -> str:
 def glibc_floor(platform_tags: Iterable[str]) -> str | None:
     """The oldest glibc a wheel installs on ('2.28'), from its manylinux tags; None if none."""
     floors = [g for g in (platform_tag_parts(t)[0] for t in platform_tags) if g]
-    return "%d.%d" % min(floors) if floors else None
+    return "{}.{}".format(*min(floors)) if floors else None
 
 
 def local_tag(
@@ -152,17 +152,25 @@ def _parse_filename(filename: str):  # type: ignore[no-untyped-def]
         raise WheelError(f"invalid wheel filename {filename!r}: {exc}") from None
 
 
+def local_tag_of_filename(filename: str) -> LocalTag | None:
+    """The factory tag of a wheel file name; None when it carries none."""
+    _, version, _, _ = _parse_filename(filename)
+    if version.local is None:
+        return None
+    try:
+        return parse_local(version.local)
+    except WheelError:
+        return None
+
+
 def variant_of_filename(filename: str) -> str | None:
     """'flash_attn-2.8.3+cu130torch2.14sm100-cp311-...whl' -> 'cu130-torch2.14-sm100'.
 
     None when the wheel carries no factory tag."""
-    _, version, _, tags = _parse_filename(filename)
-    if version.local is None:
+    lt = local_tag_of_filename(filename)
+    if lt is None:
         return None
-    try:
-        lt = parse_local(version.local)
-    except WheelError:
-        return None
+    tags = _parse_filename(filename)[3]
     return variant_name(
         cuda=lt.cuda,
         torch_minor=lt.torch_minor,
