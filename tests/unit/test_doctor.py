@@ -214,3 +214,27 @@ def test_runs_the_hosts_nvidia_smi_with_the_query(tmp_path: Path, torch_dirs: di
     assert r.returncode == 0, r.stdout + r.stderr
     assert "gpu         none found (nvidia-smi not found" in r.stdout
     assert "WARNING flash-attn: no NVIDIA GPU found" in r.stdout
+
+
+def test_the_url_names_the_hosts_platform(tmp_path: Path) -> None:
+    """x86_64 and aarch64 builds of one cell: each host gets its own platform's variant URL."""
+    import dataclasses
+
+    from index_wheels import variant_wheel
+
+    from factory.hosts.doctor import Gpu, HostInfo, diagnose
+    from factory.index.publish import publish
+    from factory.index.store import LocalStore
+
+    store = LocalStore(tmp_path / "store")
+    publish(store, [variant_wheel(tmp_path, "fa-demo", "1.0", "2.14", archs="100",
+                                  tag=f"cp311-cp311-manylinux_2_28_{m}") for m in ("x86_64", "aarch64")])
+    host = HostInfo(python="3.11", python_exe="python3", torch="2.14.1", torch_local="cu130",
+                    torch_cuda="13.0", torch_error=None, driver="580.95.05",
+                    gpus=(Gpu(name="NVIDIA GB200", sm=100),), gpu_source="recorded", gpu_note=None,
+                    glibc=(2, 39), machine="aarch64")
+    (choice,) = diagnose(host, str(store.root), ["fa-demo"]).choices
+    assert choice.index_url and choice.index_url.endswith("/cu130-torch2.14-sm100-aarch64/simple/")
+    assert choice.wheel and choice.wheel.endswith("_aarch64.whl")
+    (choice,) = diagnose(dataclasses.replace(host, machine="x86_64"), str(store.root), ["fa-demo"]).choices
+    assert choice.index_url and choice.index_url.endswith("/cu130-torch2.14-sm100/simple/")
