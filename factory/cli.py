@@ -24,13 +24,13 @@ from factory.commands import (
     retain,
     serve,
     show,
+    unyank,
     verify,
     wheelhouse,
     yank,
 )
 from factory.errors import FactoryError, UsageError
 
-<<<<<<< HEAD
 
 class Command(Protocol):
     """What a module in factory/commands/ provides."""
@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "verify": (verify, "check wheels: archs in the binaries, tags, metadata, clean import"),
     "publish": (publish, "add wheels to the store and update the index pages"),
     "yank": (yank, "mark a published file as yanked (PEP 592)"),
+    "unyank": (unyank, "undo a yank: the file is offered to resolvers again"),
     "index": (index, "rebuild or verify the index pages from the store"),
     "serve": (serve, "serve the index (embedded server)"),
     "request": (request, "one-off: find or build a wheel and print the install line"),
@@ -57,26 +58,6 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "wheelhouse": (wheelhouse, "prepare the offline wheelhouse for a cell (torch and build deps)"),
     "retain": (retain, "keep the newest N builds per cell, yank older ones"),
     "cache": (cache, "the shared compile cache: stats, clear, pull and push (the remote one)"),
-=======
-# name -> one-line help; the module factory.commands.<name> implements it.
-COMMANDS = {
-    "matrix": "expand matrix.toml into cells",
-    "plan": "choose MAX_JOBS / NVCC_THREADS for a cell under a memory and CPU budget",
-    "build": "build cells into verified, tagged wheels",
-    "verify": "check wheels: archs in the binaries, tags, metadata, clean import",
-    "publish": "add wheels to the store and update the index pages",
-    "yank": "mark a published file as yanked (PEP 592)",
-    "unyank": "undo a yank: the file is offered to resolvers again",
-    "index": "rebuild or verify the index pages from the store",
-    "serve": "serve the index (embedded server)",
-    "request": "one-off: find or build a wheel and print the install line",
-    "doctor": "read this host and print the install line that fits it",
-    "show": "print the provenance of a wheel or cell",
-    "image": "make the builder base image (debootstrap + docker import)",
-    "wheelhouse": "prepare the offline wheelhouse for a cell (torch and build deps)",
-    "retain": "keep the newest N builds per cell, yank older ones",
-    "cache": "the shared compile cache: stats, clear, pull and push (the remote one)",
->>>>>>> 86c2927 (serve: single byte ranges (206, Accept-Ranges), strong ETag + Last-Modified with 304 on pages and files, gzip for pages, index files by their own names; S3 objects carry the server's Cache-Control; factory unyank)
 }
 
 
