@@ -38,6 +38,7 @@ from factory.errors import StoreError, UsageError, WheelError
 from factory.index.links import Anchor, parse_anchors
 from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local, variant_name, wheel_platform
 from factory.matrix.tags import platform_tag_parts as _manylinux
+from factory.recipes import default_archs_for
 
 NO_FIT_EXIT = 1  # the doctor ran fine but no wheel fits: scripts branch on this
 _TORCH_MARK = "FACTORY-DOCTOR:"
@@ -465,12 +466,6 @@ def _gpus_text(host: HostInfo) -> str:
     return ("the GPU is " if len(parts) == 1 else "the GPUs are ") + _join(parts)
 
 
-def default_archs_for(project: str) -> tuple[int, ...] | None:
-    """The arch set a wheel without an ``sm`` marker holds: its recipe's default."""
-    from factory.recipes import RECIPES
-
-    recipe = RECIPES.get(canonicalize_name(project))
-    return recipe.default_archs if recipe else None
 
 
 def choose(host: HostInfo, project: str, files: Sequence[IndexFile], reader: IndexReader) -> Choice:

@@ -128,8 +128,8 @@ def file_key(project: str, name: str) -> str:
 def write_wheel_variants(store: Store, entries: Iterable[WheelEntry]) -> int:
     """Add the labelled copies of these wheels (if missing), their variants.json and the
     ``wheel-variants/simple/`` pages; returns the number of files written."""
-    from factory.hosts.doctor import default_archs_for
     from factory.index.writer import cas_write
+    from factory.recipes import default_archs_for
 
     written = 0
     touched: set[str] = set()
