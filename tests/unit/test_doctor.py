@@ -101,7 +101,8 @@ def test_b200_gets_the_variant_install_line(sm100_only: Path, torch_dirs: dict[s
     r = doctor(sm100_only, "b200.txt", torch_dirs["2.14-cu130"])
     assert r.returncode == 0, r.stdout + r.stderr
     url = sm100_only.resolve().as_uri()
-    assert f"pip install --extra-index-url {url}/cu130-torch2.14-sm100/simple/ flash-attn\n" in r.stdout
+    line = f"pip install --extra-index-url {url}/cu130-torch2.14-sm100/simple/ flash-attn\n"
+    assert line in r.stdout
     assert "sm_100 (compute capability 10.0)" in r.stdout
     assert "variant     cu130-torch2.14" in r.stdout
 
@@ -227,8 +228,8 @@ def test_the_url_names_the_hosts_platform(tmp_path: Path) -> None:
     from factory.index.store import LocalStore
 
     store = LocalStore(tmp_path / "store")
-    publish(store, [variant_wheel(tmp_path, "fa-demo", "1.0", "2.14", archs="100",
-                                  tag=f"cp311-cp311-manylinux_2_28_{m}") for m in ("x86_64", "aarch64")])
+    tags = [f"cp311-cp311-manylinux_2_28_{m}" for m in ("x86_64", "aarch64")]
+    publish(store, [variant_wheel(tmp_path, "fa-demo", "1.0", "2.14", archs="100", tag=t) for t in tags])
     host = HostInfo(python="3.11", python_exe="python3", torch="2.14.1", torch_local="cu130",
                     torch_cuda="13.0", torch_error=None, driver="580.95.05",
                     gpus=(Gpu(name="NVIDIA GB200", sm=100),), gpu_source="recorded", gpu_note=None,
@@ -236,5 +237,6 @@ def test_the_url_names_the_hosts_platform(tmp_path: Path) -> None:
     (choice,) = diagnose(host, str(store.root), ["fa-demo"]).choices
     assert choice.index_url and choice.index_url.endswith("/cu130-torch2.14-sm100-aarch64/simple/")
     assert choice.wheel and choice.wheel.endswith("_aarch64.whl")
-    (choice,) = diagnose(dataclasses.replace(host, machine="x86_64"), str(store.root), ["fa-demo"]).choices
+    x86 = dataclasses.replace(host, machine="x86_64")
+    (choice,) = diagnose(x86, str(store.root), ["fa-demo"]).choices
     assert choice.index_url and choice.index_url.endswith("/cu130-torch2.14-sm100/simple/")
