@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+# The index's finder page is tested in a real headless browser (tests/test_finder.py).
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   apt-get update -qq

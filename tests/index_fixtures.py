@@ -46,7 +46,11 @@ def moto_endpoint() -> Iterator[str]:
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     app = _SerialWrites(DomainDispatcherApplication(create_backend_app))
-    server = make_server("127.0.0.1", 0, app, threaded=True)
+    yield from serve_in_thread(make_server("127.0.0.1", 0, app, threaded=True))
+
+
+def serve_in_thread(server: Any) -> Iterator[str]:
+    """Run a socketserver-style server in a thread; yields its URL (no trailing slash)."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -69,10 +69,17 @@ def make_wheel(
 
 
 def variant_wheel(
-    directory: Path, name: str, version: str, torch_minor: str, cuda: str = "13.0", **kwargs: object
+    directory: Path,
+    name: str,
+    version: str,
+    torch_minor: str,
+    cuda: str = "13.0",
+    archs: str = "",
+    **kwargs: object,
 ) -> Path:
-    """A wheel tagged and pinned like the factory's: ``1.0+cu130torch2.14``, ``torch==2.14.*``."""
+    """A wheel tagged and pinned like the factory's: ``1.0+cu130torch2.14``, ``torch==2.14.*``;
+    ``archs`` ('100', '90.100') adds the arch marker of a non-default arch set."""
     maj, mnr = cuda.split(".")
-    local = f"{version}+cu{maj}{mnr}torch{torch_minor}"
+    local = f"{version}+cu{maj}{mnr}torch{torch_minor}" + (f"sm{archs}" if archs else "")
     requires = [f"torch=={torch_minor}.*", *kwargs.pop("requires", ())]  # type: ignore[misc]
     return make_wheel(directory, name, local, requires=requires, **kwargs)  # type: ignore[arg-type]

@@ -47,7 +47,7 @@ def manifest_for(pc: PlannedCell, wheel: Path, *, created: str, **overrides: Any
         "version": 1,
         "wheel": wheel.name,
         "sha256": sha256_file(wheel),
-        "cell": {**pc.cell.as_dict(), "id": pc.cell.id, "variant": pc.cell.variant},
+        "cell": {**pc.cell.as_dict(), "id": pc.cell.id, "variant": pc.variant},
         "content_key": pc.content_key,
         "recipe": {"name": pc.recipe.name, "revision": pc.recipe.revision},
         "toolchain": pc.toolchain.as_dict(),

@@ -128,7 +128,7 @@ publish_and_install() {
   "$PY" -c 'import site; print(site.getsitepackages()[0])' \
     >"$("$ACCEPT_DIR/target/bin/python" -c 'import site; print(site.getsitepackages()[0])')/machine-torch-stack.pth"
   PIP_CONFIG_FILE=/dev/null "$ACCEPT_DIR/target/bin/pip" install --no-cache-dir \
-    --index-url "http://127.0.0.1:$PORT/cu130-torch2.11/simple/" \
+    --index-url "http://127.0.0.1:$PORT/cu130-torch2.11-sm90/simple/" \
     --extra-index-url "http://127.0.0.1:$PORT/simple/" flash-attn
   "$ACCEPT_DIR/target/bin/pip" show flash-attn
   "$ACCEPT_DIR/target/bin/python" -c 'import flash_attn, os; print(flash_attn.__file__)'

@@ -603,7 +603,7 @@ def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: Any, wheel: Path, a
     data = {
         "wheel": wheel.name,
         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
-        "cell": {**pc.cell.as_dict(), "id": pc.cell.id, "variant": pc.cell.variant},
+        "cell": {**pc.cell.as_dict(), "id": pc.cell.id, "variant": pc.variant},
         "content_key": pc.content_key,
         "recipe": {"name": pc.recipe.name, "revision": pc.recipe.revision},
         "toolchain": pc.toolchain.as_dict(),

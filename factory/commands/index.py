@@ -1,4 +1,4 @@
-"""factory index rebuild|verify [--store STORE]"""
+"""factory index rebuild|verify|wheel-variants [--store STORE]"""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from factory.errors import IndexError_, UsageError
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "action",
-        choices=["rebuild", "verify"],
-        help="rebuild: regenerate every page from the store; verify: check every link and hash",
+        choices=["rebuild", "verify", "wheel-variants"],
+        help="rebuild: regenerate every page from the store; verify: check every link and hash; "
+        "wheel-variants: add the variant-labelled copies (PEP 825) under wheel-variants/",
     )
     add_store_arg(parser)
     parser.add_argument(
@@ -36,6 +37,12 @@ def run(args: argparse.Namespace) -> int:
     from factory.index.store import open_store
 
     store = open_store(store_from_args(args))
+    if args.action == "wheel-variants":
+        from factory.index.wheel_variants import write_wheel_variants
+
+        written = write_wheel_variants(store, store.wheels())
+        print(f"wheel variants: {written} files written under {store.url}/wheel-variants/")
+        return 0
     if args.action == "rebuild":
         grace = TEMP_GRACE if args.temp_grace is None else args.temp_grace
         if grace < 0:

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
         pc = matrix.find(cell.id)  # validates the cell against the recipe and the torch/CUDA table
         if args.json:
-            print_json({"cell": pc.cell.id, "variant": pc.cell.variant, "wheel": pc.wheel,
+            print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,
                         "content_key": pc.content_key, "runner": runner_label(pc.cell.package)})
         else:
             print(pc.cell.id)

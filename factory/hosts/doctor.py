@@ -23,7 +23,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,13 +30,16 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import tomllib
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import StoreError, UsageError, WheelError
-from factory.wheels.floor import glibc_text, parse_manylinux
+from factory.wheels.floor import glibc_text
 from factory.index.links import Anchor, parse_anchors
-from factory.matrix.tags import LocalTag, parse_local
+from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local, variant_name, wheel_platform
+from factory.matrix.tags import platform_tag_parts as _manylinux
+from factory.recipes import default_archs_for
 
 NO_FIT_EXIT = 1  # the doctor ran fine but no wheel fits: scripts branch on this
 _TORCH_MARK = "FACTORY-DOCTOR:"
@@ -292,7 +294,11 @@ class IndexFile:
 
     @property
     def variant(self) -> str | None:
-        return self.local.variant if self.local else None
+        """The per-variant index this file is on: 'cu130-torch2.14-sm100' (see tags.py)."""
+        if self.local is None:
+            return None
+        return variant_name(cuda=self.local.cuda, torch_minor=self.local.torch_minor,
+                            archs=self.local.archs, platform=wheel_platform(self.platforms))
 
 
 def _file_from_link(anchor: Anchor) -> IndexFile | None:
@@ -320,9 +326,6 @@ def _file_from_link(anchor: Anchor) -> IndexFile | None:
     )
 
 
-_VARIANT_RE = re.compile(r"^cu\d{3,4}-torch\d+\.\d+$")
-
-
 class IndexReader:
     """A factory index tree read through a directory path or an http(s)/file URL (stdlib only).
 
@@ -344,7 +347,7 @@ class IndexReader:
         parts = base.split("/")
         if parts[-1] == "simple":
             parts.pop()
-            if parts and _VARIANT_RE.match(parts[-1]):
+            if parts and VARIANT_RE.match(parts[-1]):
                 parts.pop()
         self.root_url = "/".join(parts)
 
@@ -399,20 +402,11 @@ class Choice:
     install: str | None  # the exact command line; None when nothing fits
     why: str | None  # why nothing fits
     warnings: tuple[str, ...] = ()
+    index_url: str | None = None  # the index URL of the install line
+    requirement: str | None = None  # 'flash-attn' or 'flash-attn==2.8.3+cu130torch2.14sm100'
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "fits": self.wheel is not None, "warnings": list(self.warnings)}
-
-
-def _manylinux(platform_tag: str) -> tuple[tuple[int, int] | None, str]:
-    """('manylinux_2_28_x86_64') -> ((2, 28), 'x86_64'); legacy aliases included."""
-    glibc, arch = parse_manylinux(platform_tag)
-    if glibc is not None:
-        return glibc, arch
-    m = re.fullmatch(r"linux_(\w+)", platform_tag)
-    if m:
-        return None, m.group(1)
-    return None, "any" if platform_tag == "any" else platform_tag
 
 
 def _python_ok(f: IndexFile, py: str) -> bool:
@@ -473,12 +467,6 @@ def _gpus_text(host: HostInfo) -> str:
     return ("the GPU is " if len(parts) == 1 else "the GPUs are ") + _join(parts)
 
 
-def default_archs_for(project: str) -> tuple[int, ...] | None:
-    """The arch set a wheel without an ``sm`` marker holds: its recipe's default."""
-    from factory.recipes import RECIPES
-
-    recipe = RECIPES.get(canonicalize_name(project))
-    return recipe.default_archs if recipe else None
 
 
 def choose(host: HostInfo, project: str, files: Sequence[IndexFile], reader: IndexReader) -> Choice:
@@ -642,8 +630,10 @@ def _pick(host: HostInfo, project: str, fitting: list[IndexFile], reader: IndexR
         archs = _arch_set(best, default)
         if archs:
             warnings.append(f"{best.filename} holds kernels for {_archs_text(archs)} only")
-    # pip takes the highest version the variant index offers for this Python and platform; pin
-    # when that is not the chosen file (local tags sort as strings: 'sm90' > 'sm100').
+    # The chosen file's own variant index holds one arch set (tags.py), so its URL is the one
+    # that fits this host's GPU; pip takes the highest version there for this Python and
+    # platform: pin when that is not the chosen file.
+    variant = best.variant or variant
     variant_files = reader.files(project, variant)
     if variant_files is None:
         warnings.append(f"the index has no per-variant page for {variant}; using the combined index")
@@ -658,6 +648,7 @@ def _pick(host: HostInfo, project: str, fitting: list[IndexFile], reader: IndexR
     return Choice(
         project=project, wheel=best.filename, variant=variant,
         install=f"pip install --extra-index-url {url} {requirement}", why=None, warnings=tuple(warnings),
+        index_url=url, requirement=requirement,
     )
 
 

@@ -151,8 +151,8 @@ def request(
     found = find_published(store, pc)
     if found is not None:
         return RequestResult(cell_id=pc.cell.id, content_key=pc.content_key, wheel=found.manifest.wheel,
-                             variant=pc.cell.variant, built=False,
-                             install=install_line(url, pc.cell.variant, found.manifest.wheel))
+                             variant=pc.variant, built=False,
+                             install=install_line(url, pc.variant, found.manifest.wheel))
     check_buildable_here(pc, runner)
     from factory.build.pipeline import BuildOptions
 
@@ -166,5 +166,5 @@ def request(
         raise BuildError(f"{pc.cell.id} was built but no build with content key {pc.content_key} "
                          f"is in {store.url}")
     return RequestResult(cell_id=pc.cell.id, content_key=pc.content_key, wheel=found.manifest.wheel,
-                         variant=pc.cell.variant, built=True,
-                         install=install_line(url, pc.cell.variant, found.manifest.wheel))
+                         variant=pc.variant, built=True,
+                         install=install_line(url, pc.variant, found.manifest.wheel))

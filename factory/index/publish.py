@@ -198,16 +198,23 @@ def commit_stored_wheel(store: Store, key: str) -> str:
     return info.filename
 
 
-def yank(store: Store, filename: str, reason: str) -> bool:
-    """Mark a published file as yanked (PEP 592); False if it already was."""
+def _published_key(store: Store, filename: str) -> str:
+    """The store key of a published wheel; raises when the name is bad or not published."""
     try:
         dist, _, _, _ = parse_wheel_filename(filename)
         key = file_key(canonicalize_name(dist), filename)
     except Exception:
         raise WheelError(f"invalid wheel filename {filename[:80]!r}") from None
-    entry_data = store.read(key + ENTRY_SUFFIX)
-    if entry_data is None:
+    if store.read(key + ENTRY_SUFFIX) is None:
         raise StoreError(f"{filename} is not published in {store.url}")
+    return key
+
+
+def yank(store: Store, filename: str, reason: str) -> bool:
+    """Mark a published file as yanked (PEP 592); False if it already was."""
+    key = _published_key(store, filename)
+    entry_data = store.read(key + ENTRY_SUFFIX)
+    assert entry_data is not None  # _published_key checked it
     doc = {"version": 1, "reason": reason, "yanked_at": _now()}
     created = store.put_new(key + YANK_SUFFIX, json.dumps(doc).encode())
     _update_pages(store, [WheelEntry.from_json(entry_data)])
@@ -215,6 +222,18 @@ def yank(store: Store, filename: str, reason: str) -> bool:
 
 
 TEMP_GRACE = 3600.0  # a temp file this old has no live writer (uploads keep theirs fresh)
+
+
+def unyank(store: Store, filename: str) -> bool:
+    """Undo a yank: remove the ``.yank.json`` and rewrite the pages; False if it was not yanked."""
+    key = _published_key(store, filename)
+    if store.read(key + YANK_SUFFIX) is None:
+        return False
+    store.delete(key + YANK_SUFFIX)
+    entry_data = store.read(key + ENTRY_SUFFIX)
+    assert entry_data is not None  # _published_key checked it
+    _update_pages(store, [WheelEntry.from_json(entry_data)])
+    return True
 
 
 def rebuild_index(store: Store, *, temp_grace: float = TEMP_GRACE) -> RebuildReport:

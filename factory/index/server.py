@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import email.utils
+import gzip
+import hashlib
 import logging
+import os
 import queue
 import re
 import selectors
@@ -27,20 +31,27 @@ from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from packaging.utils import canonicalize_name
 
-from factory.errors import ConflictError, FactoryError, StoreError, UsageError, WheelError
+from factory.errors import (
+    ConflictError,
+    StoreError,
+    UsageError,
+    WheelError,
+)
 from factory.index.htpasswd import Credentials
-from factory.index.pages import HTML_TYPE, JSON_TYPE
+from factory.index.pages import FINDER_KEY, HTML_TYPE, JSON_TYPE
+from factory.index.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL, WHEEL_VARIANTS
 from factory.index.store.local import LocalStore
 from factory.index.upload import UploadError, receive
+from factory.matrix.tags import VARIANT_RE
 from factory.wheels.checks import DEFAULT_LIMITS, WheelLimits
 
 log = logging.getLogger("factory.index.server")
 
-_VARIANT_RE = re.compile(r"^cu\d{2,4}-torch\d+\.\d+$")
 _FILE_SUFFIXES = (".whl", ".whl.metadata", ".whl.provenance.json")
 MAX_UPLOAD = 4 * 1024**3
 MAX_CONNECTIONS = 512  # each one is a thread; past this, a 503 (pip retries those)
@@ -113,6 +124,114 @@ def negotiate(accept: str | None, query_format: str | None = None) -> str | None
     return best[2] if best else None
 
 
+# -- HTTP caching: validators, conditional requests, ranges, compression -----------------------
+_GZIP_MIN = 512  # smaller pages gain nothing from gzip
+_RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def http_date(timestamp: float) -> str:
+    return email.utils.formatdate(timestamp, usegmt=True)
+
+
+def _parse_http_date(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return parsed.timestamp() if parsed is not None else None
+
+
+def not_modified(headers: Any, etag: str, mtime: float) -> bool:
+    """RFC 9110 13.2.2: If-None-Match wins over If-Modified-Since when both are sent."""
+    inm = headers.get("If-None-Match")
+    if inm is not None:
+        tags = {t.strip().removeprefix("W/") for t in inm.split(",")}
+        return "*" in tags or etag in tags
+    since = _parse_http_date(headers.get("If-Modified-Since"))
+    return since is not None and int(mtime) <= since
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None | bool:
+    """One byte range as (first, last), None to send the whole body (no header, several
+    ranges, or a form we ignore), False when unsatisfiable (416)."""
+    if not header:
+        return None
+    m = _RANGE_RE.match(header.strip())
+    if not m or (not m.group(1) and not m.group(2)):
+        return None  # several ranges or another unit: RFC 9110 allows the whole body
+    if not m.group(1):  # the last N bytes
+        n = int(m.group(2))
+        if n == 0 or size == 0:
+            return False
+        return max(0, size - n), size - 1
+    first = int(m.group(1))
+    last = int(m.group(2)) if m.group(2) else size - 1
+    if first >= size or last < first:
+        return False
+    return first, min(last, size - 1)
+
+
+def accepts_gzip(header: str | None) -> bool:
+    for item in (header or "").split(","):
+        coding, *params = (p.strip() for p in item.split(";"))
+        if coding.lower() in {"gzip", "x-gzip"}:
+            for param in params:
+                if param.startswith("q="):
+                    try:
+                        return float(param[2:]) > 0
+                    except ValueError:
+                        return False
+            return True
+    return False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CachedPage:
+    body: bytes
+    etag: str  # strong: a hash of the bytes
+    mtime: float
+    gzipped: bytes | None  # None: not worth it
+
+
+class PageCache:
+    """Index pages in memory, re-read when the file changes (its stat differs): each page is
+    hashed and compressed once per version, not once per request."""
+
+    def __init__(self, store: LocalStore, limit: int = 4096) -> None:
+        self.store = store
+        self.limit = limit
+        self._pages: dict[str, tuple[tuple[int, int, int], CachedPage]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> CachedPage | None:
+        try:
+            path = self.store.path(key)
+            st = os.stat(path)
+        except (StoreError, OSError):
+            return None
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._lock:
+            hit = self._pages.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        body = self.store.read(key)
+        if body is None:
+            return None
+        page = CachedPage(
+            body=body,
+            etag='"' + hashlib.sha256(body).hexdigest()[:32] + '"',
+            mtime=st.st_mtime,
+            gzipped=gzip.compress(body, 6, mtime=0) if len(body) >= _GZIP_MIN else None,
+        )
+        with self._lock:
+            if len(self._pages) >= self.limit:
+                self._pages.clear()
+            self._pages[key] = (stamp, page)
+        return page
+
+
 class IndexServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # resolvers arrive in bursts; the default backlog is 5
@@ -131,6 +250,7 @@ class IndexServer(ThreadingHTTPServer):
         self._turned_away: queue.Queue[socket.socket | None] = queue.Queue(maxsize=4096)
         self._busy_logged = 0.0
         threading.Thread(target=self._turn_away, name="factory-busy", daemon=True).start()
+        self.pages = PageCache(self.store)
         super().__init__((config.host, config.port), _Handler)
 
     # -- the connection cap ---------------------------------------------------------------
@@ -416,9 +536,21 @@ class _Handler(BaseHTTPRequestHandler):
             return self._page("index", {"format": ["text/html"]})
         if parts and parts[0] == "files":
             return self._file(parts[1:])
+        if parts[:2] == [WHEEL_VARIANTS, "files"]:
+            return self._file(
+                parts[2:], prefix=f"{WHEEL_VARIANTS}/files", suffixes=(".whl", "-variants.json")
+            )
         query = parse_qs(split.query)
-        if parts and _VARIANT_RE.match(parts[0]):
+        if parts and parts[-1] in {"index.html", "index.json"}:
+            return self._page_file(parts)
+        if parts[:1] == [FINDER_KEY.split("/")[0]]:
+            if parts != FINDER_KEY.split("/")[:1] + [""]:
+                return self._redirect("/" + FINDER_KEY.rsplit("/", 1)[0] + "/")
+            return self._page(FINDER_KEY.removesuffix(".html"), {"format": ["text/html"]})
+        if parts and (VARIANT_RE.match(parts[0]) or parts[0] == WHEEL_VARIANTS):
             prefix, parts = parts[0] + "/", parts[1:]
+            if prefix == f"{WHEEL_VARIANTS}/":
+                query = {"format": ["text/html"]}  # that tree has HTML pages only
         else:
             prefix = ""
         if not parts or parts[0] != "simple":
@@ -445,40 +577,102 @@ class _Handler(BaseHTTPRequestHandler):
             return self._text(
                 HTTPStatus.NOT_ACCEPTABLE, f"acceptable: {JSON_TYPE}, {HTML_TYPE}, text/html"
             )
-        try:
-            body = self.server.store.read(f"{base}.{kind}")
-        except (StoreError, FactoryError):
-            body = None
-        if body is None:
-            return self._text(HTTPStatus.NOT_FOUND, "not found")  # and no fallback
         accept = self.headers.get("Accept") or ""
         if kind == "json":
             ctype = JSON_TYPE
         else:
             ctype = HTML_TYPE if HTML_TYPE in accept else "text/html; charset=utf-8"
-        self._send(HTTPStatus.OK, body, ctype, {"Vary": "Accept", "Cache-Control": "max-age=60"})
+        self._cached_page(f"{base}.{kind}", ctype, vary="Accept, Accept-Encoding")
 
-    def _file(self, parts: list[str]) -> None:
-        if len(parts) != 2 or not parts[1].endswith(_FILE_SUFFIXES):
+    def _page_file(self, parts: list[str]) -> None:
+        """'/simple/index.html', '/<variant>/simple/<project>/index.json': the file itself, as a
+        static host serves it (no negotiation)."""
+        if any(not p for p in parts) or (len(parts) > 1 and parts[0] == "files"):
+            return self._text(HTTPStatus.NOT_FOUND, "not found")
+        ctype = "text/html; charset=utf-8" if parts[-1].endswith(".html") else JSON_TYPE
+        self._cached_page("/".join(parts), ctype, vary="Accept-Encoding")
+
+    def _cached_page(self, key: str, ctype: str, *, vary: str) -> None:
+        """A page with a strong ETag and Last-Modified (304 when the client has it), gzipped
+        when the client asks and it is worth it."""
+        page = self.server.pages.get(key)
+        if page is None:
+            return self._text(HTTPStatus.NOT_FOUND, "not found")  # and no fallback
+        body, etag = page.body, page.etag
+        extra = {"Vary": vary, "Cache-Control": PAGE_CACHE_CONTROL}
+        if page.gzipped is not None and accepts_gzip(self.headers.get("Accept-Encoding")):
+            body, etag = page.gzipped, etag[:-1] + '-gzip"'  # one strong tag per encoding
+            extra["Content-Encoding"] = "gzip"
+        extra["ETag"] = etag
+        extra["Last-Modified"] = http_date(page.mtime)
+        if not_modified(self.headers, etag, page.mtime):
+            return self._not_modified(extra)
+        self._send(HTTPStatus.OK, body, ctype, extra)
+
+    def _not_modified(self, headers: dict[str, str]) -> None:
+        self.send_response(HTTPStatus.NOT_MODIFIED)
+        for name, value in headers.items():
+            if name != "Content-Encoding":
+                self.send_header(name, value)
+        self.end_headers()
+
+    def _file(
+        self, parts: list[str], prefix: str = "files", suffixes: tuple[str, ...] = _FILE_SUFFIXES
+    ) -> None:
+        if len(parts) != 2 or not parts[1].endswith(suffixes):
             return self._text(HTTPStatus.NOT_FOUND, "not found")
         try:
             # Never through a symlink: a link planted in the store is a 404, not /etc/passwd.
-            f = self.server.store.open_file(f"files/{parts[0]}/{parts[1]}")
+            f = self.server.store.open_file(f"{prefix}/{parts[0]}/{parts[1]}")
         except (StoreError, OSError):
             return self._text(HTTPStatus.NOT_FOUND, "not found")
         with f:
-            size = f.seek(0, 2)
-            f.seek(0)
-            self.send_response(HTTPStatus.OK)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(size))
+            self._send_file(f)
+
+    def _send_file(self, f: Any) -> None:
+        """A published file: validators, 304, one byte range (206), sendfile for the body."""
+        st = os.fstat(f.fileno())
+        size = st.st_size
+        # Published files never change, so size and mtime identify the bytes.
+        etag = f'"{size:x}-{st.st_mtime_ns:x}"'
+        headers = {
             # Published files never change, so clients and CDNs may keep them.
-            self.send_header("Cache-Control", "public, max-age=31536000, immutable")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.flush()
-                sent = self.connection.sendfile(f)
-                self.server.stats.add(bytes_sent=sent)
+            "Cache-Control": FILE_CACHE_CONTROL,
+            "ETag": etag,
+            "Last-Modified": http_date(st.st_mtime),
+            "Accept-Ranges": "bytes",
+        }
+        if not_modified(self.headers, etag, st.st_mtime):
+            return self._not_modified(headers)
+        wanted = parse_range(self.headers.get("Range"), size)
+        if_range = self.headers.get("If-Range")
+        if (
+            wanted is not None
+            and if_range is not None
+            and if_range.strip()
+            not in {
+                etag,
+                headers["Last-Modified"],
+            }
+        ):
+            wanted = None  # the client's copy is another version: send the whole file
+        if wanted is False:
+            headers["Content-Range"] = f"bytes */{size}"
+            return self._send(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, b"", headers=headers)
+        first, last = wanted if isinstance(wanted, tuple) else (0, size - 1)
+        status = HTTPStatus.PARTIAL_CONTENT if isinstance(wanted, tuple) else HTTPStatus.OK
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(last - first + 1))
+        if status == HTTPStatus.PARTIAL_CONTENT:
+            self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD" and last >= first:
+            self.wfile.flush()
+            sent = self.connection.sendfile(f, first, last - first + 1)
+            self.server.stats.add(bytes_sent=sent)
 
     # -- uploads --------------------------------------------------------------------------
     def do_POST(self) -> None:

@@ -223,8 +223,7 @@ def _missing_from_pages(
     every variant on the top page, and every project a root lists has a page."""
     problems = []
     for e in entries:
-        variants: list[str | None] = [None, e.variant] if e.variant else [None]
-        for v in variants:
+        for v in [None, *pages.entry_variants(e)]:
             for page in pages.project_page_keys(e.project, v):
                 if e.key not in linked.get(page, set()):
                     problems.append(f"{page}: {e.filename} is in the store but not on the page")
@@ -232,7 +231,7 @@ def _missing_from_pages(
             if e.project not in roots.get(root_key, set()):
                 problems.append(f"{root_key}: project {e.project} is missing")
     top = pages.top_variants(store.read(pages.TOP_KEYS[0]))
-    for v in sorted({e.variant for e in entries if e.variant}):
+    for v in sorted({v for e in entries for v in pages.entry_variants(e)}):
         if v not in top:
             problems.append(f"{pages.TOP_KEYS[0]}: variant {v} is missing")
     for root_key, names in roots.items():

@@ -65,7 +65,7 @@ def _project_renderer(store: Store, project: str, variants: Iterable[str | None]
         entries = store.wheels(project)
         out: dict[str, bytes] = {}
         for v in variants:
-            chosen = [e for e in entries if v is None or e.variant == v]
+            chosen = [e for e in entries if v is None or v in pages.entry_variants(e)]
             json_key, html_key = pages.project_page_keys(project, v)
             out[json_key] = pages.project_json(project, chosen, v)
             out[html_key] = pages.project_html(project, chosen, v)
@@ -95,6 +95,17 @@ def _top_renderer(store: Store, add: Iterable[str]) -> Render:
     return render
 
 
+def _finder_renderer(store: Store) -> Render:
+    def render() -> dict[str, bytes]:
+        # From the combined project pages just written: one read per project, not per wheel.
+        projects = sorted(pages.root_projects(store.read(pages.root_page_keys(None)[0])))
+        datas = store.read_many([pages.project_page_keys(p, None)[0] for p in projects])
+        rows = [r for data in datas for r in pages.finder_rows_from_page(data)]
+        return {pages.FINDER_KEY: pages.finder_html(rows)}
+
+    return render
+
+
 def update_index(store: Store, touched: Iterable[WheelEntry]) -> int:
     """Rewrite only the pages the given wheels appear on; returns the number of pages changed.
 
@@ -104,8 +115,7 @@ def update_index(store: Store, touched: Iterable[WheelEntry]) -> int:
     by_project: dict[str, set[str | None]] = defaultdict(set)
     for e in touched:
         by_project[e.project].add(None)
-        if e.variant:
-            by_project[e.project].add(e.variant)
+        by_project[e.project].update(pages.entry_variants(e))
     changed = 0
     for project, variants in sorted(by_project.items()):
         ordered = sorted(variants, key=lambda v: v or "")
@@ -121,6 +131,8 @@ def update_index(store: Store, touched: Iterable[WheelEntry]) -> int:
     new_variants = {v for v in by_variant if v}
     if new_variants:
         changed += cas_write(store, pages.TOP_KEYS, _top_renderer(store, new_variants))
+    if by_project:
+        changed += cas_write(store, [pages.FINDER_KEY], _finder_renderer(store))
     return changed
 
 
@@ -157,8 +169,8 @@ def rebuild_pages(store: Store) -> RebuildReport:
         wanted[html_key] = pages.project_html(project, project_entries, None)
         per_variant: dict[str, list[WheelEntry]] = defaultdict(list)
         for e in project_entries:
-            if e.variant:
-                per_variant[e.variant].append(e)
+            for v in pages.entry_variants(e):
+                per_variant[v].append(e)
         for v, chosen in per_variant.items():
             variant_projects[v].add(project)
             json_key, html_key = pages.project_page_keys(project, v)
@@ -175,6 +187,7 @@ def rebuild_pages(store: Store) -> RebuildReport:
         roots[html_key] = pages.root_html(names)
     roots[pages.TOP_KEYS[0]] = pages.top_json(variant_projects)
     roots[pages.TOP_KEYS[1]] = pages.top_html(variant_projects)
+    roots[pages.FINDER_KEY] = pages.finder_html(pages.finder_rows_from_entries(entries))
 
     written = unchanged = 0
     lost_race: list[str] = []
@@ -212,7 +225,10 @@ def _is_page(key: str) -> bool:
 
 def _on_pages(entry: WheelEntry, keys: list[str]) -> bool:
     if any(
-        k in pages.TOP_KEYS or k.endswith("simple/index.html") or k.endswith("simple/index.json")
+        k in pages.TOP_KEYS
+        or k == pages.FINDER_KEY
+        or k.endswith("simple/index.html")
+        or k.endswith("simple/index.json")
         for k in keys
     ):
         return True

@@ -116,7 +116,8 @@ class Cell:
 
     @property
     def variant(self) -> str:
-        """The per-variant index name: 'cu130-torch2.14'."""
+        """CUDA and torch minor: 'cu130-torch2.14'. The index's variant name adds the arch set
+        when it is not the recipe's default (``PlannedCell.variant``, tags.py)."""
         return f"{self.cuda_tag}-torch{self.torch_minor}"
 
     @property

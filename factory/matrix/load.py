@@ -100,11 +100,18 @@ class PlannedCell:
     wheel: str  # the exact filename the cell will produce
     manylinux: str = "auto"  # the promised glibc floor ("2_28"), or "auto": the builder's
 
+    @property
+    def variant(self) -> str:
+        """Its per-variant index: 'cu130-torch2.14-sm100' (the arch set unless the default)."""
+        from factory.matrix.tags import variant_of_filename
+
+        return variant_of_filename(self.wheel) or self.cell.variant
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.cell.id,
             **self.cell.as_dict(),
-            "variant": self.cell.variant,
+            "variant": self.variant,
             "recipe": self.recipe.name,
             "recipe_revision": self.recipe.revision,
             "content_key": self.content_key,

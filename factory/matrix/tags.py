@@ -10,6 +10,13 @@ Scheme: ``<version>+cu{MAJ}{MIN}torch{MAJ}.{MIN}[sm{A}[.{B}...]]``.
   written sorted and without repeats: one arch set has exactly one spelling.
 * Requires-Dist pins ``torch==MAJ.MIN.*``; resolvers use that, not the local tag, to choose.
 
+The variant name (the index's ``<variant>/simple/`` directory) holds everything a resolver
+could otherwise confuse: ``cu130-torch2.14`` for the package's default arch set, plus
+``-sm100`` / ``-sm90.100`` for any other arch set (PEP 440 compares ``11sm90`` above ``11sm100``
+as text, so two arch sets behind one URL would resolve to sm90 on every host), plus the
+platform when it is not x86_64 (``cu130-torch2.14-sm100-aarch64``). One URL, one build per
+version.
+
 The tag round-trips: ``parse_local(local_tag(...))`` gives the values back, and
 ``cell_from_wheel_filename`` rebuilds the cell (given the package's default arch set; the tag
 holds only the torch minor, so pass the full torch version to get it back exactly).
@@ -35,6 +42,10 @@ _LOCAL_RE = re.compile(
     r"(?:sm(?P<archs>\d+(?:\.\d+)*))?"
 )
 _MINOR_RE = re.compile(r"\d+\.\d+")
+# Every variant name the index has ever used: 'cu130-torch2.14' (also the pre-arch names of
+# already published wheels), '-sm100', '-sm90.100', and a platform suffix ('-aarch64').
+VARIANT_RE = re.compile(r"^cu\d{3,4}-torch\d+\.\d+(?:-sm\d+(?:\.\d+)*)?(?:-[a-z][a-z0-9_]*)?$")
+DEFAULT_PLATFORM = "x86_64"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -45,8 +56,47 @@ class LocalTag:
 
     @property
     def variant(self) -> str:
-        maj, mnr = self.cuda.split(".")
-        return f"cu{maj}{mnr}-torch{self.torch_minor}"
+        return variant_name(cuda=self.cuda, torch_minor=self.torch_minor, archs=self.archs)
+
+
+def variant_name(
+    *, cuda: str, torch_minor: str, archs: Iterable[int] | None, platform: str = DEFAULT_PLATFORM
+) -> str:
+    """'cu130-torch2.14' (default arch set), 'cu130-torch2.14-sm100', '...-sm100-aarch64'."""
+    maj, mnr = cuda.split(".")
+    name = f"cu{maj}{mnr}-torch{torch_minor}"
+    if archs is not None:
+        name += "-sm" + ".".join(str(a) for a in sorted(set(archs)))
+    if platform != DEFAULT_PLATFORM:
+        name += f"-{platform}"
+    return name
+
+
+def platform_tag_parts(platform_tag: str) -> tuple[tuple[int, int] | None, str]:
+    """('manylinux_2_28_x86_64') -> ((2, 28), 'x86_64'); legacy aliases included."""
+    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", platform_tag)
+    if m:
+        return (int(m.group(1)), int(m.group(2))), m.group(3)
+    m = re.fullmatch(r"(manylinux1|manylinux2010|manylinux2014)_(\w+)", platform_tag)
+    if m:
+        return legacy[m.group(1)], m.group(2)
+    m = re.fullmatch(r"linux_(\w+)", platform_tag)
+    if m:
+        return None, m.group(1)
+    return None, "any" if platform_tag == "any" else platform_tag
+
+
+def wheel_platform(platform_tags: Iterable[str]) -> str:
+    """The machine a wheel's platform tags name: 'manylinux_2_28_aarch64' -> 'aarch64'."""
+    machines = {platform_tag_parts(t)[1] for t in platform_tags} - {"any"}
+    return machines.pop() if len(machines) == 1 else DEFAULT_PLATFORM
+
+
+def glibc_floor(platform_tags: Iterable[str]) -> str | None:
+    """The oldest glibc a wheel installs on ('2.28'), from its manylinux tags; None if none."""
+    floors = [g for g in (platform_tag_parts(t)[0] for t in platform_tags) if g]
+    return "{}.{}".format(*min(floors)) if floors else None
 
 
 def local_tag(
@@ -102,17 +152,31 @@ def _parse_filename(filename: str):  # type: ignore[no-untyped-def]
         raise WheelError(f"invalid wheel filename {filename!r}: {exc}") from None
 
 
-def variant_of_filename(filename: str) -> str | None:
-    """'flash_attn-2.8.3+cu130torch2.14sm100-cp311-...whl' -> 'cu130-torch2.14'.
-
-    None when the wheel carries no factory tag."""
+def local_tag_of_filename(filename: str) -> LocalTag | None:
+    """The factory tag of a wheel file name; None when it carries none."""
     _, version, _, _ = _parse_filename(filename)
     if version.local is None:
         return None
     try:
-        return parse_local(version.local).variant
+        return parse_local(version.local)
     except WheelError:
         return None
+
+
+def variant_of_filename(filename: str) -> str | None:
+    """'flash_attn-2.8.3+cu130torch2.14sm100-cp311-...whl' -> 'cu130-torch2.14-sm100'.
+
+    None when the wheel carries no factory tag."""
+    lt = local_tag_of_filename(filename)
+    if lt is None:
+        return None
+    tags = _parse_filename(filename)[3]
+    return variant_name(
+        cuda=lt.cuda,
+        torch_minor=lt.torch_minor,
+        archs=lt.archs,
+        platform=wheel_platform(t.platform for t in tags),
+    )
 
 
 def split_version(version: str) -> tuple[str, str | None]:

@@ -13,6 +13,15 @@ from factory.recipes.torch_extension import RECIPE as TORCH_EXTENSION
 RECIPES: dict[str, Recipe] = {r.name: r for r in (FLASH_ATTN, TORCH_EXTENSION)}
 
 
+def default_archs_for(project: str) -> tuple[int, ...] | None:
+    """The arch set a wheel of this project holds when its tag names none: the default of the
+    recipe named like the project (flash-attn); None when no recipe is."""
+    from packaging.utils import canonicalize_name
+
+    recipe = RECIPES.get(canonicalize_name(project))
+    return recipe.default_archs if recipe else None
+
+
 def get_recipe(name: str) -> Recipe:
     try:
         return RECIPES[name]

@@ -26,6 +26,7 @@ from factory.errors import EngineError, FactoryError, VerifyError, WheelError
 from factory.matrix.tags import local_tag, parse_local, torch_pin
 from factory.process import last_error_line, run_program
 from factory.wheels.floor import BinaryFloor, manylinux_name, promised_glibc, wheel_floor
+from factory.recipes import default_archs_for as recipe_default_archs
 from factory.wheels.reader import WheelInfo, analyse_wheel
 
 if TYPE_CHECKING:
@@ -224,12 +225,6 @@ def check_archs(
 
 
 # -- tags and metadata ----------------------------------------------------------------------------
-def _default_archs_for(package: str) -> tuple[int, ...] | None:
-    """The default arch set of the recipe named like the package (flash-attn); None otherwise."""
-    from factory.recipes import RECIPES
-
-    recipe = RECIPES.get(canonicalize_name(package))
-    return recipe.default_archs if recipe else None
 
 
 def _metadata_checks(
@@ -531,7 +526,7 @@ def verify_wheel(
     if expected is not None:
         defaults = expected.recipe.default_archs
     else:
-        defaults = default_archs if default_archs is not None else _default_archs_for(info.name)
+        defaults = default_archs if default_archs is not None else recipe_default_archs(info.name)
     checks, want_archs = _metadata_checks(info, expected, defaults)
     if expected is not None:
         want_archs = expected.cell.archs  # the plan decides, whatever the tag claims

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import index_fixtures
+from index_wheels import variant_wheel
 from unit.test_index import _publish_demo
 
 from factory.index import rebuild_index, verify_index
-from factory.index.publish import yank
+from factory.index.publish import publish, yank
 from factory.index.store import Store
 
 # The shared fixtures (a module of their own: conftest.py belongs to everyone).
@@ -53,4 +54,32 @@ def test_rebuild_regenerates_every_page_from_the_store(store: Store, tmp_path: P
     assert report.wheels == 3 and report.variants == 2 and report.pages_written == len(before)
     assert {o.key: store.read(o.key) for o in store.page_objects()} == before
     assert rebuild_index(store).pages_written == 0  # nothing changed: nothing rewritten
+    assert verify_index(store).ok
+
+
+def test_each_arch_set_has_its_own_variant_index_and_old_urls_keep_their_wheels(
+    store: Store, tmp_path: Path
+) -> None:
+    wheels = [variant_wheel(tmp_path, "fa-demo", "1.0", "2.14", archs=a) for a in ("90", "100")]
+    publish(store, wheels)
+    sm90 = store.read("cu130-torch2.14-sm90/simple/fa-demo/index.html").decode()
+    sm100 = store.read("cu130-torch2.14-sm100/simple/fa-demo/index.html").decode()
+    assert "sm90-" in sm90 and "sm100" not in sm90
+    assert "sm100-" in sm100 and "sm90" not in sm100
+    assert store.read("cu130-torch2.14/simple/fa-demo/index.html") is None
+    # A wheel published before the arch set was in the variant name has the old name in its
+    # entry: the old URL keeps listing it (and only it), the new one lists it too.
+    key = "files/fa-demo/fa_demo-1.0+cu130torch2.14sm90-py3-none-any.whl.entry.json"
+    doc = json.loads(store.read(key))
+    store.delete(key)
+    store.put_new(key, json.dumps({**doc, "variant": "cu130-torch2.14"}).encode())
+    rebuild_index(store)
+    old = store.read("cu130-torch2.14/simple/fa-demo/index.html").decode()
+    assert "sm90-" in old and "sm100" not in old
+    assert store.read("cu130-torch2.14-sm90/simple/fa-demo/index.html").decode().count("<a ") == 1
+    assert set(json.loads(store.read("index.json"))["variants"]) == {
+        "cu130-torch2.14",
+        "cu130-torch2.14-sm90",
+        "cu130-torch2.14-sm100",
+    }
     assert verify_index(store).ok

@@ -58,7 +58,7 @@ def test_request_end_to_end_with_the_bundled_extension(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stderr[-3000:]
     assert "built and published" in first.stderr
     line = first.stdout.strip()
-    assert line.endswith("/cu130-torch2.14/simple/ factory-example-ext==0.1.0+cu130torch2.14sm100")
+    assert line.endswith("/cu130-torch2.14-sm100/simple/ factory-example-ext==0.1.0+cu130torch2.14sm100")
     second = factory_cli(*args, timeout=300)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip() == line and "already published, nothing to build" in second.stderr

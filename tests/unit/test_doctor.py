@@ -102,7 +102,8 @@ def test_b200_gets_the_variant_install_line(sm100_only: Path, torch_dirs: dict[s
     r = doctor(sm100_only, "b200.txt", torch_dirs["2.14-cu130"])
     assert r.returncode == 0, r.stdout + r.stderr
     url = sm100_only.resolve().as_uri()
-    assert f"pip install --extra-index-url {url}/cu130-torch2.14/simple/ flash-attn\n" in r.stdout
+    line = f"pip install --extra-index-url {url}/cu130-torch2.14-sm100/simple/ flash-attn\n"
+    assert line in r.stdout
     assert "sm_100 (compute capability 10.0)" in r.stdout
     assert "variant     cu130-torch2.14" in r.stdout
 
@@ -124,13 +125,13 @@ def test_h200_picks_sm90_and_b200_is_pinned_past_pips_choice(
     assert doc["version"] == 1 and doc["host"]["gpus"][0]["sm"] == 90
     (result,) = doc["results"]
     assert "sm90" in result["wheel"]
-    # pip alone would take '+...sm90' (local segments compare as strings): that is right here.
-    assert result["install"].endswith("/cu130-torch2.14/simple/ flash-attn")
+    # Each arch set has its own URL, so the H200 gets the sm90 one and no pin is needed.
+    assert result["install"].endswith("/cu130-torch2.14-sm90/simple/ flash-attn")
 
     r = doctor(sm90_and_sm100, "b200.txt", torch_dirs["2.14-cu130"])
     assert r.returncode == 0, r.stdout + r.stderr
-    # ...and wrong for a B200, so the line pins the exact build.
-    assert "/cu130-torch2.14/simple/ flash-attn==2.8.3.post2+cu130torch2.14sm100\n" in r.stdout
+    # ...and a B200 the sm100 one: no URL offers a build its GPU cannot run.
+    assert "/cu130-torch2.14-sm100/simple/ flash-attn\n" in r.stdout
 
 
 def test_no_gpu_picks_by_torch_with_a_warning(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
@@ -139,7 +140,7 @@ def test_no_gpu_picks_by_torch_with_a_warning(sm100_only: Path, torch_dirs: dict
     assert "gpu         none found (NVIDIA-SMI has failed" in r.stdout
     assert "WARNING flash-attn: no NVIDIA GPU found" in r.stdout
     assert "holds kernels for sm_100 only" in r.stdout
-    assert "/cu130-torch2.14/simple/ flash-attn\n" in r.stdout
+    assert "/cu130-torch2.14-sm100/simple/ flash-attn\n" in r.stdout
 
 
 def test_other_torch_minor_and_cuda_say_why(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
@@ -231,3 +232,26 @@ def test_a_variant_needing_a_newer_glibc_than_the_host_is_named(
     assert re.search(r"glibc\s+\d+\.\d+ \(x86_64\)", r.stdout)  # the host's own, named
     assert ("1 flash-attn wheel(s) on the index need a newer one and cannot install here: "
             "cu130-torch2.11 (glibc >= 2.99)") in r.stdout
+def test_the_url_names_the_hosts_platform(tmp_path: Path) -> None:
+    """x86_64 and aarch64 builds of one cell: each host gets its own platform's variant URL."""
+    import dataclasses
+
+    from index_wheels import variant_wheel
+
+    from factory.hosts.doctor import Gpu, HostInfo, diagnose
+    from factory.index.publish import publish
+    from factory.index.store import LocalStore
+
+    store = LocalStore(tmp_path / "store")
+    tags = [f"cp311-cp311-manylinux_2_28_{m}" for m in ("x86_64", "aarch64")]
+    publish(store, [variant_wheel(tmp_path, "fa-demo", "1.0", "2.14", archs="100", tag=t) for t in tags])
+    host = HostInfo(python="3.11", python_exe="python3", torch="2.14.1", torch_local="cu130",
+                    torch_cuda="13.0", torch_error=None, driver="580.95.05",
+                    gpus=(Gpu(name="NVIDIA GB200", sm=100),), gpu_source="recorded", gpu_note=None,
+                    glibc=(2, 39), machine="aarch64")
+    (choice,) = diagnose(host, str(store.root), ["fa-demo"]).choices
+    assert choice.index_url and choice.index_url.endswith("/cu130-torch2.14-sm100-aarch64/simple/")
+    assert choice.wheel and choice.wheel.endswith("_aarch64.whl")
+    x86 = dataclasses.replace(host, machine="x86_64")
+    (choice,) = diagnose(x86, str(store.root), ["fa-demo"]).choices
+    assert choice.index_url and choice.index_url.endswith("/cu130-torch2.14-sm100/simple/")

@@ -33,7 +33,7 @@ def test_round_trip_keeps_every_field(tmp_path: Path, cells) -> None:  # type: i
     m = read_manifest(path)
     assert m.wheel == wheel.name
     assert m.cell.id == cells[0].cell.id
-    assert m.cell.variant == cells[0].cell.variant
+    assert m.cell.variant == cells[0].variant  # the index variant, arch set included
     assert m.content_key == cells[0].content_key
     assert m.attempts[0].oom_killed is False and m.attempts[0].objects_built == 5
     again = tmp_path / "again.json"

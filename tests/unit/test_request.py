@@ -54,7 +54,7 @@ def test_published_cell_prints_the_install_line_without_building(
                     "--index-url", "http://index.example:8080/")
     assert r.returncode == 0, r.stderr
     version = pc.wheel.split("-")[1]
-    assert r.stdout == (f"pip install --extra-index-url http://index.example:8080/{pc.cell.variant}/simple/ "
+    assert r.stdout == (f"pip install --extra-index-url http://index.example:8080/{pc.variant}/simple/ "
                         f"flash-attn=={version}\n")
     assert "already published, nothing to build" in r.stderr
     # Without --index-url a local store names itself, as a file:// URL pip can read.
@@ -102,7 +102,7 @@ def test_missing_cell_is_built_with_publish_then_answered(
     args = ["request", *_args(pc), "--matrix", str(matrix), "--store", str(store), "--index-url", "http://i"]
     assert cli.main(args) == 0
     out = capsys.readouterr()
-    assert out.out == f"pip install --extra-index-url http://i/{pc.cell.variant}/simple/ flash-attn=={pc.wheel.split('-')[1]}\n"
+    assert out.out == f"pip install --extra-index-url http://i/{pc.variant}/simple/ flash-attn=={pc.wheel.split('-')[1]}\n"
     assert "built and published" in out.err
     ((ids, opts),) = calls
     assert ids == [pc.cell.id] and opts.publish is True and opts.store == str(store)
@@ -158,6 +158,6 @@ def test_print_cell_for_the_request_workflow() -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["cell"] == "flash-attn-2.8.3.post2-torch2.10.0-cu128-sm100-cp312"
-    assert doc["runner"] == "mem-256g" and doc["variant"] == "cu128-torch2.10"
+    assert doc["runner"] == "mem-256g" and doc["variant"] == "cu128-torch2.10-sm100"
 
 

@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from factory.matrix.cell import Cell
 from factory.errors import WheelError
+from factory.matrix.cell import Cell
 from factory.matrix.load import wheel_filename
-from factory.recipes import get_recipe
 from factory.matrix.tags import (
+    VARIANT_RE,
     LocalTag,
     cell_from_wheel_filename,
     local_tag,
@@ -21,6 +21,7 @@ from factory.matrix.tags import (
     torch_pin,
     variant_of_filename,
 )
+from factory.recipes import get_recipe
 from factory.toolchain.resolve import torch_cuda_table
 
 FLASH = get_recipe("flash-attn")
@@ -159,7 +160,31 @@ def test_filename_to_cell_round_trip(recipe: object) -> None:
         name = wheel_filename(cell, recipe, "manylinux_2_28_x86_64")  # type: ignore[arg-type]
         back = cell_from_wheel_filename(name, recipe.default_archs, torch="2.14.1")  # type: ignore[attr-defined]
         assert back == cell
-        assert variant_of_filename(name) == "cu130-torch2.14"
+        default = recipe.default_archs is not None and archs == tuple(recipe.default_archs)  # type: ignore[attr-defined]
+        marker = "" if default else "-sm" + ".".join(str(a) for a in archs)
+        assert variant_of_filename(name) == "cu130-torch2.14" + marker
+
+
+def test_the_variant_name_holds_the_arch_set_and_the_platform() -> None:
+    """One URL, one build per version: sm90 and sm100 builds never share a variant index."""
+    base = "flash_attn-2.8.3+cu130torch2.14{}-cp311-cp311-manylinux_2_28_{}.whl"
+    names = {
+        variant_of_filename(base.format(archs, machine))
+        for archs in ("sm90", "sm100", "sm90.100", "")
+        for machine in ("x86_64", "aarch64")
+    }
+    assert names == {
+        "cu130-torch2.14-sm90",
+        "cu130-torch2.14-sm100",
+        "cu130-torch2.14-sm90.100",
+        "cu130-torch2.14",
+        "cu130-torch2.14-sm90-aarch64",
+        "cu130-torch2.14-sm100-aarch64",
+        "cu130-torch2.14-sm90.100-aarch64",
+        "cu130-torch2.14-aarch64",
+    }
+    assert all(VARIANT_RE.match(n) for n in names)
+    assert not VARIANT_RE.match("files") and not VARIANT_RE.match("simple")
 
 
 def test_filename_to_cell_without_full_torch_reads_patch_zero() -> None:

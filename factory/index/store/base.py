@@ -27,10 +27,23 @@ from typing import Protocol, runtime_checkable
 from factory.errors import StoreError
 
 FILES = "files"
+WHEEL_VARIANTS = "wheel-variants"  # variant-labelled copies and their pages (wheel_variants.py)
 ENTRY_SUFFIX = ".entry.json"
 YANK_SUFFIX = ".yank.json"
 METADATA_SUFFIX = ".metadata"
 PROVENANCE_SUFFIX = ".provenance.json"
+
+# What HTTP caches may do with an object: files never change once written; pages change on
+# every publish. The embedded server sends these, and the S3 store writes them onto the objects
+# so a CDN in front of the bucket does the same.
+FILE_CACHE_CONTROL = "public, max-age=31536000, immutable"
+PAGE_CACHE_CONTROL = "public, max-age=60"
+
+
+def cache_control(key: str) -> str:
+    immutable = key.startswith((f"{FILES}/", f"{WHEEL_VARIANTS}/{FILES}/"))
+    return FILE_CACHE_CONTROL if immutable else PAGE_CACHE_CONTROL
+
 
 # One path segment: no separators, no dot-only names, nothing a URL or shell would reinterpret.
 _SEGMENT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]{0,254}$")
@@ -167,8 +180,10 @@ class StoreBase:
         return []
 
     def page_objects(self) -> builtins.list[StoreObject]:
-        """Every object that is not under ``files/``: the index pages."""
-        return [o for o in self.list("") if not o.key.startswith(f"{FILES}/")]
+        """Every object that is not under ``files/`` (nor the wheel-variants tree): the pages."""
+        return [
+            o for o in self.list("") if not o.key.startswith((f"{FILES}/", f"{WHEEL_VARIANTS}/"))
+        ]
 
     def wheels(self, project: str | None = None) -> builtins.list[WheelEntry]:
         """Every committed wheel (its entry written), with yank state, sorted by filename."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from factory.errors import StoreError
-from factory.index.store.base import FILES, StoreBase, StoreObject, Stray, check_key
+from factory.index.store.base import FILES, WHEEL_VARIANTS, StoreBase, StoreObject, Stray, check_key
 
 _LOCK_NAME = ".lock"
 TEMP_PREFIX = ".tmp-"  # the server's upload directories use it too
@@ -121,7 +121,7 @@ class LocalStore(StoreBase):
             return []
         out: builtins.list[StoreObject] = []
         for name in tops:
-            if name == FILES:
+            if name in (FILES, WHEEL_VARIANTS):
                 continue
             path = self.root / name
             if path.is_file():

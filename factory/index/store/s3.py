@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import StoreError
-from factory.index.store.base import StoreBase, StoreObject, check_key, parallel_reads
+from factory.index.store.base import (
+    StoreBase,
+    StoreObject,
+    cache_control,
+    check_key,
+    parallel_reads,
+)
 
 ENDPOINT_ENV = "FACTORY_S3_ENDPOINT_URL"
 
@@ -119,6 +125,7 @@ class S3Store(StoreBase):
                 Key=self._k(key),
                 Body=body,
                 ContentType=content_type,
+                CacheControl=cache_control(key),
                 **conditions,
             )
             return True
