@@ -231,7 +231,9 @@ def test_a_variant_needing_a_newer_glibc_than_the_host_is_named(
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(r"glibc\s+\d+\.\d+ \(x86_64\)", r.stdout)  # the host's own, named
     assert ("1 flash-attn wheel(s) on the index need a newer one and cannot install here: "
-            "cu130-torch2.11 (glibc >= 2.99)") in r.stdout
+            "cu130-torch2.11-sm100 (glibc >= 2.99)") in r.stdout
+
+
 def test_the_url_names_the_hosts_platform(tmp_path: Path) -> None:
     """x86_64 and aarch64 builds of one cell: each host gets its own platform's variant URL."""
     import dataclasses
