@@ -99,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FactoryError as exc:
         if debug:
             raise
-        print(f"ERROR {_one_line(exc.message)}", file=sys.stderr)
+        for line in exc.lines:
+            print(f"ERROR {_one_line(line)}", file=sys.stderr)
         if exc.tip:
             print(f"TIP {exc.tip}", file=sys.stderr)
         return exc.exit_code

@@ -45,8 +45,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from packaging.utils import canonicalize_name
-
     from factory.build.pipeline import BuildOptions, build_cells
     from factory.planning.budget import requested_budget
 
@@ -58,10 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.all == bool(args.cells):
         raise UsageError("give cell ids or --all (not both)", tip="'factory matrix' lists the cell ids")
     if args.all:
-        cells = list(matrix.cells)
-        if args.package:
-            want = {canonicalize_name(p) for p in args.package}
-            cells = [c for c in cells if c.cell.package in want]
+        cells = matrix.cells_of(args.package)
     else:
         cells = [matrix.find(c) for c in args.cells]
     budget = requested_budget(matrix.settings, memory=args.memory, cpus=args.cpus)

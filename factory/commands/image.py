@@ -6,7 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from factory.toolchain.images import DEFAULT_BASE_IMAGE, ensure_base_image
+from factory.errors import UsageError
+from factory.toolchain.images import DEFAULT_BASE_IMAGE, ensure_base_image, is_image_reference
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +26,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not is_image_reference(args.name):
+        raise UsageError(
+            f"--name {args.name!r} is not a valid image name",
+            tip="lowercase letters, digits and . _ - separators, an optional :tag "
+            f"(e.g. {DEFAULT_BASE_IMAGE})",
+        )
     work_dir = args.work_dir or _work_dir()
     start = time.monotonic()
     name = ensure_base_image(args.name, suite=args.suite, work_dir=work_dir)

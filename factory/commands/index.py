@@ -25,9 +25,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.index import rebuild_index, verify_index
-    from factory.index.store import open_store
+    from factory.index.store import open_existing_store
 
-    store = open_store(store_from_args(args))
+    store = open_existing_store(store_from_args(args))
     if args.action == "rebuild":
         r = rebuild_index(store)
         if args.json:

@@ -17,16 +17,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     matrix = matrix_from_args(args)
-    cells = list(matrix.cells)
-    if args.package:
-        from packaging.utils import canonicalize_name
-
-        want = {canonicalize_name(p) for p in args.package}
-        cells = [c for c in cells if c.cell.package in want]
+    cells = matrix.cells_of(args.package)
     if args.missing:
-        from factory.index.store import open_store
+        from factory.index.store import open_existing_store
 
-        store = open_store(store_from_args(args))
+        store = open_existing_store(store_from_args(args))
         published = store.published_content_keys()
         cells = [c for c in cells if c.content_key not in published]
     if args.json:

@@ -34,10 +34,11 @@ def _ids(text: str) -> list[str]:
 
 
 def _error(text: str) -> str:
+    """The first problem found (every problem is one line)."""
     with pytest.raises(ConfigError) as exc:
         load_matrix(text=text)
-    assert "\n" not in exc.value.message
-    return exc.value.message
+    assert all("\n" not in line for line in exc.value.lines)
+    return exc.value.lines[0]
 
 
 # -- expansion ------------------------------------------------------------------------------------
