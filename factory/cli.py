@@ -20,6 +20,7 @@ from factory.commands import (
     matrix,
     plan,
     publish,
+    rebuild_check,
     request,
     retain,
     serve,
@@ -56,6 +57,8 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "wheelhouse": (wheelhouse, "prepare the offline wheelhouse for a cell (torch and build deps)"),
     "retain": (retain, "keep the newest N builds per cell, yank older ones"),
     "cache": (cache, "the shared compile cache: stats, clear, pull and push (the remote one)"),
+    "rebuild-check": (rebuild_check, "rebuild a published cell from source and compare it with "
+                      "the published wheel"),
 }
 
 

@@ -180,3 +180,50 @@ def test_the_shipped_matrix_still_loads() -> None:
     from factory.matrix.load import load_matrix
 
     assert load_matrix(REPO / "matrix.toml").cells
+
+
+# -- toolchains: shown per cell, checked before any download ---------------------------------
+CU128 = MATRIX.replace('torch = ["2.14.1"]', 'torch = ["2.10.0"]').replace(
+    'cuda = ["13.0"]', 'cuda = ["12.8"]')
+
+
+@pytest.fixture
+def no_cuda_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    from factory.toolchain.readiness import ReadinessChecker
+
+    monkeypatch.setattr(ReadinessChecker, "_image_here", lambda self, image: False)
+
+
+def test_matrix_shows_a_missing_toolchain_and_the_command_that_makes_it(
+    tmp_path: Path, no_cuda_image: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "matrix.toml"
+    path.write_text(CU128)
+    assert main(["matrix", "--matrix", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert ("here      missing: image factory-cuda:12.8 does not exist; "
+            "make it: factory image cuda 12.8") in out
+    assert "1 cell(s), 1 without a toolchain here" in out
+
+
+def test_build_fails_fast_or_skips_a_cell_without_its_toolchain(
+    tmp_path: Path, no_cuda_image: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from factory.errors import ToolchainError
+
+    path = tmp_path / "matrix.toml"
+    path.write_text(CU128.replace("[axes]", f'[settings]\nwheelhouse = "{tmp_path / "wh"}"\n[axes]'))
+    cell = "flash-attn-2.8.3.post2-torch2.10.0-cu128-sm100-cp311"
+    rc, lines = _cli(capsys, "build", cell, "--matrix", str(path))
+    assert rc == ToolchainError.exit_code
+    assert f"{cell}: no toolchain here (image factory-cuda:12.8 does not exist)" in _one_error(lines)
+    assert any(line.startswith("TIP make it: factory image cuda 12.8") for line in lines)
+    rc, lines = _cli(capsys, "build", "--all", "--unbuildable", "fail", "--matrix", str(path))
+    assert rc == ToolchainError.exit_code
+    assert main(["build", "--all", "--matrix", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert f"skipped {cell}: no toolchain here" in captured.out + captured.err
+    assert not (tmp_path / "wh").exists()  # nothing was downloaded
+    assert main(["build", cell, "--dry-run", "--matrix", str(path)]) == 0
+    assert ("toolchain    missing: image factory-cuda:12.8 does not exist; make it: factory image "
+            "cuda 12.8") in capsys.readouterr().out

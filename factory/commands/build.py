@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from factory.errors import FactoryError, UsageError
+from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
 from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, store_from_args
 
@@ -40,6 +41,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nvcc-threads", type=int, default=None, metavar="N", help="fix NVCC_THREADS")
     parser.add_argument("--attempts", type=int, default=None, metavar="N",
                         help="at most N attempts (OOM retries with fewer jobs); default 4")
+    parser.add_argument(
+        "--unbuildable", choices=("skip", "fail"), default=None,
+        help="a cell whose toolchain is missing here (e.g. the CUDA 12.x image): skip it with one "
+        "line, or fail before any download (default: skip with --all, fail for named cells)",
+    )
     parser.add_argument("--uncapped", action="store_true",
                         help="local runner: run without a cgroup memory cap (where cgroups are not writable)")
 
@@ -70,9 +76,14 @@ def run(args: argparse.Namespace) -> int:
         **({"attempts": args.attempts} if args.attempts else {}),
     )
     log = Log()
+    from factory.toolchain.readiness import ReadinessChecker
+
+    checker = ReadinessChecker(matrix.settings, runner=opts.runner)
+    ready = {pc.cell.id: checker.check(pc) for pc in cells}
     if args.dry_run:
         outcomes = build_cells(cells, matrix=matrix, opts=opts, log=log)
-        details = [json.loads(o.detail) for o in outcomes]
+        details = [{**json.loads(o.detail), "toolchain_ready": ready[o.cell_id].as_dict()}
+                   for o in outcomes]
         if args.json:
             json.dump({"version": 1, "dry_run": details}, sys.stdout, indent=2)
             print()
@@ -80,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
             for d in details:
                 _print_dry_run(d)
         return 0
+    cells = _buildable(cells, ready, skip=(args.unbuildable or ("skip" if args.all else "fail")) == "skip",
+                       log=log)
     failures: list[tuple[str, FactoryError]] = []
     outcomes = []
     for pc in cells:
@@ -109,6 +122,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _buildable(cells: list[Any], ready: dict[str, Any], *, skip: bool, log: Log) -> list[Any]:
+    """The cells whose toolchain exists here or is made on the way; the others are skipped with
+    one line each, or (``skip`` False) the first stops the run before anything is downloaded."""
+    out = []
+    for pc in cells:
+        r = ready[pc.cell.id]
+        if r.buildable:
+            out.append(pc)
+            continue
+        if not skip:
+            raise ToolchainError(f"{pc.cell.id}: no toolchain here ({r.detail})",
+                                 tip=f"make it: {r.command}" if r.command else None)
+        log.step(f"skipped {pc.cell.id}: no toolchain here ({r.detail})"
+                 + (f"; make it: {r.command}" if r.command else ""))
+    return out
+
+
 def _runner_options(args: argparse.Namespace) -> dict[str, object]:
     opts: dict[str, object] = {}
     if args.python_env:
@@ -129,6 +159,10 @@ def _print_dry_run(d: dict[str, object]) -> None:
     print(f"wheel        {d['wheel']}")
     print(f"plan         MAX_JOBS={plan['max_jobs']} NVCC_THREADS={plan['nvcc_threads']} "
           f"(predicted peak {plan['predicted_peak_bytes']} of {plan['memory_budget_bytes']} bytes)")
+    ready = d["toolchain_ready"]
+    assert isinstance(ready, dict)
+    print(f"toolchain    {ready['state']}: {ready['detail']}"
+          + (f"; make it: {ready['command']}" if ready.get("command") else ""))
     print(f"requirements {' '.join(d['requirements'])}  (installed offline from the wheelhouse)")
     runner = d["runner"]
     assert isinstance(runner, dict)

@@ -1,4 +1,5 @@
-"""factory image base [--name NAME] [--suite SUITE]"""
+"""factory image base [--name NAME] [--suite SUITE]
+factory image cuda X.Y [--from DIR] [--base IMAGE | --python X.Y] [--name NAME]"""
 
 from __future__ import annotations
 
@@ -23,28 +24,72 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="where the root filesystem tarball is cached (default: the matrix's work-dir)",
     )
+    cuda = sub.add_parser(
+        "cuda", help="make the CUDA X.Y builder image (factory-cuda:X.Y) from NVIDIA's "
+        "redistributable archives: the toolchain of CUDA 12.x cells",
+    )
+    cuda.add_argument("cuda", metavar="X.Y", help="the CUDA version, e.g. 12.8")
+    cuda.add_argument(
+        "--from", dest="source", default=None, metavar="DIR|URL",
+        help="a local mirror of NVIDIA's redist tree (redistrib_X.Y.Z.json + archives), for "
+        "builders without network (default: NVIDIA's server)",
+    )
+    cuda.add_argument("--base", default=None, help="the image to add the toolkit to "
+                      "(default: the matrix's builder image for --python, else its base-image)")
+    cuda.add_argument("--python", default=None, metavar="X.Y",
+                      help="pick the base as the matrix's builder image for this Python")
+    cuda.add_argument("--name", default=None, help="image name (default factory-cuda:X.Y)")
 
 
-def run(args: argparse.Namespace) -> int:
-    if not is_image_reference(args.name):
+def _check_name(name: str) -> None:
+    if not is_image_reference(name):
         raise UsageError(
-            f"--name {args.name!r} is not a valid image name",
+            f"--name {name!r} is not a valid image name",
             tip="lowercase letters, digits and . _ - separators, an optional :tag "
             f"(e.g. {DEFAULT_BASE_IMAGE})",
         )
-    work_dir = args.work_dir or _work_dir()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.image_command == "cuda":
+        return _cuda(args)
+    _check_name(args.name)
+    work_dir = args.work_dir or _settings().work_dir
     start = time.monotonic()
     name = ensure_base_image(args.name, suite=args.suite, work_dir=work_dir)
     print(f"image {name} ready ({time.monotonic() - start:.0f} s)")
     return 0
 
 
-def _work_dir() -> Path:
+def _cuda(args: argparse.Namespace) -> int:
+    from factory.toolchain.python_image import ensure_builder_image
+    from factory.toolchain.redist import REDIST_URL, fetch_toolkit, make_cuda_image
+    from factory.toolchain.resolve import cuda_image_name
+
+    name = args.name or cuda_image_name(args.cuda)
+    _check_name(name)
+    settings = _settings()
+    base = args.base or settings.image_for(args.python)
+    _check_name(base)
+    start = time.monotonic()
+    source = args.source or REDIST_URL
+    if args.source and "://" not in args.source:
+        source = str(Path(args.source).absolute())
+    home = fetch_toolkit(args.cuda, settings.toolkits_dir, source=source,
+                         echo=lambda line: print(f"  {line}", flush=True))
+    print(f"toolkit {home} ready")
+    ensure_builder_image(base)
+    make_cuda_image(home, args.cuda, base=base, name=name)
+    print(f"image {name} ready (CUDA {args.cuda} on {base}, {time.monotonic() - start:.0f} s)")
+    return 0
+
+
+def _settings():  # type: ignore[no-untyped-def]
     from factory.matrix.load import default_matrix_path, load_matrix
     from factory.matrix.settings import default_settings
 
     try:
         m = load_matrix(default_matrix_path())
     except Exception:  # no matrix here: the default layout
-        return default_settings().work_dir
-    return m.settings.work_dir
+        return default_settings()
+    return m.settings

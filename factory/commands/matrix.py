@@ -24,8 +24,15 @@ def run(args: argparse.Namespace) -> int:
         store = open_existing_store(store_from_args(args))
         published = store.published_content_keys()
         cells = [c for c in cells if c.content_key not in published]
+    from factory.toolchain.readiness import ReadinessChecker
+
+    checker = ReadinessChecker(matrix.settings)
+    ready = {c.cell.id: checker.check(c) for c in cells}
     if args.json:
-        print_json({"cells": [c.as_dict() for c in cells], "include": [{"cell": c.cell.id} for c in cells]})
+        print_json({
+            "cells": [{**c.as_dict(), "toolchain_ready": ready[c.cell.id].as_dict()} for c in cells],
+            "include": [{"cell": c.cell.id} for c in cells],
+        })
         return 0
     for c in cells:
         tc = c.toolchain
@@ -33,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"    wheel     {c.wheel}")
         print(f"    toolchain CUDA {tc.cuda} from {tc.nvcc_source}; {tc.torch_requirement}"
               + (f" from {tc.torch_index}" if tc.torch_index else " from PyPI"))
+        print(f"    here      {ready[c.cell.id].line()}")
         print(f"    key       {c.content_key} (recipe {c.recipe.name} rev {c.recipe.revision})")
-    print(f"{len(cells)} cell(s)")
+    missing = sum(not r.buildable for r in ready.values())
+    print(f"{len(cells)} cell(s)" + (f", {missing} without a toolchain here" if missing else ""))
     return 0

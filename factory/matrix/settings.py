@@ -114,6 +114,11 @@ class Settings:
             compile_cache=_compile_cache(table.get("compile-cache"), root=root, work_dir=work_dir),
         )
 
+    @property
+    def toolkits_dir(self) -> Path:
+        """CUDA toolkits made here (PyPI wheels, NVIDIA's redist archives): beside the work dir."""
+        return self.work_dir.parent / "toolkits"
+
     def image_for(self, python: str | None = None) -> str:
         """The builder image for a Python version: ``[settings.images]`` ("3.13" = "image"), else
         ``base-image``. Versions that should share compiled kernels (the compile cache) need

