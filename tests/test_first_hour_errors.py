@@ -227,3 +227,21 @@ def test_build_fails_fast_or_skips_a_cell_without_its_toolchain(
     assert main(["build", cell, "--dry-run", "--matrix", str(path)]) == 0
     assert ("toolchain    missing: image factory-cuda:12.8 does not exist; make it: factory image "
             "cuda 12.8") in capsys.readouterr().out
+
+
+def test_commands_are_echoed_in_full_only_with_verbose(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import sys
+
+    from factory.process import run_command
+
+    argv = [sys.executable, "-c", "pass", "--platform", "manylinux_2_28_x86_64"]
+    monkeypatch.delenv("FACTORY_VERBOSE", raising=False)
+    run_command(argv, log_path=tmp_path / "log")
+    shown = capsys.readouterr().err.strip()
+    assert shown == f"+ {Path(sys.executable).name} ..."
+    assert "manylinux_2_28_x86_64" in (tmp_path / "log").read_text()  # the log has it all
+    monkeypatch.setenv("FACTORY_VERBOSE", "1")
+    run_command(argv)
+    assert "--platform manylinux_2_28_x86_64" in capsys.readouterr().err

@@ -393,7 +393,7 @@ def _prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Any, work: Path, lo
     log.step("source tree")
     src = prepare_source(matrix, pc, work, log)
     order = prepare_build_tree(src, pc, history)
-    log.detail(f"compile order: {order.as_dict()}")
+    log.detail(f"compile order: {order.summary()}")
     log.step(f"CUDA {pc.toolchain.cuda} toolkit from {pc.toolchain.nvcc_source}")
     return src, materialize_cuda_home(pc.toolchain, toolkits_dir(matrix))
 

@@ -109,9 +109,12 @@ def run(args: argparse.Namespace) -> int:
         extra = f", {n} attempt(s)" if n else ""
         if n and o.attempts[-1].get("cache_hits") is not None:
             extra += f", compile cache {o.attempts[-1]['cache_hits']} hits/{o.attempts[-1]['cache_misses']} misses"
-        log.detail(f"{o.status:8} {o.cell_id} ({o.seconds:.0f}s{extra}) {o.wheel.name if o.wheel else o.detail}")
+        where = o.wheel.resolve() if o.wheel else o.detail
+        if o.wheel and args.publish and o.status in ("built", "unchanged"):
+            where = f"{where}, published to {store}"
+        log.detail(f"{o.status:9} {o.cell_id} ({o.seconds:.0f}s{extra}) -> {where}")
     for cell_id, exc in failures:
-        log.detail(f"failed   {cell_id}: {exc.message}")
+        log.detail(f"{'failed':9} {cell_id}: {exc.message}")
     if args.json:
         json.dump({"version": 1, "outcomes": [
             {"cell": o.cell_id, "status": o.status, "wheel": str(o.wheel) if o.wheel else None,
