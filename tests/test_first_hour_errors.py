@@ -77,9 +77,12 @@ def test_an_unknown_package_gets_a_did_you_mean(
 ) -> None:
     rc, lines = _cli(capsys, "matrix", "--matrix", str(matrix), "--package", "flash_atn")
     assert rc == CellError.exit_code
-    assert "package 'flash_atn' is not in the matrix (did you mean 'flash-attn'?)" in _one_error(lines)
-    rc, lines = _cli(capsys, "build", "--all", "--dry-run", "--matrix", str(matrix),
-                     "--package", "nosuch")
+    assert "package 'flash_atn' is not in the matrix (did you mean 'flash-attn'?)" in _one_error(
+        lines
+    )
+    rc, lines = _cli(
+        capsys, "build", "--all", "--dry-run", "--matrix", str(matrix), "--package", "nosuch"
+    )
     assert rc == CellError.exit_code and "'nosuch' is not in the matrix" in _one_error(lines)
 
 
@@ -92,7 +95,9 @@ def simple_index() -> Iterator[str]:
             if self.path != "/simple/flash-attn/":
                 self.send_error(404)
                 return
-            body = b'<a href="../../f/flash_attn-2.8.3.post2.tar.gz">flash_attn-2.8.3.post2.tar.gz</a>'
+            body = (
+                b'<a href="../../f/flash_attn-2.8.3.post2.tar.gz">flash_attn-2.8.3.post2.tar.gz</a>'
+            )
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -109,15 +114,26 @@ def simple_index() -> Iterator[str]:
 
 
 def test_a_version_that_does_not_exist_fails_the_dry_run(
-    matrix: Path, simple_index: str, monkeypatch: pytest.MonkeyPatch,
+    matrix: Path,
+    simple_index: str,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", simple_index)
-    rc, lines = _cli(capsys, "build", "flash-attn-9.9.9-torch2.14.1-cu130-sm100-cp311",
-                     "--dry-run", "--matrix", str(matrix))
+    rc, lines = _cli(
+        capsys,
+        "build",
+        "flash-attn-9.9.9-torch2.14.1-cu130-sm100-cp311",
+        "--dry-run",
+        "--matrix",
+        str(matrix),
+    )
     assert rc == CellError.exit_code
     line = _one_error(lines)
-    assert "flash-attn 9.9.9 has no sdist on" in line and "the matrix has flash-attn 2.8.3.post2" in line
+    assert (
+        "flash-attn 9.9.9 has no sdist on" in line
+        and "the matrix has flash-attn 2.8.3.post2" in line
+    )
 
 
 def test_a_local_source_is_built_only_as_its_matrix_versions(
@@ -125,9 +141,14 @@ def test_a_local_source_is_built_only_as_its_matrix_versions(
 ) -> None:
     (tmp_path / "ext").mkdir()
     path = tmp_path / "matrix.toml"
-    path.write_text(MATRIX.replace('recipe = "flash-attn"', 'recipe = "torch-extension"\nsource = "ext"')
-                    .replace("flash-attn", "my-ext").replace("2.8.3.post2", "0.1.0"))
-    rc, lines = _cli(capsys, "plan", "my-ext-0.2.0-torch2.14.1-cu130-sm100-cp311", "--matrix", str(path))
+    path.write_text(
+        MATRIX.replace('recipe = "flash-attn"', 'recipe = "torch-extension"\nsource = "ext"')
+        .replace("flash-attn", "my-ext")
+        .replace("2.8.3.post2", "0.1.0")
+    )
+    rc, lines = _cli(
+        capsys, "plan", "my-ext-0.2.0-torch2.14.1-cu130-sm100-cp311", "--matrix", str(path)
+    )
     assert rc == CellError.exit_code and "my-ext 0.2.0 is not in the matrix" in _one_error(lines)
 
 
@@ -168,12 +189,18 @@ def test_an_s3_endpoint_that_is_down_is_named_with_a_tip(
 def test_s3_clients_connect_with_a_short_timeout() -> None:
     from factory.index.store.s3 import CONNECT_TIMEOUT_S, s3_client
 
-    assert s3_client(endpoint="http://127.0.0.1:9").meta.config.connect_timeout == CONNECT_TIMEOUT_S <= 5
+    assert (
+        s3_client(endpoint="http://127.0.0.1:9").meta.config.connect_timeout
+        == CONNECT_TIMEOUT_S
+        <= 5
+    )
 
 
 def test_a_bad_image_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     rc, lines = _cli(capsys, "image", "base", "--name", "bad name!")
-    assert rc == UsageError.exit_code and "'bad name!' is not a valid image name" in _one_error(lines)
+    assert rc == UsageError.exit_code and "'bad name!' is not a valid image name" in _one_error(
+        lines
+    )
 
 
 def test_the_shipped_matrix_still_loads() -> None:
@@ -184,7 +211,8 @@ def test_the_shipped_matrix_still_loads() -> None:
 
 # -- toolchains: shown per cell, checked before any download ---------------------------------
 CU128 = MATRIX.replace('torch = ["2.14.1"]', 'torch = ["2.10.0"]').replace(
-    'cuda = ["13.0"]', 'cuda = ["12.8"]')
+    'cuda = ["13.0"]', 'cuda = ["12.8"]'
+)
 
 
 @pytest.fixture
@@ -201,8 +229,10 @@ def test_matrix_shows_a_missing_toolchain_and_the_command_that_makes_it(
     path.write_text(CU128)
     assert main(["matrix", "--matrix", str(path)]) == 0
     out = capsys.readouterr().out
-    assert ("here      missing: image factory-cuda:12.8 does not exist; "
-            "make it: factory image cuda 12.8") in out
+    assert (
+        "here      missing: image factory-cuda:12.8 does not exist; "
+        "make it: factory image cuda 12.8"
+    ) in out
     assert "1 cell(s), 1 without a toolchain here" in out
 
 
@@ -212,11 +242,15 @@ def test_build_fails_fast_or_skips_a_cell_without_its_toolchain(
     from factory.errors import ToolchainError
 
     path = tmp_path / "matrix.toml"
-    path.write_text(CU128.replace("[axes]", f'[settings]\nwheelhouse = "{tmp_path / "wh"}"\n[axes]'))
+    path.write_text(
+        CU128.replace("[axes]", f'[settings]\nwheelhouse = "{tmp_path / "wh"}"\n[axes]')
+    )
     cell = "flash-attn-2.8.3.post2-torch2.10.0-cu128-sm100-cp311"
     rc, lines = _cli(capsys, "build", cell, "--matrix", str(path))
     assert rc == ToolchainError.exit_code
-    assert f"{cell}: no toolchain here (image factory-cuda:12.8 does not exist)" in _one_error(lines)
+    assert f"{cell}: no toolchain here (image factory-cuda:12.8 does not exist)" in _one_error(
+        lines
+    )
     assert any(line.startswith("TIP make it: factory image cuda 12.8") for line in lines)
     rc, lines = _cli(capsys, "build", "--all", "--unbuildable", "fail", "--matrix", str(path))
     assert rc == ToolchainError.exit_code
@@ -225,8 +259,10 @@ def test_build_fails_fast_or_skips_a_cell_without_its_toolchain(
     assert f"skipped {cell}: no toolchain here" in captured.out + captured.err
     assert not (tmp_path / "wh").exists()  # nothing was downloaded
     assert main(["build", cell, "--dry-run", "--matrix", str(path)]) == 0
-    assert ("toolchain    missing: image factory-cuda:12.8 does not exist; make it: factory image "
-            "cuda 12.8") in capsys.readouterr().out
+    assert (
+        "toolchain    missing: image factory-cuda:12.8 does not exist; make it: factory image "
+        "cuda 12.8"
+    ) in capsys.readouterr().out
 
 
 def test_commands_are_echoed_in_full_only_with_verbose(

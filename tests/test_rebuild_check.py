@@ -11,7 +11,9 @@ import pytest
 from factory.wheels.compare import compare_wheels
 
 
-def _wheel(path: Path, members: dict[str, bytes], *, when: tuple[int, ...] = (1980, 1, 1, 0, 0, 0)) -> Path:
+def _wheel(
+    path: Path, members: dict[str, bytes], *, when: tuple[int, ...] = (1980, 1, 1, 0, 0, 0)
+) -> Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in members.items():
             zf.writestr(zipfile.ZipInfo(name, date_time=when), data)  # type: ignore[arg-type]
@@ -26,14 +28,21 @@ def _elf(fatbin: bytes) -> bytes:
     text = b"\x90" * 16
     body = text + fatbin + shstr
     shoff = 64 + len(body)
-    header = (b"\x7fELF\x02\x01\x01" + b"\0" * 9
-              + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 4, 3))
+    header = (
+        b"\x7fELF\x02\x01\x01"
+        + b"\0" * 9
+        + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 4, 3)
+    )
 
     def sh(name: int, typ: int, off: int, size: int) -> bytes:
         return struct.pack("<IIQQQQIIQQ", name, typ, 0, 0, off, size, 0, 0, 1, 0)
 
-    sections = (sh(0, 0, 0, 0) + sh(1, 1, 64, len(text)) + sh(7, 1, 64 + len(text), len(fatbin))
-                + sh(18, 3, 64 + len(text) + len(fatbin), len(shstr)))
+    sections = (
+        sh(0, 0, 0, 0)
+        + sh(1, 1, 64, len(text))
+        + sh(7, 1, 64 + len(text), len(fatbin))
+        + sh(18, 3, 64 + len(text) + len(fatbin), len(shstr))
+    )
     return header + body + sections
 
 
@@ -45,10 +54,24 @@ def test_identical_wheels_have_no_differences(tmp_path: Path) -> None:
 
 
 def test_differences_are_named_with_their_reason(tmp_path: Path) -> None:
-    a = _wheel(tmp_path / "a.whl", {"pkg/_C.so": _elf(b"A" * 32), "pkg/x.py": b"x",
-                                    "pkg/old.py": b"", "pkg-1.dist-info/RECORD": b"r1"})
-    b = _wheel(tmp_path / "b.whl", {"pkg/_C.so": _elf(b"B" * 32), "pkg/x.py": b"x",
-                                    "pkg-1.dist-info/RECORD": b"r2", "pkg/new.py": b""})
+    a = _wheel(
+        tmp_path / "a.whl",
+        {
+            "pkg/_C.so": _elf(b"A" * 32),
+            "pkg/x.py": b"x",
+            "pkg/old.py": b"",
+            "pkg-1.dist-info/RECORD": b"r1",
+        },
+    )
+    b = _wheel(
+        tmp_path / "b.whl",
+        {
+            "pkg/_C.so": _elf(b"B" * 32),
+            "pkg/x.py": b"x",
+            "pkg-1.dist-info/RECORD": b"r2",
+            "pkg/new.py": b"",
+        },
+    )
     diffs = {d.name: d.why for d in compare_wheels(a, b)}
     assert diffs["pkg/_C.so"].startswith("ELF sections .nv_fatbin differ: the CUDA fatbinary")
     assert diffs["pkg/old.py"] == "only in the first wheel"
@@ -64,13 +87,21 @@ def test_zip_times_alone_are_named(tmp_path: Path) -> None:
     assert diff.name == "m.py" and "SOURCE_DATE_EPOCH" in diff.why
 
 
-def test_rebuild_check_needs_a_published_wheel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_rebuild_check_needs_a_published_wheel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from factory.cli import main
     from factory.errors import CellError
 
     (tmp_path / "store").mkdir()
-    rc = main(["rebuild-check", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
-               "--store", str(tmp_path / "store")])
+    rc = main(
+        [
+            "rebuild-check",
+            "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
+            "--store",
+            str(tmp_path / "store"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == CellError.exit_code
     assert "factory_example_ext-0.1.0+cu130torch2.14sm100" in err and "is not published in" in err

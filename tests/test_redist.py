@@ -45,8 +45,9 @@ def _archive(component: str, version: str) -> bytes:
     return buf.getvalue()
 
 
-def make_mirror(root: Path, label: str = "12.8.1", *, corrupt: str | None = None,
-                drop: str | None = None) -> Path:
+def make_mirror(
+    root: Path, label: str = "12.8.1", *, corrupt: str | None = None, drop: str | None = None
+) -> Path:
     manifest: dict[str, Any] = {"release_label": label, "release_product": "cuda"}
     for component in (*redist.COMPONENTS, *redist.HEADER_ONLY):
         if component == drop:
@@ -57,9 +58,13 @@ def make_mirror(root: Path, label: str = "12.8.1", *, corrupt: str | None = None
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data + (b"x" if component == corrupt else b""))
         manifest[component] = {
-            "name": component, "version": version,
-            "linux-x86_64": {"relative_path": rel, "sha256": hashlib.sha256(data).hexdigest(),
-                             "size": str(len(data))},
+            "name": component,
+            "version": version,
+            "linux-x86_64": {
+                "relative_path": rel,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": str(len(data)),
+            },
         }
     (root / f"redistrib_{label}.json").write_text(json.dumps(manifest))
     return root
@@ -70,7 +75,9 @@ def test_a_toolkit_from_a_mirror_dir_has_nvcc_headers_and_lib64(tmp_path: Path) 
     make_mirror(tmp_path / "mirror", "12.8.0")  # an older release beside it: the newest wins
     make_mirror(tmp_path / "mirror", "12.9.0")  # another minor: not this one
     lines: list[str] = []
-    home = redist.fetch_toolkit("12.8", tmp_path / "toolkits", source=str(mirror), echo=lines.append)
+    home = redist.fetch_toolkit(
+        "12.8", tmp_path / "toolkits", source=str(mirror), echo=lines.append
+    )
     assert home == tmp_path / "toolkits" / "cuda-12.8"
     assert (home / "bin" / "nvcc").stat().st_mode & 0o111
     assert (home / "nvvm" / "bin" / "cicc").is_file()
@@ -83,7 +90,9 @@ def test_a_toolkit_from_a_mirror_dir_has_nvcc_headers_and_lib64(tmp_path: Path) 
 
     assert str(nvcc_version(home / "bin" / "nvcc")) == "12.8"
     # made once: a second call reads nothing
-    assert redist.fetch_toolkit("12.8", tmp_path / "toolkits", source=str(tmp_path / "gone")) == home
+    assert (
+        redist.fetch_toolkit("12.8", tmp_path / "toolkits", source=str(tmp_path / "gone")) == home
+    )
 
 
 def test_an_archive_that_does_not_match_the_manifest_is_refused(tmp_path: Path) -> None:
@@ -95,8 +104,10 @@ def test_an_archive_that_does_not_match_the_manifest_is_refused(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     ("drop", "cuda", "expected"),
-    [("cuda_nvrtc", "12.8", "has no cuda_nvrtc for linux-x86_64"),
-     (None, "12.6", "no redistrib_12.6.*.json manifest")],
+    [
+        ("cuda_nvrtc", "12.8", "has no cuda_nvrtc for linux-x86_64"),
+        (None, "12.6", "no redistrib_12.6.*.json manifest"),
+    ],
 )
 def test_a_missing_component_or_release_is_one_line(
     tmp_path: Path, drop: str | None, cuda: str, expected: str
@@ -118,16 +129,21 @@ def served_mirror(tmp_path: Path) -> Iterator[str]:
     server.server_close()
 
 
-def test_a_toolkit_over_http(served_mirror: str, tmp_path: Path,
-                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_toolkit_over_http(
+    served_mirror: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(http.server.SimpleHTTPRequestHandler, "log_message", lambda *a: None)
-    home = redist.fetch_toolkit("12.8", tmp_path / "toolkits", source=served_mirror, echo=lambda _: None)
+    home = redist.fetch_toolkit(
+        "12.8", tmp_path / "toolkits", source=served_mirror, echo=lambda _: None
+    )
     assert (home / "bin" / "nvcc").is_file() and (home / "include" / "cuda_cccl.h").is_file()
 
 
 @pytest.mark.docker
 @pytest.mark.integration
-def test_factory_image_cuda_from_a_mirror(base_image: str, tmp_path: Path, docker_engine: Any) -> None:
+def test_factory_image_cuda_from_a_mirror(
+    base_image: str, tmp_path: Path, docker_engine: Any
+) -> None:
     """The whole command: a toolkit from the mirror dir, then an image on the base image whose
     nvcc on PATH is the toolkit's (no network, no registry)."""
     import sys
@@ -141,14 +157,46 @@ def test_factory_image_cuda_from_a_mirror(base_image: str, tmp_path: Path, docke
     )
     name = f"factory-cuda-test:{uuid.uuid4().hex[:8]}"
     try:
-        r = subprocess.run([sys.executable, "-m", "factory", "image", "cuda", "12.8", "--from", str(mirror),
-                            "--name", name], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "factory",
+                "image",
+                "cuda",
+                "12.8",
+                "--from",
+                str(mirror),
+                "--name",
+                name,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr
         assert f"image {name} ready (CUDA 12.8 on {base_image}" in r.stdout
         assert (tmp_path / "cache" / "toolkits" / "cuda-12.8" / "bin" / "nvcc").is_file()
-        out = subprocess.run(["docker", "run", "--rm", "--network", "none", name, "sh", "-c",
-                              "nvcc --version; echo CUDA_HOME=$CUDA_HOME"],
-                             capture_output=True, text=True, timeout=120)
-        assert "release 12.8, V12.8.93" in out.stdout and "CUDA_HOME=/usr/local/cuda-12.8" in out.stdout
+        out = subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                name,
+                "sh",
+                "-c",
+                "nvcc --version; echo CUDA_HOME=$CUDA_HOME",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (
+            "release 12.8, V12.8.93" in out.stdout
+            and "CUDA_HOME=/usr/local/cuda-12.8" in out.stdout
+        )
     finally:
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True)

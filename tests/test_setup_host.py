@@ -9,11 +9,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 
 from tests.conftest import REPO, cache_root
 
@@ -22,8 +22,15 @@ pytestmark = [pytest.mark.docker, pytest.mark.integration]
 
 # bookworm's glibc is 2.36; pip matches --platform exactly, so name the tags its wheels use
 _PLATFORMS = [
-    arg for tag in ("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
-                    "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64")
+    arg
+    for tag in (
+        "manylinux_2_36_x86_64",
+        "manylinux_2_28_x86_64",
+        "manylinux_2_17_x86_64",
+        "manylinux2014_x86_64",
+        "manylinux_2_5_x86_64",
+        "manylinux1_x86_64",
+    )
     for arg in ("--platform", tag)
 ]
 
@@ -39,9 +46,24 @@ def _runtime_deps_dir() -> Path:
         return dest
     dest.mkdir(parents=True, exist_ok=True)
     r = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-         "--only-binary", ":all:", "--python-version", "3.11", *_PLATFORMS, "-d", str(dest), *reqs],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--only-binary",
+            ":all:",
+            "--python-version",
+            "3.11",
+            *_PLATFORMS,
+            "-d",
+            str(dest),
+            *reqs,
+        ],
+        capture_output=True,
+        text=True,
     )
     if r.returncode != 0:
         pytest.skip(f"cannot download the project's dependencies: {r.stderr.strip()[-300:]}")
@@ -52,13 +74,17 @@ def _runtime_deps_dir() -> Path:
 def _project_copy(dest: Path) -> Path:
     """What a fresh clone holds that the install reads (the tree is written into: egg-info)."""
     for name in ("factory", "docker", "tests/example_ext"):
-        shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        shutil.copytree(
+            REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+        )
     for name in ("pyproject.toml", "README.md", "matrix.toml"):
         shutil.copy2(REPO / name, dest / name)
     return dest
 
 
-def test_install_on_stock_debian_python(base_image: str, tmp_path: Path, docker_engine: Any) -> None:
+def test_install_on_stock_debian_python(
+    base_image: str, tmp_path: Path, docker_engine: Any
+) -> None:
     deps = _runtime_deps_dir()
     src = _project_copy(tmp_path / "src")
     script = (
@@ -66,14 +92,34 @@ def test_install_on_stock_debian_python(base_image: str, tmp_path: Path, docker_
         "python3 -m pip install --no-index --find-links /deps tomli-w; echo system-pip-rc=$?; "
         "bash /src/docker/install-factory.sh && cd / && "
         "echo on-path=$(command -v factory) && echo link=$(readlink /usr/local/bin/factory) && "
-        "factory --version && factory matrix --matrix /src/matrix.toml --package factory-example-ext"
+        "factory --version && "
+        "factory matrix --matrix /src/matrix.toml --package factory-example-ext"
     )
     r = subprocess.run(
-        ["docker", "run", "--rm", "--network", "none",
-         "-v", f"{src}:/src", "-v", f"{deps}:/deps:ro",
-         "-e", "PIP_NO_INDEX=1", "-e", "PIP_FIND_LINKS=/deps", "-e", "FACTORY_EXTRAS=",
-         base_image, "bash", "-c", script],
-        capture_output=True, text=True, timeout=900,
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-v",
+            f"{src}:/src",
+            "-v",
+            f"{deps}:/deps:ro",
+            "-e",
+            "PIP_NO_INDEX=1",
+            "-e",
+            "PIP_FIND_LINKS=/deps",
+            "-e",
+            "FACTORY_EXTRAS=",
+            base_image,
+            "bash",
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]

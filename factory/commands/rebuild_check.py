@@ -12,7 +12,12 @@ import dataclasses
 import hashlib
 import shutil
 
-from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, store_from_args
+from factory.commands._common import (
+    add_matrix_arg,
+    add_store_arg,
+    matrix_from_args,
+    store_from_args,
+)
 from factory.errors import CellError, VerifyError
 from factory.logger import Log
 
@@ -38,19 +43,26 @@ def run(args: argparse.Namespace) -> int:
     store = open_existing_store(store_from_args(args))
     published = store.read(file_key(pc.cell.package, pc.wheel))
     if published is None:
-        raise CellError(f"{pc.wheel} is not published in {store.url}",
-                        tip="'factory build CELL --publish' builds and publishes it")
+        raise CellError(
+            f"{pc.wheel} is not published in {store.url}",
+            tip="'factory build CELL --publish' builds and publishes it",
+        )
     # A tree of its own beside the work dir (so the toolkits next to it are shared): the cell's
     # own tree may hold objects from an earlier build, and a rebuild must compile everything.
     work = matrix.settings.work_dir.parent / "rebuild-check"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        fresh = dataclasses.replace(matrix, settings=dataclasses.replace(matrix.settings, work_dir=work))
+        fresh = dataclasses.replace(
+            matrix, settings=dataclasses.replace(matrix.settings, work_dir=work)
+        )
         opts = BuildOptions(
             runner=args.runner or matrix.settings.runner,
             budget=requested_budget(matrix.settings, memory=args.memory, cpus=args.cpus),
-            out_dir=work / "out", force=True, verify_import=False, verbose=args.verbose,
+            out_dir=work / "out",
+            force=True,
+            verify_import=False,
+            verbose=args.verbose,
         )
         outcome = build_cell(fresh, pc, opts, Log())
         assert outcome.wheel is not None
@@ -63,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     if not diffs:
-        print(f"identical: {pc.wheel} rebuilt from source has the published bytes "
-              f"(sha256 {rebuilt_sha})")
+        print(
+            f"identical: {pc.wheel} rebuilt from source has the published bytes "
+            f"(sha256 {rebuilt_sha})"
+        )
         return 0
     for d in diffs:
         print(f"differs  {d.name}: {d.why}")

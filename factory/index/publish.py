@@ -184,7 +184,7 @@ def _store_wheel(store: Store, source: Path, info: CheckedWheel, provenance: byt
         if WheelEntry.from_json(old_entry).sha256 != info.sha256:
             raise ConflictError(
                 f"{info.filename} is already published with different bytes",
-                tip=f"'factory rebuild-check CELL' names the members that differ and why; "
+                tip="'factory rebuild-check CELL' names the members that differ and why; "
                 "files in the store are immutable",
             )
         return False

@@ -26,7 +26,9 @@ class Readiness:
         return self.state in ("here", "on first build", "unknown")
 
     def line(self) -> str:
-        return f"{self.state}: {self.detail}" + (f"; make it: {self.command}" if self.command else "")
+        return f"{self.state}: {self.detail}" + (
+            f"; make it: {self.command}" if self.command else ""
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -73,20 +75,27 @@ class ReadinessChecker:
             home = self.settings.toolkits_dir / f"cuda-{tc.cuda}"
             if (home / "bin" / "nvcc").is_file():
                 return Readiness(state="here", detail=f"CUDA {tc.cuda} at {home}")
-            return Readiness(state="on first build",
-                             detail=f"CUDA {tc.cuda} from NVIDIA's PyPI wheels into {home}")
+            return Readiness(
+                state="on first build",
+                detail=f"CUDA {tc.cuda} from NVIDIA's PyPI wheels into {home}",
+            )
         if tc.image is None:
             raise ToolchainError(f"toolchain of {pc.cell.id} names no image")
         if self.runner != "docker":
-            return Readiness(state="missing",
-                             detail=f"CUDA {tc.cuda} comes in image {tc.image}, which the "
-                             f"{self.runner} runner does not use",
-                             command=f"a system CUDA {tc.cuda} toolkit (toolkit = [\"system\"]) or "
-                             "--runner docker")
+            return Readiness(
+                state="missing",
+                detail=f"CUDA {tc.cuda} comes in image {tc.image}, which the "
+                f"{self.runner} runner does not use",
+                command=f'a system CUDA {tc.cuda} toolkit (toolkit = ["system"]) or '
+                "--runner docker",
+            )
         here = self._image_here(tc.image)
         if here is None:
             return Readiness(state="unknown", detail=f"image {tc.image}: {self._engine_error}")
         if here:
             return Readiness(state="here", detail=f"CUDA {tc.cuda} in image {tc.image}")
-        return Readiness(state="missing", detail=f"image {tc.image} does not exist",
-                         command=make_command(tc.image))
+        return Readiness(
+            state="missing",
+            detail=f"image {tc.image} does not exist",
+            command=make_command(tc.image),
+        )

@@ -35,7 +35,14 @@ PLATFORM = "linux-x86_64"
 # What torch's extension builder needs: nvcc (with cicc, ptxas, crt, nvvm, fatbinary, nvlink),
 # the runtime, CCCL (cuda_fp16.h needs <nv/target>), NVRTC and NVTX headers torch includes, and,
 # header-only, the math libraries ATen/cuda/CUDAContext.h includes.
-COMPONENTS = ("cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_nvrtc", "cuda_nvtx", "cuda_profiler_api")
+COMPONENTS = (
+    "cuda_nvcc",
+    "cuda_cudart",
+    "cuda_cccl",
+    "cuda_nvrtc",
+    "cuda_nvtx",
+    "cuda_profiler_api",
+)
 HEADER_ONLY = tuple(f"lib{name}" for name in HEADER_EXTRAS)
 _MANIFEST_RE = re.compile(r"redistrib_(\d+\.\d+\.\d+)\.json")
 
@@ -91,7 +98,9 @@ def _manifest_labels(source: str) -> list[str]:
     else:
         if not Path(source).is_dir():
             raise ToolchainError(f"redist mirror {source} is not a directory")
-        names = {m.group(1) for p in Path(source).iterdir() if (m := _MANIFEST_RE.fullmatch(p.name))}
+        names = {
+            m.group(1) for p in Path(source).iterdir() if (m := _MANIFEST_RE.fullmatch(p.name))
+        }
     return sorted(names, key=Version)
 
 
@@ -120,11 +129,15 @@ def find_release(cuda: str, source: str = REDIST_URL) -> Release:
             raise ToolchainError(
                 f"redistrib_{label}.json in {source} has no {component} for {PLATFORM}"
             )
-        archives.append(Archive(
-            component=component, version=str(entry.get("version", "")),  # type: ignore[union-attr]
-            relative_path=str(plat["relative_path"]), sha256=str(plat["sha256"]).lower(),
-            headers_only=component in HEADER_ONLY,
-        ))
+        archives.append(
+            Archive(
+                component=component,
+                version=str(entry.get("version", "")),  # type: ignore[union-attr]
+                relative_path=str(plat["relative_path"]),
+                sha256=str(plat["sha256"]).lower(),
+                headers_only=component in HEADER_ONLY,
+            )
+        )
     return Release(label=label, source=source, archives=tuple(archives))
 
 
@@ -152,8 +165,9 @@ def _unpack(data: bytes, archive: Archive, home: Path, scratch: Path) -> None:
     shutil.rmtree(out)
 
 
-def fetch_toolkit(cuda: str, dest: Path, *, source: str = REDIST_URL,
-                  echo: Callable[[str], None] = print) -> Path:
+def fetch_toolkit(
+    cuda: str, dest: Path, *, source: str = REDIST_URL, echo: Callable[[str], None] = print
+) -> Path:
     """Make ``dest/cuda-<cuda>`` (a CUDA_HOME) from the redist tree; reuse it when made before.
     Every archive's sha256 must match the manifest's."""
     home = dest / f"cuda-{cuda}"
@@ -209,8 +223,9 @@ def make_cuda_image(home: Path, cuda: str, *, base: str, name: str) -> str:
         shutil.copytree(home, context / "cuda", symlinks=True)
         (context / "Dockerfile").write_text(image_dockerfile(cuda, base=base))
         try:
-            client.images.build(path=str(context), tag=name, rm=True, pull=False,
-                                network_mode="none")
+            client.images.build(
+                path=str(context), tag=name, rm=True, pull=False, network_mode="none"
+            )
         except (APIError, BuildError) as exc:
             raise ToolchainError(f"building image {name} from {base} failed: {exc}") from None
     return name

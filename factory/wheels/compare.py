@@ -80,8 +80,13 @@ def compare_wheels(a: Path, b: Path) -> tuple[MemberDiff, ...]:
                         why = "RECORD lists the hashes of the members that differ"
                     out.append(MemberDiff(name=name, why=why))
                 elif x.date_time != y.date_time:
-                    out.append(MemberDiff(name=name, why=f"zip time {x.date_time} vs {y.date_time} "
-                                          "(SOURCE_DATE_EPOCH not applied)"))
+                    out.append(
+                        MemberDiff(
+                            name=name,
+                            why=f"zip time {x.date_time} vs {y.date_time} "
+                            "(SOURCE_DATE_EPOCH not applied)",
+                        )
+                    )
                 elif x.external_attr != y.external_attr:
                     out.append(MemberDiff(name=name, why="file mode differs"))
             if not out and [*ia] != [*ib]:

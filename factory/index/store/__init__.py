@@ -34,4 +34,7 @@ def open_existing_store(spec: str) -> Store:
     return store
 
 
-__all__ = ["LocalStore", "Store", "StoreObject", "WheelEntry", "file_key", "open_existing_store", "open_store"]
+__all__ = [
+    "LocalStore", "Store", "StoreObject", "WheelEntry", "file_key", "open_existing_store",
+    "open_store",
+]

@@ -33,7 +33,11 @@ def unreachable(endpoint: str, exc: Exception) -> StoreError:
 def check_reachable(client: Any, bucket: str) -> None:
     """One request with no retries and a short connect timeout: a down endpoint fails here in
     seconds, not after the store's eight retries. Any answer, even an error, means it is up."""
-    from botocore.exceptions import ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError
+    from botocore.exceptions import (
+        ConnectionClosedError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+    )
 
     endpoint = str(client.meta.endpoint_url)
     probe = s3_client(endpoint=endpoint, region=client.meta.region_name, max_attempts=1)
