@@ -8,25 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FLASH_ATTN_MATRIX
 
-from factory.matrix.cell import Cell
 from factory.cli import main
 from factory.errors import CellError, ConfigError
+from factory.matrix.cell import Cell
 from factory.matrix.load import load_matrix, wheel_filename
 
 REPO = Path(__file__).resolve().parents[2]
 
-BASE = """
-[axes]
-torch = ["2.14.1"]
-cuda = ["13.0"]
-archs = [["10.0"]]
-python = ["3.11"]
-
-[packages.flash-attn]
-recipe = "flash-attn"
-versions = ["2.8.3.post2"]
-"""
+BASE = FLASH_ATTN_MATRIX
 
 
 def _ids(text: str) -> list[str]:

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import tomllib
 
-from tests.conftest import REPO, cache_root
+from conftest import REPO, cache_root
 
-pytestmark = [pytest.mark.docker, pytest.mark.integration]
+pytestmark = [pytest.mark.docker, pytest.mark.download]
 
 
 # bookworm's glibc is 2.36; pip matches --platform exactly, so name the tags its wheels use

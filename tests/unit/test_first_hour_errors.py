@@ -3,30 +3,18 @@ of its error class, no traceback), and read-only commands never create a store."
 
 from __future__ import annotations
 
-import http.server
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import FLASH_ATTN_MATRIX, REPO
+from http_fixtures import pages, serving
 
 from factory.cli import main
 from factory.errors import CellError, ConfigError, StoreError, UsageError
-from tests.conftest import REPO
 
-MATRIX = """\
-version = 1
-[axes]
-torch = ["2.14.1"]
-cuda = ["13.0"]
-archs = [["10.0"]]
-python = ["3.11"]
-[packages.flash-attn]
-recipe = "flash-attn"
-versions = ["2.8.3.post2"]
-"""
+MATRIX = "version = 1\n" + FLASH_ATTN_MATRIX
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
@@ -89,28 +77,9 @@ def test_an_unknown_package_gets_a_did_you_mean(
 @pytest.fixture
 def simple_index() -> Iterator[str]:
     """A PEP 503 page for flash-attn listing only 2.8.3.post2."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            if self.path != "/simple/flash-attn/":
-                self.send_error(404)
-                return
-            body = (
-                b'<a href="../../f/flash_attn-2.8.3.post2.tar.gz">flash_attn-2.8.3.post2.tar.gz</a>'
-            )
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    server.shutdown()
-    server.server_close()
+    link = b'<a href="../../f/flash_attn-2.8.3.post2.tar.gz">flash_attn-2.8.3.post2.tar.gz</a>'
+    with serving(pages({"/simple/flash-attn/": link})) as url:
+        yield url + "simple/"
 
 
 def test_a_version_that_does_not_exist_fails_the_dry_run(
