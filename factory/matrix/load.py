@@ -322,7 +322,8 @@ def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Mat
     for kind in ("exclude", "include"):
         with problems.part():
             raw_packages = data.get("packages", {})
-            declared = raw_packages if isinstance(raw_packages, dict) else {}
+            # no usable [packages]: that is its own problem, not one of every rule naming one
+            declared = raw_packages if isinstance(raw_packages, dict) and raw_packages else None
             rules[kind] = _rules(data, kind, declared, problems)
     problems.raise_any()
     matrix = Matrix(
@@ -399,18 +400,20 @@ def _package(name: str, spec: Any, *, root: Path,
     )
 
 
-def _rules(data: Mapping[str, Any], kind: str, declared: Iterable[str],
+def _rules(data: Mapping[str, Any], kind: str, declared: Iterable[str] | None,
            problems: _Problems) -> list[dict[str, Any]]:
     """``[[exclude]]`` or ``[[include]]``, their values parsed now: a typo must fail here, not
-    match nothing or crash later. ``declared``: the package names the matrix declares."""
+    match nothing or crash later. ``declared``: the package names the matrix declares (None:
+    unknown, as [packages] itself is broken)."""
     lst = data.get(kind, [])
     if not isinstance(lst, list) or not all(isinstance(r, dict) for r in lst):
         raise ConfigError(f"[[{kind}]] entries must be tables")
-    names = {canonicalize_name(str(n)) for n in declared}
+    names = None if declared is None else {canonicalize_name(str(n)) for n in declared}
     for i, rule in enumerate(lst):
         with problems.part():
             check_keys(rule, RULE_KEYS, f"[[{kind}]] #{i + 1}")
-            if "package" in rule and canonicalize_name(str(rule["package"])) not in names:
+            if (names is not None and "package" in rule
+                    and canonicalize_name(str(rule["package"])) not in names):
                 raise ConfigError(
                     f"[[{kind}]] #{i + 1} names unknown package {rule['package']!r}"
                 )

@@ -18,6 +18,8 @@ _SECTION_REASONS = {
     ".nvFatBinSegment": "the fatbinary wrapper differs",
     ".note.gnu.build-id": "the build id (a hash of the other sections) differs",
     ".comment": "the compiler version strings differ",
+    ".strtab": "local symbol names differ (nvcc's temporary file names carry its process id; "
+    "repair makes them constant, so this means a wheel repaired before that)",
     ".dynstr": "the dynamic symbol names or the RPATH (set by repair) differ",
     ".dynamic": "the dynamic section (RPATH, needed libraries) differs",
     ".gnu_debuglink": "the debug link differs",

@@ -170,6 +170,33 @@ def rewrite_metadata(
     return "\n".join(line for field in out for line in field) + sep + body
 
 
+# nvcc names its temporary files tmpxft_<pid>_<counter>; the names reach the shared object's
+# local symbols (_GLOBAL__sub_I_tmpxft_..._add.cudafe1.cpp), so two builds of one source differ
+# there and nowhere else. Same-length replacement in the string tables only: no offset moves.
+_NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
+_NVCC_TEMP_FIXED = b"tmpxft_00000000_00000000"
+
+
+def normalize_nvcc_temp_names(data: bytes) -> bytes:
+    """``data`` (an ELF file) with nvcc's temporary file names in its string tables made
+    constant; anything else is returned as it is."""
+    if not data.startswith(b"\x7fELF") or _NVCC_TEMP_NAME.search(data) is None:
+        return data
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    out = bytearray(data)
+    try:
+        for section in ELFFile(io.BytesIO(data)).iter_sections():
+            if section.header.sh_type != "SHT_STRTAB" and not section.name.startswith(".debug_"):
+                continue
+            start, end = section.header.sh_offset, section.header.sh_offset + section.header.sh_size
+            out[start:end] = _NVCC_TEMP_NAME.sub(_NVCC_TEMP_FIXED, bytes(out[start:end]))
+    except (ELFError, ValueError):
+        return data
+    return bytes(out)
+
+
 def _retagged_wheel(info: WheelInfo, change: _Retag, dest_dir: Path) -> Path:
     """Write a copy of the wheel with the new version, METADATA and a freshly hashed RECORD."""
     stem = info.dist_info[: -len(".dist-info")].rsplit("-", 1)[0]
@@ -213,6 +240,11 @@ def _retagged_wheel(info: WheelInfo, change: _Retag, dest_dir: Path) -> Path:
                 out.writestr(target, data)
                 record.append((target.filename, record_hash(data), str(len(data))))
                 continue
+            if _is_shared_object(item.filename):
+                data = normalize_nvcc_temp_names(src.read(item))
+                out.writestr(target, data)
+                record.append((target.filename, record_hash(data), str(len(data))))
+                continue
             h = hashlib.sha256()
             size = 0
             with src.open(item) as fin, out.open(target, "w") as fout:
@@ -230,6 +262,11 @@ def _retagged_wheel(info: WheelInfo, change: _Retag, dest_dir: Path) -> Path:
             buf.getvalue(),
         )
     return dest
+
+
+def _is_shared_object(member: str) -> bool:
+    base = member.rsplit("/", 1)[-1]
+    return base.endswith(".so") or ".so." in base
 
 
 def _target_platform(pc: PlannedCell) -> str:

@@ -20,30 +20,40 @@ def _wheel(
     return path
 
 
-def _elf(fatbin: bytes) -> bytes:
-    """A minimal 64-bit ELF with .text and .nv_fatbin sections."""
+def _elf(fatbin: bytes, *, text: bytes = b"\x90" * 16, strtab: bytes = b"\0") -> bytes:
+    """A minimal 64-bit ELF: .text, .nv_fatbin, .strtab (local symbol names), .shstrtab."""
     import struct
 
-    shstr = b"\0.text\0.nv_fatbin\0.shstrtab\0"
-    text = b"\x90" * 16
-    body = text + fatbin + shstr
-    shoff = 64 + len(body)
+    contents = [(b".text", 1, text), (b".nv_fatbin", 1, fatbin), (b".strtab", 3, strtab)]
+    shstr = b"\0" + b"".join(name + b"\0" for name, _, _ in contents) + b".shstrtab\0"
+    contents.append((b".shstrtab", 3, shstr))
+    body, headers, offset, name_at = b"", [struct.pack("<IIQQQQIIQQ", *[0] * 10)], 64, 1
+    for name, typ, data in contents:
+        headers.append(
+            struct.pack("<IIQQQQIIQQ", name_at, typ, 0, 0, offset, len(data), 0, 0, 1, 0)
+        )
+        body, offset, name_at = body + data, offset + len(data), name_at + len(name) + 1
     header = (
         b"\x7fELF\x02\x01\x01"
         + b"\0" * 9
-        + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 4, 3)
+        + struct.pack(
+            "<HHIQQQIHHHHHH",
+            3,
+            62,
+            1,
+            0,
+            0,
+            offset,
+            0,
+            64,
+            0,
+            0,
+            64,
+            len(headers),
+            len(headers) - 1,
+        )
     )
-
-    def sh(name: int, typ: int, off: int, size: int) -> bytes:
-        return struct.pack("<IIQQQQIIQQ", name, typ, 0, 0, off, size, 0, 0, 1, 0)
-
-    sections = (
-        sh(0, 0, 0, 0)
-        + sh(1, 1, 64, len(text))
-        + sh(7, 1, 64 + len(text), len(fatbin))
-        + sh(18, 3, 64 + len(text) + len(fatbin), len(shstr))
-    )
-    return header + body + sections
+    return header + body + b"".join(headers)
 
 
 def test_identical_wheels_have_no_differences(tmp_path: Path) -> None:
@@ -125,3 +135,25 @@ def test_cache_clear_minds_only_builds_that_use_this_cache(
     monkeypatch.setattr(engine, "docker_client", lambda timeout: client)
     assert cache._running_builds(ours) == ["mine"]
     assert cache._running_builds(tmp_path / "unused") == []
+
+
+def test_nvcc_temp_names_in_symbol_names_are_made_constant() -> None:
+    """nvcc's tmpxft_<pid>_<n> names reach the local symbols: the only bytes two builds of one
+    source differ in. Repair makes them constant there, and only there."""
+    from factory.wheels.finalize import normalize_nvcc_temp_names
+
+    def build(pid: bytes) -> bytes:
+        name = b"_GLOBAL__sub_I_tmpxft_" + pid + b"_00000000_6_add.cudafe1.cpp"
+        return _elf(b"F" * 8, text=b"tmpxft_" + pid + b"_00000001", strtab=b"\0" + name + b"\0")
+
+    one, two = build(b"00000018"), build(b"0000004b")
+    a, b = normalize_nvcc_temp_names(one), normalize_nvcc_temp_names(two)
+    assert len(a) == len(one) and b"_GLOBAL__sub_I_tmpxft_00000000_00000000_6_add" in a
+    assert b"tmpxft_00000018_00000001" in a  # outside the string tables: untouched
+    from factory.wheels.compare import _why_content
+
+    assert _why_content(one, two).startswith("ELF sections .strtab, .text differ")
+    assert "nvcc's temporary file names" in _why_content(one, two)
+    assert normalize_nvcc_temp_names(b"not an ELF tmpxft_00000018_00000000") == (
+        b"not an ELF tmpxft_00000018_00000000"
+    )
