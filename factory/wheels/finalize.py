@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import re
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
