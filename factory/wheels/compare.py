@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 from factory.errors import WheelError
+from factory.wheels.reader import open_wheel
 
 # What a differing ELF section usually means (the sections a torch CUDA extension holds).
 _SECTION_REASONS = {
@@ -63,7 +64,7 @@ def _why_content(a: bytes, b: bytes) -> str:
 def compare_wheels(a: Path, b: Path) -> tuple[MemberDiff, ...]:
     """The members of wheels ``a`` and ``b`` that differ, in ``a``'s order; () if identical."""
     try:
-        with zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
+        with open_wheel(a, a.name) as za, open_wheel(b, b.name) as zb:
             ia = {i.filename: i for i in za.infolist()}
             ib = {i.filename: i for i in zb.infolist()}
             out: list[MemberDiff] = []

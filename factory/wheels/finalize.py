@@ -36,6 +36,7 @@ from factory.wheels.reader import (
     WheelInfo,
     analyse_wheel,
     behind_extra,
+    is_shared_object,
     parse_requirement,
 )
 
@@ -241,7 +242,7 @@ def _retagged_wheel(info: WheelInfo, change: _Retag, dest_dir: Path) -> Path:
                 out.writestr(target, data)
                 record.append((target.filename, record_hash(data), str(len(data))))
                 continue
-            if _is_shared_object(item.filename):
+            if is_shared_object(item.filename):
                 data = normalize_nvcc_temp_names(src.read(item))
                 out.writestr(target, data)
                 record.append((target.filename, record_hash(data), str(len(data))))
@@ -263,11 +264,6 @@ def _retagged_wheel(info: WheelInfo, change: _Retag, dest_dir: Path) -> Path:
             buf.getvalue(),
         )
     return dest
-
-
-def _is_shared_object(member: str) -> bool:
-    base = member.rsplit("/", 1)[-1]
-    return base.endswith(".so") or ".so." in base
 
 
 def _target_platform(pc: PlannedCell) -> str:
