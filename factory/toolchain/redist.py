@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -29,6 +30,8 @@ from packaging.version import InvalidVersion, Version
 
 from factory.errors import ToolchainError
 from factory.toolchain.toolkit import HEADER_EXTRAS, STAMP
+
+_log = logging.getLogger(__name__)
 
 REDIST_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
 PLATFORM = "linux-x86_64"
@@ -166,7 +169,7 @@ def _unpack(data: bytes, archive: Archive, home: Path, scratch: Path) -> None:
 
 
 def fetch_toolkit(
-    cuda: str, dest: Path, *, source: str = REDIST_URL, echo: Callable[[str], None] = print
+    cuda: str, dest: Path, *, source: str = REDIST_URL, echo: Callable[[str], None] | None = None
 ) -> Path:
     """Make ``dest/cuda-<cuda>`` (a CUDA_HOME) from the redist tree; reuse it when made before.
     Every archive's sha256 must match the manifest's."""
@@ -180,7 +183,7 @@ def fetch_toolkit(
         new_home.mkdir()
         scratch.mkdir()
         for archive in release.archives:
-            echo(f"{archive.component} {archive.version} from {release.source}")
+            (echo or _log.info)(f"{archive.component} {archive.version} from {release.source}")
             data = _read(release.source, archive.relative_path)
             got = hashlib.sha256(data).hexdigest()
             if got != archive.sha256:
