@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import tomllib
-
 from conftest import REPO, cache_root
 
 pytestmark = [pytest.mark.docker, pytest.mark.download]

@@ -140,6 +140,7 @@ def test_cache_clear_minds_only_builds_that_use_this_cache(
 def test_nvcc_temp_names_in_symbol_names_are_made_constant() -> None:
     """nvcc's tmpxft_<pid>_<n> names reach the local symbols: the only bytes two builds of one
     source differ in. Repair makes them constant there, and only there."""
+    from factory.wheels.compare import _why_content
     from factory.wheels.finalize import normalize_nvcc_temp_names
 
     def build(pid: bytes) -> bytes:
@@ -150,8 +151,7 @@ def test_nvcc_temp_names_in_symbol_names_are_made_constant() -> None:
     a, b = normalize_nvcc_temp_names(one), normalize_nvcc_temp_names(two)
     assert len(a) == len(one) and b"_GLOBAL__sub_I_tmpxft_00000000_00000000_6_add" in a
     assert b"tmpxft_00000018_00000001" in a  # outside the string tables: untouched
-    from factory.wheels.compare import _why_content
-
+    assert _why_content(a, b).startswith("ELF sections .text differ")  # .strtab now equal
     assert _why_content(one, two).startswith("ELF sections .strtab, .text differ")
     assert "nvcc's temporary file names" in _why_content(one, two)
     assert normalize_nvcc_temp_names(b"not an ELF tmpxft_00000018_00000000") == (
