@@ -18,7 +18,7 @@ Fed with a real run's ninja log (default: the 16-job longest-first sm_90 run of 
   upstream     flash-attn's own MAX_JOBS = min(cores / 2, free GB / 9), NVCC_THREADS=4,
                free GB read from the host (here: the host has exactly the cap free); OOM
                when its predicted peak exceeds the cap
-  story        the fixed MAX_JOBS of FIELD-NOTES s.1 (8 ... 128) with 4 archs x 4 threads
+  story        the fixed MAX_JOBS of the hand-built story (8 ... 128) with 4 archs x 4 threads
 
 A job's time scales with arch rounds (ceil(archs / threads)) and with contention
 (factory.planning.replay.contention_factor: +14 % when every CPU compiles, proportionally past
@@ -327,10 +327,10 @@ STORY = ((288, 8, "slow, built"), (288, 128, "OOM"), (288, 64, "OOM"), (288, 32,
 
 
 def story(history: MemoryHistory) -> None:
-    """FIELD-NOTES s.1 replayed: 128 cores, 4 archs by default, NVCC_THREADS=4."""
+    """The hand-built story replayed: 128 cores, 4 archs by default, NVCC_THREADS=4."""
     c = cell((80, 90, 100, 120))
     print()
-    print("### The story (FIELD-NOTES s.1): 128 cores, flash-attn's 4 default archs, "
+    print("### The story (the hand-built attempts that motivated the factory): 128 cores, flash-attn's 4 default archs, "
           "NVCC_THREADS=4")
     print()
     print("| RAM GiB | MAX_JOBS | model's predicted peak GiB | model says | what happened |")

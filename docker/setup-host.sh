@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian/Ubuntu builder host (as root): the docker engine, debootstrap, the
-# factory itself, the offline base image, the glibc sysroot, and the wheelhouse for the bundled
-# example cell.
+# factory itself (in a venv, docker/install-factory.sh), the offline base image, the glibc sysroot,
+# and the wheelhouse for the bundled example cell.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,14 +30,16 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "ERROR dockerd did not start; see /var/log/factory-dockerd.log" >&2; exit 1; }
 fi
 
-echo "== pip install -e .[test]"
-python3 -m pip install -q -e '.[test]'
+# The project goes into its own venv (a stock Debian/Ubuntu python3 refuses system installs);
+# `factory` is linked into /usr/local/bin, and the tests run with "$venv/bin/python".
+bash docker/install-factory.sh
+factory="${FACTORY_VENV:-$(pwd)/.venv}/bin/factory"
 
 echo "== base image"
-factory image base
+"$factory" image base
 
 echo "== glibc sysroot (bullseye: glibc 2.31, libstdc++ 10; the default cells' manylinux_2_28)"
-factory image sysroot
+"$factory" image sysroot
 
 echo "== wheelhouse and toolkit for the example cell"
-factory wheelhouse factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311
+"$factory" wheelhouse factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311

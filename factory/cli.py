@@ -20,6 +20,7 @@ from factory.commands import (
     matrix,
     plan,
     publish,
+    rebuild_check,
     request,
     retain,
     schedule,
@@ -62,6 +63,8 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "wheelhouse": (wheelhouse, "prepare the offline wheelhouse for a cell (torch and build deps)"),
     "retain": (retain, "keep the newest N builds per cell, yank older ones"),
     "cache": (cache, "the shared compile cache: stats, clear, pull and push (the remote one)"),
+    "rebuild-check": (rebuild_check, "rebuild a published cell from source and compare it with "
+                      "the published wheel"),
 }
 
 
@@ -105,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FactoryError as exc:
         if debug:
             raise
-        print(f"ERROR {_one_line(exc.message)}", file=sys.stderr)
+        for line in exc.lines:
+            print(f"ERROR {_one_line(line)}", file=sys.stderr)
         if exc.tip:
             print(f"TIP {exc.tip}", file=sys.stderr)
         return exc.exit_code

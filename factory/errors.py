@@ -16,6 +16,11 @@ class FactoryError(Exception):
     def message(self) -> str:
         return str(self.args[0]) if self.args else self.__class__.__name__
 
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """What the CLI prints, one ``ERROR`` line each."""
+        return (self.message,)
+
 
 class UsageError(FactoryError):
     """Bad command-line arguments."""
@@ -27,6 +32,22 @@ class ConfigError(FactoryError):
     """An invalid matrix.toml or settings file."""
 
     exit_code = 3
+
+
+class ConfigErrors(ConfigError):
+    """Several independent problems in one matrix, all reported at once (one line each)."""
+
+    def __init__(self, problems: list[ConfigError]) -> None:
+        tips = dict.fromkeys(p.tip for p in problems if p.tip)
+        super().__init__(
+            f"{len(problems)} problems in the matrix: {'; '.join(p.message for p in problems)}",
+            tip=" / ".join(tips) or None,
+        )
+        self.problems = tuple(problems)
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return tuple(p.message for p in self.problems)
 
 
 class CellError(FactoryError):

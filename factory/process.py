@@ -92,6 +92,17 @@ def format_command(args: Sequence[str | os.PathLike[str]]) -> str:
     return shlex.join(str(a) for a in args)
 
 
+def short_command(args: Sequence[str | os.PathLike[str]]) -> str:
+    """The program and its subcommand words ('python3 -m pip download ...'): what a person
+    reads in a step line; the flags and paths are in the log and shown with -v."""
+    words = [Path(str(args[0])).name]
+    for arg in (str(a) for a in args[1:]):
+        if arg.startswith("-") and arg != "-m" or "/" in arg or len(words) >= 4:
+            return shlex.join(words) + " ..."
+        words.append(arg)
+    return shlex.join(words)
+
+
 def run_command(
     args: Sequence[str | os.PathLike[str]],
     *,
@@ -115,7 +126,9 @@ def run_command(
     argv[0] = find_program(argv[0], path=(env or os.environ).get("PATH"))
     stream = verbose() if stream is None else stream
     if echo:
-        _log.info(f"+ {format_command(args)}")
+        # the whole command line only with -v (pip's lines carry ~35 platform flags); the log
+        # file always gets it in full
+        _log.info(f"+ {format_command(args) if stream or verbose() else short_command(args)}")
     start = time.monotonic()
     chunks: list[str] = []
     log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115

@@ -34,6 +34,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+# The smallest valid matrix: one flash-attn cell (no [settings], no version line).
+FLASH_ATTN_MATRIX = """
+[axes]
+torch = ["2.14.1"]
+cuda = ["13.0"]
+archs = [["10.0"]]
+python = ["3.11"]
+
+[packages.flash-attn]
+recipe = "flash-attn"
+versions = ["2.8.3.post2"]
+"""
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("FACTORY_TEST_CACHE", REPO / ".cache" / "factory"))
 

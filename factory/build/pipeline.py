@@ -64,7 +64,7 @@ class BuildOptions:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BuildOutcome:
     cell_id: str
-    status: str  # "built" | "skipped" | "dry-run" | "failed"
+    status: str  # "built" | "unchanged" (rebuilt, same bytes as published) | "skipped" | "dry-run"
     wheel: Path | None = None
     attempts: tuple[dict[str, Any], ...] = ()
     seconds: float = 0.0
@@ -90,7 +90,7 @@ def sysroots_dir(matrix: Matrix) -> Path:
 
 def toolkits_dir(matrix: Matrix) -> Path:
     """Where CUDA toolkits made from PyPI wheels live (next to the work dir)."""
-    return matrix.settings.work_dir.parent / "toolkits"
+    return matrix.settings.toolkits_dir
 
 
 def build_image(matrix: Matrix, pc: PlannedCell) -> str:
@@ -184,6 +184,31 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
     return src
 
 
+# The zip format's earliest time: a source with no date of its own is built as of then.
+EPOCH_1980 = 315532800
+
+
+def source_date_epoch(matrix: Matrix, pc: PlannedCell) -> int:
+    """SOURCE_DATE_EPOCH for the cell's build, from the source itself, so two builds of one
+    source (on any builder, any day) stamp the same times into the wheel: an sdist's newest
+    member, a directory's last git commit touching it, else 1980-01-01."""
+    if pc.source == "pypi":
+        from factory.toolchain.wheelhouse import fetch_sdist
+
+        sdist = fetch_sdist(pc.cell.package, pc.cell.version, pc.sha256,
+                            matrix.settings.wheelhouse / "sdists")
+        with tarfile.open(sdist) as tf:
+            return max([EPOCH_1980, *(int(m.mtime) for m in tf.getmembers())])
+    from factory.process import run_command
+
+    if shutil.which("git") is None:
+        return EPOCH_1980
+    out = run_command(["git", "-C", matrix.root / pc.source, "log", "-1", "--format=%ct", "--", "."],
+                      check=False, echo=False, stream=False, timeout=30)
+    stamp = out.output.strip()
+    return max(EPOCH_1980, int(stamp)) if out.returncode == 0 and stamp.isdigit() else EPOCH_1980
+
+
 # -- one cell ------------------------------------------------------------------------------
 def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: ignore[no-untyped-def]
     from factory.planning.planner import plan_build, predicted_peak
@@ -230,7 +255,8 @@ def _cache_settings(matrix: Matrix, opts: BuildOptions) -> Any:
 
 
 def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
-         attempt: int, opts: BuildOptions, sysroot: Path | None = None) -> Any:
+         attempt: int, opts: BuildOptions, sysroot: Path | None = None,
+         epoch: int | None = None) -> Any:
     from factory.build.compile_cache import DEFAULT_SIZE
     from factory.runners.base import BuildJob
     from factory.matrix.tags import local_tag
@@ -240,6 +266,8 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         default_archs=pc.recipe.default_archs,
     )
     env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
+    if epoch is not None:
+        env["SOURCE_DATE_EPOCH"] = str(epoch)  # the wheel's zip times (reproducible builds)
     if attempt == 1 and os.environ.get(FAULT_OOM_ENV):
         env[FAULT_OOM_ENV] = os.environ[FAULT_OOM_ENV]  # tests: a real OOM kill mid-build
     cache = _cache_settings(matrix, opts)
@@ -396,14 +424,16 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     runner = get_runner(opts.runner, **opts.runner_options)
     src, cuda_home = _prepare_inputs(matrix, pc, runner, work, log, history=history)
     sysroot = _sysroot(matrix, floor, log)
+    epoch = source_date_epoch(matrix, pc)
     runner.prepare(_job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=1,
-                        opts=opts, sysroot=sysroot))
+                        opts=opts, sysroot=sysroot, epoch=epoch))
     # the remote compile cache, synced from here: the build container has no network
     with _remote_cache_synced(matrix, opts, log):
         plan, result, attempts = _run_attempts(matrix, pc, opts, log, runner, plan=plan,
                                                history=history, work=work, src=src,
-                                               cuda_home=cuda_home, sysroot=sysroot)
-    wheel = _finish_wheel(matrix, pc, opts, log, result.wheel, work=work)
+                                               cuda_home=cuda_home, sysroot=sysroot,
+                                               epoch=epoch)
+    wheel = _finish_wheel(matrix, pc, opts, log, result.wheel, work=work, epoch=epoch)
     reached = wheel_floor(wheel)
     log.step(f"glibc floor reached: {reached.why()}; tagged {pc.wheel.rsplit('-', 1)[-1][:-4]}")
     lower = lower_floor_tip(reached, floor)
@@ -417,7 +447,12 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
         from factory.index.store import open_store
 
         log.step(f"publish to {opts.store or matrix.settings.store}")
-        publish(open_store(opts.store or matrix.settings.store), [wheel])
+        report = publish(open_store(opts.store or matrix.settings.store), [wheel])
+        if report.unchanged:
+            # a reproducible rebuild (--force) of a published cell: the same bytes, nothing to do
+            log.detail(f"unchanged: the store already has {wheel.name} with these exact bytes")
+            return BuildOutcome(cell_id=pc.cell.id, status="unchanged", wheel=wheel,
+                                attempts=tuple(attempts), seconds=seconds)
     return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
                         seconds=seconds)
 
@@ -451,15 +486,15 @@ def _prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Any, work: Path, lo
     log.step("source tree")
     src = prepare_source(matrix, pc, work, log)
     order = prepare_build_tree(src, pc, history)
-    log.detail(f"compile order: {order.as_dict()}")
+    log.detail(f"compile order: {order.summary()}")
     log.step(f"CUDA {pc.toolchain.cuda} toolkit from {pc.toolchain.nvcc_source}")
     return src, materialize_cuda_home(pc.toolchain, toolkits_dir(matrix))
 
 
 def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, runner: Any, *,
                   plan: Any, history: Any, work: Path, src: Path,
-                  cuda_home: Path | None,
-                  sysroot: Path | None = None) -> tuple[Any, Any, list[dict[str, Any]]]:
+                  cuda_home: Path | None, sysroot: Path | None = None,
+                  epoch: int | None = None) -> tuple[Any, Any, list[dict[str, Any]]]:
     """Attempts until one builds a wheel: after an OOM kill the next resumes with a smaller
     plan. Returns (the last plan, the good attempt's result, every attempt's record)."""
     from factory.planning.memory_model import record_build
@@ -467,7 +502,7 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     attempts: list[dict[str, Any]] = []
     for attempt in range(1, opts.attempts + 1):
         job = _job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=attempt,
-                   opts=opts, sysroot=sysroot)
+                   opts=opts, sysroot=sysroot, epoch=epoch)
         shutil.rmtree(job.out_dir, ignore_errors=True)
         job.out_dir.mkdir(parents=True)
         log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
@@ -539,7 +574,7 @@ def _plan_after_oom(pc: PlannedCell, opts: BuildOptions, log: Log, plan: Any, re
 
 
 def _finish_wheel(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, raw: Path,
-                  *, work: Path) -> Path:
+                  *, work: Path, epoch: int | None = None) -> Path:
     """The raw wheel tagged, pinned and repaired into the output dir, then verified."""
     from factory.wheels.finalize import finalize_wheel
     from factory.wheels.verify import verify_wheel
@@ -549,7 +584,7 @@ def _finish_wheel(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     out_dir.mkdir(parents=True, exist_ok=True)
     post_log = work / "logs" / "wheel.log"
     wheel = finalize_wheel(raw, pc, out_dir, echo=log.detail if opts.verbose else None,
-                           log_path=post_log)
+                           log_path=post_log, source_date_epoch=epoch)
     log.step(f"verify {wheel.name}")
     report = verify_wheel(
         wheel, expected=pc, import_check=opts.verify_import,

@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from factory.errors import FactoryError, UsageError
+from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
 from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, store_from_args
 
@@ -40,13 +41,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nvcc-threads", type=int, default=None, metavar="N", help="fix NVCC_THREADS")
     parser.add_argument("--attempts", type=int, default=None, metavar="N",
                         help="at most N attempts (OOM retries with fewer jobs); default 4")
+    parser.add_argument(
+        "--unbuildable", choices=("skip", "fail"), default=None,
+        help="a cell whose toolchain is missing here (e.g. the CUDA 12.x image): skip it with one "
+        "line, or fail before any download (default: skip with --all, fail for named cells)",
+    )
     parser.add_argument("--uncapped", action="store_true",
                         help="local runner: run without a cgroup memory cap (where cgroups are not writable)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from packaging.utils import canonicalize_name
-
     from factory.build.pipeline import BuildOptions, build_cells
     from factory.planning.budget import requested_budget
 
@@ -58,10 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.all == bool(args.cells):
         raise UsageError("give cell ids or --all (not both)", tip="'factory matrix' lists the cell ids")
     if args.all:
-        cells = list(matrix.cells)
-        if args.package:
-            want = {canonicalize_name(p) for p in args.package}
-            cells = [c for c in cells if c.cell.package in want]
+        cells = matrix.cells_of(args.package)
     else:
         cells = [matrix.find(c) for c in args.cells]
     budget = requested_budget(matrix.settings, memory=args.memory, cpus=args.cpus)
@@ -75,9 +76,14 @@ def run(args: argparse.Namespace) -> int:
         **({"attempts": args.attempts} if args.attempts else {}),
     )
     log = Log()
+    from factory.toolchain.readiness import ReadinessChecker
+
+    checker = ReadinessChecker(matrix.settings, runner=opts.runner)
+    ready = {pc.cell.id: checker.check(pc) for pc in cells}
     if args.dry_run:
         outcomes = build_cells(cells, matrix=matrix, opts=opts, log=log)
-        details = [json.loads(o.detail) for o in outcomes]
+        details = [{**json.loads(o.detail), "toolchain_ready": ready[o.cell_id].as_dict()}
+                   for o in outcomes]
         if args.json:
             json.dump({"version": 1, "dry_run": details}, sys.stdout, indent=2)
             print()
@@ -85,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
             for d in details:
                 _print_dry_run(d)
         return 0
+    cells = _buildable(cells, ready, skip=(args.unbuildable or ("skip" if args.all else "fail")) == "skip",
+                       log=log)
     failures: list[tuple[str, FactoryError]] = []
     outcomes = []
     for pc in cells:
@@ -101,9 +109,12 @@ def run(args: argparse.Namespace) -> int:
         extra = f", {n} attempt(s)" if n else ""
         if n and o.attempts[-1].get("cache_hits") is not None:
             extra += f", compile cache {o.attempts[-1]['cache_hits']} hits/{o.attempts[-1]['cache_misses']} misses"
-        log.detail(f"{o.status:8} {o.cell_id} ({o.seconds:.0f}s{extra}) {o.wheel.name if o.wheel else o.detail}")
+        where = o.wheel.resolve() if o.wheel else o.detail
+        if o.wheel and args.publish and o.status in ("built", "unchanged"):
+            where = f"{where}, published to {store}"
+        log.detail(f"{o.status:9} {o.cell_id} ({o.seconds:.0f}s{extra}) -> {where}")
     for cell_id, exc in failures:
-        log.detail(f"failed   {cell_id}: {exc.message}")
+        log.detail(f"{'failed':9} {cell_id}: {exc.message}")
     if args.json:
         json.dump({"version": 1, "outcomes": [
             {"cell": o.cell_id, "status": o.status, "wheel": str(o.wheel) if o.wheel else None,
@@ -112,6 +123,23 @@ def run(args: argparse.Namespace) -> int:
     if failures:
         return failures[0][1].exit_code
     return 0
+
+
+def _buildable(cells: list[Any], ready: dict[str, Any], *, skip: bool, log: Log) -> list[Any]:
+    """The cells whose toolchain exists here or is made on the way; the others are skipped with
+    one line each, or (``skip`` False) the first stops the run before anything is downloaded."""
+    out = []
+    for pc in cells:
+        r = ready[pc.cell.id]
+        if r.buildable:
+            out.append(pc)
+            continue
+        if not skip:
+            raise ToolchainError(f"{pc.cell.id}: no toolchain here ({r.detail})",
+                                 tip=f"make it: {r.command}" if r.command else None)
+        log.step(f"skipped {pc.cell.id}: no toolchain here ({r.detail})"
+                 + (f"; make it: {r.command}" if r.command else ""))
+    return out
 
 
 def _runner_options(args: argparse.Namespace) -> dict[str, object]:
@@ -134,6 +162,10 @@ def _print_dry_run(d: dict[str, object]) -> None:
     print(f"wheel        {d['wheel']}")
     print(f"plan         MAX_JOBS={plan['max_jobs']} NVCC_THREADS={plan['nvcc_threads']} "
           f"(predicted peak {plan['predicted_peak_bytes']} of {plan['memory_budget_bytes']} bytes)")
+    ready = d["toolchain_ready"]
+    assert isinstance(ready, dict)
+    print(f"toolchain    {ready['state']}: {ready['detail']}"
+          + (f"; make it: {ready['command']}" if ready.get("command") else ""))
     print(f"requirements {' '.join(d['requirements'])}  (installed offline from the wheelhouse)")
     runner = d["runner"]
     assert isinstance(runner, dict)

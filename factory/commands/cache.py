@@ -1,9 +1,11 @@
-"""factory cache stats|clear|pull|push [--matrix PATH] [--store S3] [--json] [--force]"""
+"""factory cache stats|clear|pull|push [--matrix PATH] [--store S3] [--json] [--force | --wait]"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import time
+from pathlib import Path
 
 from factory.errors import BuildError, ConfigError
 from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
@@ -21,21 +23,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--store", help="the s3:// store when the matrix says remote = \"store\" (default: its store)"
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--force", action="store_true", help="clear even while builds are running")
+    parser.add_argument("--force", action="store_true",
+                        help="clear even while builds that use this cache are running")
+    parser.add_argument("--wait", action="store_true",
+                        help="clear: wait for the builds that use this cache to finish (builds "
+                        "with another cache or none are ignored)")
 
 
-def _running_builds() -> list[str]:
-    """Build containers that may be writing to the cache right now (none when docker is absent)."""
+def _running_builds(cache_dir: Path) -> list[str]:
+    """Running build containers that mount this cache (none when docker is absent): builds of
+    other builders, without --cache or with another cache dir, do not hold it and are ignored."""
     try:
-        from factory.runners.engine import docker_client
         from factory.runners.docker import LABEL
+        from factory.runners.engine import docker_client
 
         client = docker_client(timeout=10)
-        return [
-            c.name for c in client.containers.list(filters={"label": LABEL, "status": "running"})
-        ]
+        running = client.containers.list(filters={"label": LABEL, "status": "running"})
     except Exception:  # no engine, no SDK: nothing of ours can be running in it
         return []
+    want = cache_dir.resolve()
+    return [
+        c.name for c in running
+        if any(Path(m.get("Source", "")).resolve() == want for m in c.attrs.get("Mounts") or ())
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,11 +73,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     work = matrix.settings.work_dir
     if args.action == "clear":
-        running = _running_builds()
+        running = _running_builds(settings.dir)
+        while running and args.wait and not args.force:
+            print(f"waiting for {len(running)} build(s) using {settings.dir} ({running[0]})",
+                  flush=True)
+            time.sleep(10)
+            running = _running_builds(settings.dir)
         if running and not args.force:
             raise BuildError(
-                f"{len(running)} build(s) running ({running[0]}); the cache is in use",
-                tip="wait for them, or use --force",
+                f"{len(running)} build(s) running with this cache ({running[0]}); it is in use",
+                tip="--wait waits for them; --force clears it under them",
             )
         gone = compile_cache.clear(settings.dir)
         if args.json:

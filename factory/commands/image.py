@@ -1,5 +1,6 @@
 """factory image base [--name NAME] [--suite SUITE]
-factory image sysroot [--work-dir DIR] [--tarball PATH]"""
+factory image sysroot [--work-dir DIR] [--tarball PATH]
+factory image cuda X.Y [--from DIR] [--base IMAGE | --python X.Y] [--name NAME]"""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import argparse
 import time
 from pathlib import Path
 
-from factory.toolchain.images import DEFAULT_BASE_IMAGE, ensure_base_image
+from factory.errors import UsageError
+from factory.toolchain.images import DEFAULT_BASE_IMAGE, ensure_base_image, is_image_reference
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -34,32 +36,84 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sysroot.add_argument("--tarball", type=Path, default=None,
                          help="unpack this carried sysroot tarball instead of making one")
 
+    cuda = sub.add_parser(
+        "cuda", help="make the CUDA X.Y builder image (factory-cuda:X.Y) from NVIDIA's "
+        "redistributable archives: the toolchain of CUDA 12.x cells",
+    )
+    cuda.add_argument("cuda", metavar="X.Y", help="the CUDA version, e.g. 12.8")
+    cuda.add_argument(
+        "--from", dest="source", default=None, metavar="DIR|URL",
+        help="a local mirror of NVIDIA's redist tree (redistrib_X.Y.Z.json + archives), for "
+        "builders without network (default: NVIDIA's server)",
+    )
+    cuda.add_argument("--base", default=None, help="the image to add the toolkit to "
+                      "(default: the matrix's builder image for --python, else its base-image)")
+    cuda.add_argument("--python", default=None, metavar="X.Y",
+                      help="pick the base as the matrix's builder image for this Python")
+    cuda.add_argument("--name", default=None, help="image name (default factory-cuda:X.Y)")
+
+
+def _check_name(name: str) -> None:
+    if not is_image_reference(name):
+        raise UsageError(
+            f"--name {name!r} is not a valid image name",
+            tip="lowercase letters, digits and . _ - separators, an optional :tag "
+            f"(e.g. {DEFAULT_BASE_IMAGE})",
+        )
+
 
 def run(args: argparse.Namespace) -> int:
+    if args.image_command == "cuda":
+        return _cuda(args)
+    if args.image_command == "base":
+        _check_name(args.name)
     start = time.monotonic()
     if args.image_command == "sysroot":
         from factory.toolchain.images import rootfs_tarball
         from factory.toolchain.sysroot import SUITE, ensure_sysroot, tarball_path
 
-        work_dir = args.work_dir or _work_dir()
+        work_dir = args.work_dir or _settings().work_dir
         cache = work_dir.parent / "sysroots"
         made = ensure_sysroot(cache, tarball=args.tarball,
                               rootfs=rootfs_tarball(work_dir, SUITE))
         print(f"sysroot {made.root} ready ({time.monotonic() - start:.0f} s); "
               f"tarball {args.tarball or tarball_path(cache)}")
         return 0
-    work_dir = args.work_dir or _work_dir()
+    work_dir = args.work_dir or _settings().work_dir
     name = ensure_base_image(args.name, suite=args.suite, work_dir=work_dir)
     print(f"image {name} ready ({time.monotonic() - start:.0f} s)")
     return 0
 
 
-def _work_dir() -> Path:
+def _cuda(args: argparse.Namespace) -> int:
+    from factory.toolchain.python_image import ensure_builder_image
+    from factory.toolchain.redist import REDIST_URL, fetch_toolkit, make_cuda_image
+    from factory.toolchain.resolve import cuda_image_name
+
+    name = args.name or cuda_image_name(args.cuda)
+    _check_name(name)
+    settings = _settings()
+    base = args.base or settings.image_for(args.python)
+    _check_name(base)
+    start = time.monotonic()
+    source = args.source or REDIST_URL
+    if args.source and "://" not in args.source:
+        source = str(Path(args.source).absolute())
+    home = fetch_toolkit(args.cuda, settings.toolkits_dir, source=source,
+                         echo=lambda line: print(f"  {line}", flush=True))
+    print(f"toolkit {home} ready")
+    ensure_builder_image(base)
+    make_cuda_image(home, args.cuda, base=base, name=name)
+    print(f"image {name} ready (CUDA {args.cuda} on {base}, {time.monotonic() - start:.0f} s)")
+    return 0
+
+
+def _settings():  # type: ignore[no-untyped-def]
     from factory.matrix.load import default_matrix_path, load_matrix
     from factory.matrix.settings import default_settings
 
     try:
         m = load_matrix(default_matrix_path())
     except Exception:  # no matrix here: the default layout
-        return default_settings().work_dir
-    return m.settings.work_dir
+        return default_settings()
+    return m.settings

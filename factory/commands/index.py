@@ -33,10 +33,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.index import rebuild_index, verify_index
+    from factory.index.store import open_existing_store
     from factory.index.publish import TEMP_GRACE
-    from factory.index.store import open_store
 
-    store = open_store(store_from_args(args))
+    store = open_existing_store(store_from_args(args))
     if args.action == "wheel-variants":
         from factory.index.wheel_variants import write_wheel_variants
 

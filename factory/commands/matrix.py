@@ -26,16 +26,11 @@ def add_selection_args(parser: argparse.ArgumentParser) -> None:
 def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
     """The matrix's cells, narrowed by --package and --missing (shared with 'factory schedule')."""
     matrix = matrix_from_args(args)
-    cells = list(matrix.cells)
-    if args.package:
-        from packaging.utils import canonicalize_name
-
-        want = {canonicalize_name(p) for p in args.package}
-        cells = [c for c in cells if c.cell.package in want]
+    cells = matrix.cells_of(args.package)
     if args.missing:
-        from factory.index.store import open_store
+        from factory.index.store import open_existing_store
 
-        store = open_store(store_from_args(args))
+        store = open_existing_store(store_from_args(args))
         published = store.published_content_keys()
         cells = [c for c in cells if c.content_key not in published]
     return cells
@@ -43,8 +38,15 @@ def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
 
 def run(args: argparse.Namespace) -> int:
     cells = selected_cells(args)
+    from factory.toolchain.readiness import ReadinessChecker
+
+    checker = ReadinessChecker(matrix_from_args(args).settings)
+    ready = {c.cell.id: checker.check(c) for c in cells}
     if args.json:
-        print_json({"cells": [c.as_dict() for c in cells], "include": [{"cell": c.cell.id} for c in cells]})
+        print_json({
+            "cells": [{**c.as_dict(), "toolchain_ready": ready[c.cell.id].as_dict()} for c in cells],
+            "include": [{"cell": c.cell.id} for c in cells],
+        })
         return 0
     for c in cells:
         tc = c.toolchain
@@ -52,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"    wheel     {c.wheel}")
         print(f"    toolchain CUDA {tc.cuda} from {tc.nvcc_source}; {tc.torch_requirement}"
               + (f" from {tc.torch_index}" if tc.torch_index else " from PyPI"))
+        print(f"    here      {ready[c.cell.id].line()}")
         print(f"    key       {c.content_key} (recipe {c.recipe.name} rev {c.recipe.revision})")
-    print(f"{len(cells)} cell(s)")
+    missing = sum(not r.buildable for r in ready.values())
+    print(f"{len(cells)} cell(s)" + (f", {missing} without a toolchain here" if missing else ""))
     return 0

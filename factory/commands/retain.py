@@ -19,9 +19,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.index.retention import KEEP, retain
-    from factory.index.store import open_store
+    from factory.index.store import open_existing_store
 
-    store = open_store(store_from_args(args))
+    store = open_existing_store(store_from_args(args))
     actions, counts = retain(store, keep=args.keep, force=args.force, dry_run=args.dry_run)
     if args.json:
         print_json({"store": store.url, "dry_run": args.dry_run, "actions": [a.as_dict() for a in actions],

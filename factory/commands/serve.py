@@ -61,11 +61,12 @@ def run(args: argparse.Namespace) -> int:
             "factory serve serves a local store",
             tip="put a static host or CDN in front of the bucket (docs/INDEX.md)",
         )
+    from factory.index.store import open_existing_store
+
+    store = open_existing_store(spec)
     root = Path(spec)
     if not (root / "simple").is_dir():
-        from factory.index.store import open_store
-
-        rebuild_index(open_store(spec))  # an empty or never-indexed store still gets its pages
+        rebuild_index(store)  # an empty or never-indexed store still gets its pages
     server = make_server(
         ServerConfig(
             store=root,

@@ -15,9 +15,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.index.publish import yank
-    from factory.index.store import open_store
+    from factory.index.store import open_existing_store
 
-    store = open_store(store_from_args(args))
+    store = open_existing_store(store_from_args(args))
     if yank(store, args.filename, args.reason):
         print(f"yanked {args.filename}: {args.reason}")
     else:

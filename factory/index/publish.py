@@ -136,7 +136,11 @@ def _store_wheel(store: Store, source: Path, info: CheckedWheel, provenance: byt
     old_entry = store.read(key + ENTRY_SUFFIX)
     if old_entry is not None:
         if WheelEntry.from_json(old_entry).sha256 != info.sha256:
-            raise ConflictError(f"{info.filename} is already published with different bytes")
+            raise ConflictError(
+                f"{info.filename} is already published with different bytes",
+                tip="'factory rebuild-check CELL' names the members that differ and why; "
+                "files in the store are immutable",
+            )
         return False
     created = store.put_new(key, source)
     if not created:

@@ -6,10 +6,12 @@ Unknown keys get a did-you-mean suggestion.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
 import itertools
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from factory.matrix.cell import Cell, parse_arch, parse_cuda, parse_python, parse_version
-from factory.errors import CellError, ConfigError
+from factory.errors import CellError, ConfigError, ConfigErrors
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
 from factory.recipes import Recipe, get_recipe
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
@@ -136,14 +138,47 @@ class Matrix:
         for pc in self.cells:
             if pc.cell == want:
                 return pc
-        # A cell outside the matrix is fine (one-off requests) if its package is known.
-        pkg = self.packages.get(want.package)
-        if pkg is None:
+        # A cell outside the matrix is fine (one-off requests) if its package is known and the
+        # version exists.
+        pkg = self.package(want.package)
+        if want.version not in pkg.versions:
+            pkg = self._other_version(pkg, want.version)
+        return plan_cell(want, pkg, self)
+
+    def _other_version(self, pkg: PackageSpec, version: str) -> PackageSpec:
+        known = ", ".join(pkg.versions)
+        if pkg.source != "pypi":
             raise CellError(
-                f"package {want.package!r} is not in the matrix",
+                f"{pkg.name} {version} is not in the matrix; its source directory "
+                f"{pkg.source!r} is built as {known}",
+                tip="add the version to the package's versions in the matrix",
+            )
+        from factory.toolchain.wheelhouse import check_sdist_exists
+
+        try:
+            check_sdist_exists(pkg.name, version, self.settings.wheelhouse / "sdists")
+        except CellError as exc:
+            raise CellError(f"{exc.message}; the matrix has {pkg.name} {known}") from None
+        return dataclasses.replace(pkg, sha256=None)  # the matrix's pin is for its own version
+
+    def package(self, name: str) -> PackageSpec:
+        """The package called ``name``; else one line with a did-you-mean."""
+        pkg = self.packages.get(canonicalize_name(name))
+        if pkg is None:
+            close = difflib.get_close_matches(canonicalize_name(name), self.packages, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise CellError(
+                f"package {name!r} is not in the matrix{hint}",
                 tip=f"known packages: {', '.join(sorted(self.packages)) or 'none'}",
             )
-        return plan_cell(want, pkg, self)
+        return pkg
+
+    def cells_of(self, packages: Iterable[str] | None) -> list[PlannedCell]:
+        """The matrix's cells, only those of ``packages`` when given (each must exist)."""
+        if not packages:
+            return list(self.cells)
+        want = {self.package(name).name for name in packages}
+        return [pc for pc in self.cells if pc.cell.package in want]
 
     def source_path(self, pc: PlannedCell) -> Path | None:
         return None if pc.source == "pypi" else (self.root / pc.source).resolve()
@@ -256,29 +291,68 @@ def load_matrix(path: Path | None = None, *, text: str | None = None) -> Matrix:
     return _build_matrix(data, path=path, root=root)
 
 
+class _Problems:
+    """Collects the ConfigErrors of independent parts of a matrix, so one run reports them all
+    (one line each); each part still stops at its own first problem."""
+
+    def __init__(self) -> None:
+        self.found: list[ConfigError] = []
+
+    @contextlib.contextmanager
+    def part(self) -> Iterator[None]:
+        try:
+            yield
+        except ConfigError as exc:
+            if exc.message not in {p.message for p in self.found}:
+                self.found.append(exc)
+
+    def raise_any(self) -> None:
+        if len(self.found) == 1:
+            raise self.found[0]
+        if self.found:
+            raise ConfigErrors(self.found)
+
+
 def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Matrix:
-    """Checked in the file's order, so the first problem is the one reported."""
-    check_keys(data, TOP_KEYS, "the matrix")
+    """Checked in the file's order; independent parts (settings, axes, each package, each rule)
+    are all checked, so every problem is reported at once."""
+    check_keys(data, TOP_KEYS, "the matrix")  # a misspelt table: what follows would be noise
+    problems = _Problems()
     if data.get("version", 1) != 1:
         raise ConfigError(f"matrix version {data.get('version')!r} is not supported (only 1)")
-    raw_settings = data.get("settings", {})
-    if not isinstance(raw_settings, dict):
-        raise ConfigError("[settings] must be a table")
-    settings = Settings.from_table(raw_settings, root=root)
-    torch_indexes = _torch_indexes(data.get("torch-indexes", {}))
-    axes_raw = data.get("axes", {})
-    if not isinstance(axes_raw, dict):
-        raise ConfigError("[axes] must be a table")
-    check_keys(axes_raw, AXES, "[axes]")
-    global_axes = _parse_axes(axes_raw, "axes")
-    packages = _packages(data.get("packages", {}), root=root, global_axes=global_axes)
-    excludes = _rules(data, "exclude", packages)
-    includes = _rules(data, "include", packages)
+    settings = default_settings()
+    with problems.part():
+        raw_settings = data.get("settings", {})
+        if not isinstance(raw_settings, dict):
+            raise ConfigError("[settings] must be a table")
+        settings = Settings.from_table(raw_settings, root=root)
+    torch_indexes: dict[str, str] = {}
+    with problems.part():
+        torch_indexes = _torch_indexes(data.get("torch-indexes", {}))
+    global_axes: dict[str, list[Any]] | None = None
+    with problems.part():
+        axes_raw = data.get("axes", {})
+        if not isinstance(axes_raw, dict):
+            raise ConfigError("[axes] must be a table")
+        check_keys(axes_raw, AXES, "[axes]")
+        global_axes = _parse_axes(axes_raw, "axes")
+    packages = _packages(data.get("packages", {}), root=root, global_axes=global_axes,
+                         problems=problems)
+    rules: dict[str, list[dict[str, Any]]] = {}
+    for kind in ("exclude", "include"):
+        with problems.part():
+            raw_packages = data.get("packages", {})
+            # no usable [packages]: that is its own problem, not one of every rule naming one
+            declared = raw_packages if isinstance(raw_packages, dict) and raw_packages else None
+            rules[kind] = _rules(data, kind, declared, problems)
+    problems.raise_any()
     matrix = Matrix(
         path=path, root=root, settings=settings, packages=packages,
         torch_indexes=torch_indexes, cells=(),
     )
-    return dataclasses.replace(matrix, cells=_expand(matrix, excludes=excludes, includes=includes))
+    cells = _expand(matrix, excludes=rules["exclude"], includes=rules["include"], problems=problems)
+    problems.raise_any()
+    return dataclasses.replace(matrix, cells=cells)
 
 
 def _torch_indexes(raw: Any) -> dict[str, str]:
@@ -295,21 +369,25 @@ def _torch_indexes(raw: Any) -> dict[str, str]:
     return dict(raw)
 
 
-def _packages(raw: Any, *, root: Path,
-              global_axes: Mapping[str, list[Any]]) -> dict[str, PackageSpec]:
+def _packages(raw: Any, *, root: Path, global_axes: Mapping[str, list[Any]] | None,
+              problems: _Problems) -> dict[str, PackageSpec]:
+    """Every ``[packages.NAME]`` that is valid; the problems of the others go to ``problems``."""
     if not isinstance(raw, dict) or not raw:
-        raise ConfigError("the matrix declares no [packages.NAME] table")
+        with problems.part():
+            raise ConfigError("the matrix declares no [packages.NAME] table")
+        return {}
     packages: dict[str, PackageSpec] = {}
     for name, spec in raw.items():
-        pkg = _package(name, spec, root=root, global_axes=global_axes)
-        if pkg.name in packages:
-            raise ConfigError(f"package {name!r} is declared twice")
-        packages[pkg.name] = pkg
+        with problems.part():
+            pkg = _package(name, spec, root=root, global_axes=global_axes)
+            if pkg.name in packages:
+                raise ConfigError(f"package {name!r} is declared twice")
+            packages[pkg.name] = pkg
     return packages
 
 
 def _package(name: str, spec: Any, *, root: Path,
-             global_axes: Mapping[str, list[Any]]) -> PackageSpec:
+             global_axes: Mapping[str, list[Any]] | None) -> PackageSpec:
     """One ``[packages.NAME]`` table; its own axes override the global ones."""
     where = f"[packages.{name}]"
     if not isinstance(spec, dict):
@@ -323,14 +401,18 @@ def _package(name: str, spec: Any, *, root: Path,
     if not isinstance(source, str) or not source:
         raise ConfigError(f"{where} source must be 'pypi' or a directory path")
     if source != "pypi" and not (root / source).is_dir():
-        raise ConfigError(f"{where} source directory {source!r} does not exist")
+        looked = (root / source).resolve()
+        raise ConfigError(
+            f"{where} source directory {source!r} does not exist (looked for {looked}; "
+            "a relative source counts from the matrix file's directory)"
+        )
     sha = spec.get("sha256")
     if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
         raise ConfigError(f"{where} sha256 must be 64 hex digits")
-    axes = dict(global_axes)
+    axes = dict(global_axes or {})
     axes.update(_parse_axes({k: spec[k] for k in AXES if k in spec}, f"packages.{name}"))
     for axis in AXES:
-        if axis not in axes:
+        if axis not in axes and global_axes is not None:  # else [axes] has its own problem
             raise ConfigError(f"{where} has no {axis} axis and [axes] sets none")
     floor = check_manylinux(spec["manylinux"], where) if "manylinux" in spec else None
     return PackageSpec(
@@ -339,35 +421,42 @@ def _package(name: str, spec: Any, *, root: Path,
     )
 
 
-def _rules(data: Mapping[str, Any], kind: str,
-           packages: Mapping[str, PackageSpec]) -> list[dict[str, Any]]:
+def _rules(data: Mapping[str, Any], kind: str, declared: Iterable[str] | None,
+           problems: _Problems) -> list[dict[str, Any]]:
     """``[[exclude]]`` or ``[[include]]``, their values parsed now: a typo must fail here, not
-    match nothing or crash later."""
+    match nothing or crash later. ``declared``: the package names the matrix declares (None:
+    unknown, as [packages] itself is broken)."""
     lst = data.get(kind, [])
     if not isinstance(lst, list) or not all(isinstance(r, dict) for r in lst):
         raise ConfigError(f"[[{kind}]] entries must be tables")
+    names = None if declared is None else {canonicalize_name(str(n)) for n in declared}
     for i, rule in enumerate(lst):
-        check_keys(rule, RULE_KEYS, f"[[{kind}]] #{i + 1}")
-        if "package" in rule and canonicalize_name(str(rule["package"])) not in packages:
-            raise ConfigError(f"[[{kind}]] #{i + 1} names unknown package {rule['package']!r}")
-        parsed = _parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
-        if "manylinux" in rule:
-            if kind == "exclude":
-                raise ConfigError(f"[[exclude]] #{i + 1}: manylinux is not a cell axis "
-                                  "(a cell has one floor); exclude by package or axes")
-            rule["manylinux"] = check_manylinux(rule["manylinux"], f"[[include]] #{i + 1}")
-        if kind == "include":
-            many = [a for a, v in parsed.items() if len(v) != 1]
-            if many:
+        with problems.part():
+            check_keys(rule, RULE_KEYS, f"[[{kind}]] #{i + 1}")
+            if (names is not None and "package" in rule
+                    and canonicalize_name(str(rule["package"])) not in names):
                 raise ConfigError(
-                    f"[[include]] #{i + 1} {many[0]} must be one value (one cell per include)"
+                    f"[[{kind}]] #{i + 1} names unknown package {rule['package']!r}"
                 )
+            parsed = _parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
+            if "manylinux" in rule:
+                if kind == "exclude":
+                    raise ConfigError(f"[[exclude]] #{i + 1}: manylinux is not a cell axis "
+                                      "(a cell has one floor); exclude by package or axes")
+                rule["manylinux"] = check_manylinux(rule["manylinux"], f"[[include]] #{i + 1}")
+            if kind == "include":
+                many = [a for a, v in parsed.items() if len(v) != 1]
+                if many:
+                    raise ConfigError(
+                        f"[[include]] #{i + 1} {many[0]} must be one value (one cell per include)"
+                    )
     return lst
 
 
-def _expand(matrix: Matrix, *, excludes: list[dict[str, Any]],
-            includes: list[dict[str, Any]]) -> tuple[PlannedCell, ...]:
-    """The product of each package's axes, minus the excluded cells, plus the included ones."""
+def _expand(matrix: Matrix, *, excludes: list[dict[str, Any]], includes: list[dict[str, Any]],
+            problems: _Problems) -> tuple[PlannedCell, ...]:
+    """The product of each package's axes, minus the excluded cells, plus the included ones.
+    A cell that cannot be planned is a problem of its own (the same one reported once)."""
     cells: dict[Cell, PlannedCell] = {}
     for pkg in matrix.packages.values():
         for version, torch, cuda, archs, python in itertools.product(
@@ -377,11 +466,13 @@ def _expand(matrix: Matrix, *, excludes: list[dict[str, Any]],
             if any(_rule_matches(r, pkg.name, version, values) for r in excludes):
                 continue
             cell = Cell(package=pkg.name, version=version, torch=torch, cuda=cuda, archs=archs, python=python)
-            cells[cell] = plan_cell(cell, pkg, matrix)
+            with problems.part():
+                cells[cell] = plan_cell(cell, pkg, matrix)
     for i, rule in enumerate(includes):
-        pkg, cell = _included_cell(rule, f"[[include]] #{i + 1}", matrix.packages)
-        cells[cell] = plan_cell(cell, pkg, matrix, manylinux=rule.get("manylinux"))
-    if not cells:
+        with problems.part():
+            pkg, cell = _included_cell(rule, f"[[include]] #{i + 1}", matrix.packages)
+            cells[cell] = plan_cell(cell, pkg, matrix, manylinux=rule.get("manylinux"))
+    if not cells and not problems.found:
         raise ConfigError("the matrix expands to no cells (everything excluded?)")
     return tuple(sorted(cells.values(), key=lambda p: p.cell.id))
 

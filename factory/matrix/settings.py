@@ -125,6 +125,11 @@ class Settings:
             sysroot=_sysroot(table["sysroot"]),
         )
 
+    @property
+    def toolkits_dir(self) -> Path:
+        """CUDA toolkits made here (PyPI wheels, NVIDIA's redist archives): beside the work dir."""
+        return self.work_dir.parent / "toolkits"
+
     def image_for(self, python: str | None = None) -> str:
         """The builder image for a Python version: ``[settings.images]`` ("3.13" = "image"), else
         ``base-image``. Versions that should share compiled kernels (the compile cache) need

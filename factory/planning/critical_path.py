@@ -142,6 +142,13 @@ class CompileOrder:
     reason: str  # one sentence for the build log and the cell report
     first: tuple[str, ...] = ()  # the objects that will start first, longest first
 
+    def summary(self) -> str:
+        """One plain line for the build's step output."""
+        if not self.applied:
+            return f"as setup.py lists the objects ({self.reason})"
+        first = f"; first: {', '.join(self.first)}" if self.first else ""
+        return f"longest objects first ({self.reason}){first}"
+
     def as_dict(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "first": list(self.first)}
 

@@ -2,7 +2,7 @@
 
 Memory is keyed by (package, version, CUDA major.minor, archs compiled concurrently per job,
 NVCC_THREADS). "Concurrently" is min(NVCC_THREADS, archs): nvcc --threads compiles that many
-archs of one file at once, and each costs about a whole compiler's memory (FIELD-NOTES s.3:
+archs of one file at once, and each costs about a whole compiler's memory (measured, docs/BENCHMARKS.md:
 ~4.5 GB per concurrently compiling arch). A key nobody measured falls back to less specific
 keys, then to the recipe's per-arch default, and says which one it used.
 

@@ -1,6 +1,6 @@
 """Choose MAX_JOBS and NVCC_THREADS so the build's peak memory fits the budget, fastest first.
 
-The story in FIELD-NOTES s.1 (five OOM kills and a reboot) came from picking MAX_JOBS by the
+The story that motivated the factory (five OOM kills and a reboot) came from picking MAX_JOBS by the
 core count. Here the per-job PEAK memory at a given thread count comes from the memory model
 (factory.planning.memory_model), and the plan is the (jobs, threads) pair with the shortest predicted
 compile time among those whose predicted peak fits:

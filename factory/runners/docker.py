@@ -251,9 +251,11 @@ class DockerRunner:
         client = self.client
         image = self._image(job)
         if not image_exists(client, image):
+            from factory.toolchain.readiness import make_command
+
             raise EngineError(
                 f"builder image {image} does not exist",
-                tip="make it with 'factory image base' (or docker/make-base-image.sh)",
+                tip=f"make it with '{make_command(image) or 'factory image base'}'",
             )
         for stale in cleanup_stale(client):
             _log.info(f"factory: removed stale build container {stale}")

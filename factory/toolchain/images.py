@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -44,6 +45,19 @@ BASE_PACKAGES = (
 # Every image the factory makes carries the key of its package set: one made from an older set
 # (say, before ccache was in it) is made again instead of being used as it is.
 PACKAGES_LABEL = "org.factory.base-packages"
+
+
+# docker's reference grammar (distribution/reference): [registry[:port]/]path[:tag]
+_IMAGE_REFERENCE = re.compile(
+    r"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+)
+
+
+def is_image_reference(name: str) -> bool:
+    """Whether docker accepts ``name`` as an image name (checked before docker is asked)."""
+    return len(name) <= 255 and _IMAGE_REFERENCE.fullmatch(name) is not None
 
 
 def plat_for_image(image: str) -> str:

@@ -6,7 +6,8 @@ variant nobody asked for. Sources for nvcc, tried in order:
 
 1. ``pypi``: NVIDIA's CUDA 13.x component wheels (``nvidia-cuda-nvcc`` ships the full nvcc).
    The 12.x ``-cu12`` wheels ship only ptxas, so they cannot compile.
-2. ``image``: a builder image with NVIDIA's toolkit (``docker/Dockerfile.cuda``), any version.
+2. ``image``: a builder image with NVIDIA's toolkit (``factory image cuda X.Y`` from NVIDIA's
+   redistributable archives, or ``docker/Dockerfile.cuda``), any version.
 3. ``system``: a matching toolkit already on the host (``/usr/local/cuda-X.Y``).
 """
 
@@ -126,7 +127,7 @@ def resolve_toolchain(
         if source == "image":
             return Toolchain(
                 cuda=cell.cuda, nvcc_source="image", nvcc_requirements=(), system_path=None,
-                image=f"factory-cuda:{cell.cuda}", torch_requirement=torch_req, torch_index=torch_index,
+                image=cuda_image_name(cell.cuda), torch_requirement=torch_req, torch_index=torch_index,
             )
         if source == "system":
             path = find_system_cuda(cell.cuda, system_root=system_root)
@@ -137,8 +138,13 @@ def resolve_toolchain(
                 )
     raise ToolchainError(
         f"no CUDA {cell.cuda} toolkit source for {cell.id} (tried {', '.join(prefer)})",
-        tip="CUDA 12.x needs the builder image (docker/Dockerfile.cuda) or a system toolkit",
+        tip=f"CUDA 12.x needs the builder image ('factory image cuda {cell.cuda}') or a system toolkit",
     )
+
+
+def cuda_image_name(cuda: str) -> str:
+    """The builder image of the 'image' source: ``factory image cuda X.Y`` makes it."""
+    return f"factory-cuda:{cuda}"
 
 
 def find_system_cuda(cuda: str, *, system_root: Path = Path("/usr/local")) -> Path | None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
-from factory.errors import BuildError, ConfigError
+from factory.errors import BuildError, CellError, ConfigError
 from factory.index.links import parse_anchors
 from factory.process import run_command
 
@@ -220,7 +220,7 @@ def _configured_index() -> str:
     return url if url.endswith("/") else url + "/"
 
 
-def _open(url: str, accept: str) -> tuple[bytes, str]:
+def _open(url: str, accept: str, *, timeout: float = 120) -> tuple[bytes, str]:
     """GET with credentials from the URL (user:pass@host) sent as basic auth, as pip does."""
     parts = urllib.parse.urlsplit(url)
     headers = {"Accept": accept, "User-Agent": "cuda-wheel-factory"}
@@ -235,7 +235,7 @@ def _open(url: str, accept: str) -> tuple[bytes, str]:
         url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=120) as resp:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             return resp.read(), resp.geturl()
     except urllib.error.HTTPError as exc:
         raise BuildError(f"index answered HTTP {exc.code} for {_redact(url)}") from None
@@ -272,6 +272,40 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _sdist_link(name: str, version: str, index_url: str | None, *,
+                timeout: float = 120) -> tuple[str, str, str | None, str]:
+    """(url, filename, the index's sha256 or None, page url) of ``name==version``'s sdist on
+    the index's simple page; url is "" when the page lists none."""
+    index = (index_url or _configured_index()).rstrip("/") + "/"
+    page_url = urllib.parse.urljoin(index, canonicalize_name(name) + "/")
+    wanted = _sdist_names(name, version)
+    body, final_url = _open(page_url, "text/html", timeout=timeout)
+    for anchor in parse_anchors(body):
+        if not anchor.href:
+            continue
+        url = urllib.parse.urljoin(final_url, anchor.href)
+        filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+        if filename.lower() not in wanted and anchor.text.lower() not in wanted:
+            continue
+        fragment = urllib.parse.urlsplit(url).fragment
+        index_hash = fragment.split("=", 1)[1].lower() if fragment.startswith("sha256=") else None
+        return url.split("#")[0], filename, index_hash, page_url
+    return "", "", None, page_url
+
+
+def check_sdist_exists(
+    name: str, version: str, dest: Path, *, index_url: str | None = None
+) -> None:
+    """A version outside the matrix must exist before anything is planned for it: an sdist in
+    ``dest`` (an offline builder's copy) or one the index lists. One line if not."""
+    wanted = _sdist_names(name, version)
+    if dest.is_dir() and any(f.name.lower() in wanted for f in dest.iterdir()):
+        return
+    url, _, _, page_url = _sdist_link(name, version, index_url, timeout=15)
+    if not url:
+        raise CellError(f"{name} {version} has no sdist on {_redact(page_url)}")
+
+
 def fetch_sdist(
     name: str, version: str, sha256: str | None, dest: Path, *, index_url: str | None = None
 ) -> Path:
@@ -281,40 +315,29 @@ def fetch_sdist(
     imports torch. The file must match ``sha256`` (when given) and the index's own hash
     (when offered); a file already in ``dest`` with the right hash is reused.
     """
-    index = (index_url or _configured_index()).rstrip("/") + "/"
-    page_url = urllib.parse.urljoin(index, canonicalize_name(name) + "/")
     wanted = _sdist_names(name, version)
     dest.mkdir(parents=True, exist_ok=True)
     for existing in dest.iterdir():
         if existing.name.lower() in wanted and sha256 and _sha256(existing) == sha256.lower():
             return existing
-    body, final_url = _open(page_url, "text/html")
-    for anchor in parse_anchors(body):
-        if not anchor.href:
-            continue
-        text = anchor.text
-        url = urllib.parse.urljoin(final_url, anchor.href)
-        filename = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
-        if filename.lower() not in wanted and text.lower() not in wanted:
-            continue
-        fragment = urllib.parse.urlsplit(url).fragment
-        index_hash = fragment.split("=", 1)[1].lower() if fragment.startswith("sha256=") else None
-        if sha256 and index_hash and index_hash != sha256.lower():
-            raise ConfigError(
-                f"the index lists {filename} with sha256 {index_hash}, the matrix pins {sha256}"
-            )
-        expect = (sha256 or index_hash or "").lower()
-        if not expect:
-            raise ConfigError(f"no sha256 for {filename}: pin one in the matrix (sha256 = ...)")
-        _log.info(f"+ GET {_redact(url.split('#')[0])}")
-        data, _ = _open(url.split("#")[0], "*/*")
-        got = hashlib.sha256(data).hexdigest()
-        if got != expect:
-            raise BuildError(f"sha256 mismatch for {filename}: expected {expect}, got {got}")
-        target = dest / filename
-        fd, tmp = tempfile.mkstemp(dir=dest, prefix=f".{filename}.")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-        return target
-    raise BuildError(f"no sdist of {name} {version} on {_redact(page_url)}")
+    url, filename, index_hash, page_url = _sdist_link(name, version, index_url)
+    if not url:
+        raise BuildError(f"no sdist of {name} {version} on {_redact(page_url)}")
+    if sha256 and index_hash and index_hash != sha256.lower():
+        raise ConfigError(
+            f"the index lists {filename} with sha256 {index_hash}, the matrix pins {sha256}"
+        )
+    expect = (sha256 or index_hash or "").lower()
+    if not expect:
+        raise ConfigError(f"no sha256 for {filename}: pin one in the matrix (sha256 = ...)")
+    _log.info(f"+ GET {_redact(url)}")
+    data, _ = _open(url, "*/*")
+    got = hashlib.sha256(data).hexdigest()
+    if got != expect:
+        raise BuildError(f"sha256 mismatch for {filename}: expected {expect}, got {got}")
+    target = dest / filename
+    fd, tmp = tempfile.mkstemp(dir=dest, prefix=f".{filename}.")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, target)
+    return target

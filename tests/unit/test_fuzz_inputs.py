@@ -104,7 +104,10 @@ def assert_one_line_error(code: int, stderr: str, argv: list[str]) -> None:
     assert "Traceback" not in stderr, stderr
     assert code != INTERNAL_ERROR, f"{argv!r}: {stderr}"
     assert lines and lines[0].startswith("ERROR "), f"{argv!r}: {stderr!r}"
-    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("TIP ")), stderr
+    # one line per problem (a matrix reports all of its problems), then at most one TIP
+    errors = [line for line in lines if line.startswith("ERROR ")]
+    assert lines[: len(errors)] == errors and len(lines) - len(errors) <= 1, stderr
+    assert len(lines) == len(errors) or lines[-1].startswith("TIP "), stderr
 
 
 def refused(workspace: Path, argv: list[str]) -> str:

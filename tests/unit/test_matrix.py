@@ -8,25 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FLASH_ATTN_MATRIX
 
-from factory.matrix.cell import Cell
 from factory.cli import main
 from factory.errors import CellError, ConfigError
+from factory.matrix.cell import Cell
 from factory.matrix.load import load_matrix, wheel_filename
 
 REPO = Path(__file__).resolve().parents[2]
 
-BASE = """
-[axes]
-torch = ["2.14.1"]
-cuda = ["13.0"]
-archs = [["10.0"]]
-python = ["3.11"]
-
-[packages.flash-attn]
-recipe = "flash-attn"
-versions = ["2.8.3.post2"]
-"""
+BASE = FLASH_ATTN_MATRIX
 
 
 def _ids(text: str) -> list[str]:
@@ -34,10 +25,11 @@ def _ids(text: str) -> list[str]:
 
 
 def _error(text: str) -> str:
+    """The first problem found (every problem is one line)."""
     with pytest.raises(ConfigError) as exc:
         load_matrix(text=text)
-    assert "\n" not in exc.value.message
-    return exc.value.message
+    assert all("\n" not in line for line in exc.value.lines)
+    return exc.value.lines[0]
 
 
 # -- expansion ------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_shipped_history_is_version_1_and_seeded_from_the_measurements() -> None
     h = MemoryHistory.load(shipped_history_path())
     est = h.estimate(ModelKey.for_cell(fa_cell(), 1), model_key="flash-attn")
     assert est.exact
-    # FIELD-NOTES s.3: ~4.3-4.5 GB per job for one arch, 4.4 GB peak RSS for one sm_100 kernel.
+    # measured (factory/data/flash-attn-2.8.3.post2_sm90_h200_*): ~4.3-4.5 GB per job for one arch, 4.4 GB peak RSS for one sm_100 kernel.
     assert 4.3 * GB <= est.per_job_bytes <= 4.7 * GB
     two = h.estimate(ModelKey.for_cell(fa_cell(archs=(90, 100)), 2), model_key="flash-attn")
     assert two.exact and two.per_job_bytes >= 2 * 4.5 * GB

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from http_fixtures import pages, serving
 
-from factory.toolchain import wheelhouse as wh
 from factory.errors import BuildError, ConfigError
+from factory.toolchain import wheelhouse as wh
 
 
 def test_platform_tags_cover_every_manylinux_tag_the_glibc_accepts() -> None:
@@ -82,36 +81,20 @@ SDIST_SHA = hashlib.sha256(SDIST).hexdigest()
 def simple_index() -> Iterator[dict[str, Any]]:
     state: dict[str, Any] = {"hits": [], "fragment": SDIST_SHA}
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            state["hits"].append(self.path)
-            if self.path == "/simple/flash-attn/":
-                body = (
-                    f'<html><body><a href="../../files/flash_attn-2.8.3.tar.gz#sha256='
-                    f'{state["fragment"]}">flash_attn-2.8.3.tar.gz</a>'
-                    '<a href="../../files/flash_attn-2.8.2.tar.gz">flash_attn-2.8.2.tar.gz</a>'
-                    "</body></html>"
-                ).encode()
-            elif self.path == "/files/flash_attn-2.8.3.tar.gz":
-                body = SDIST
-            else:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def page(path: str) -> bytes | None:
+        state["hits"].append(path)
+        if path == "/simple/flash-attn/":
+            return (
+                f'<html><body><a href="../../files/flash_attn-2.8.3.tar.gz#sha256='
+                f'{state["fragment"]}">flash_attn-2.8.3.tar.gz</a>'
+                '<a href="../../files/flash_attn-2.8.2.tar.gz">flash_attn-2.8.2.tar.gz</a>'
+                "</body></html>"
+            ).encode()
+        return SDIST if path == "/files/flash_attn-2.8.3.tar.gz" else None
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state["url"] = f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    yield state
-    server.shutdown()
-    server.server_close()
+    with serving(pages(page)) as url:
+        state["url"] = url + "simple/"
+        yield state
 
 
 def test_fetch_sdist_checks_the_hash_and_reuses_the_file(

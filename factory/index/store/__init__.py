@@ -21,4 +21,20 @@ def open_store(spec: str) -> Store:
     return LocalStore(spec)
 
 
-__all__ = ["LocalStore", "Store", "StoreObject", "WheelEntry", "file_key", "open_store"]
+def open_existing_store(spec: str) -> Store:
+    """``open_store`` for commands that only read or tidy a store: a local store must already
+    be a directory (a typo in --store must not serve, verify or list an empty store it made)."""
+    store = open_store(spec)
+    if isinstance(store, LocalStore) and not store.root.is_dir():
+        raise StoreError(
+            f"store {store.root} does not exist",
+            tip="give --store the directory that holds the published wheels "
+            "(a build with --publish makes it)",
+        )
+    return store
+
+
+__all__ = [
+    "LocalStore", "Store", "StoreObject", "WheelEntry", "file_key", "open_existing_store",
+    "open_store",
+]

@@ -24,6 +24,35 @@ from factory.index.store.base import (
 )
 
 ENDPOINT_ENV = "FACTORY_S3_ENDPOINT_URL"
+CONNECT_TIMEOUT_S = 3  # an endpoint that does not answer a TCP connect in this is down
+
+
+def unreachable(endpoint: str, exc: Exception) -> StoreError:
+    """The one error for an S3 endpoint that cannot be connected to: it names the endpoint."""
+    return StoreError(
+        f"cannot reach the S3 endpoint {endpoint}: {type(exc).__name__}",
+        tip=f"check {ENDPOINT_ENV} (or the AWS region) and that the endpoint is up and reachable "
+        "from this host",
+    )
+
+
+def check_reachable(client: Any, bucket: str) -> None:
+    """One request with no retries and a short connect timeout: a down endpoint fails here in
+    seconds, not after the store's eight retries. Any answer, even an error, means it is up."""
+    from botocore.exceptions import (
+        ConnectionClosedError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+    )
+
+    endpoint = str(client.meta.endpoint_url)
+    probe = s3_client(endpoint=endpoint, region=client.meta.region_name, max_attempts=1)
+    try:
+        probe.head_bucket(Bucket=bucket)
+    except (EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError) as exc:
+        raise unreachable(endpoint, exc) from None
+    except Exception:  # noqa: BLE001 - an answer (403, 404, ...): reachable; the real call reports it
+        return
 
 
 def error_code(exc: Exception) -> str:
@@ -46,6 +75,7 @@ def s3_client(
     import boto3
     from botocore.config import Config
 
+    config.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     return boto3.client(
         "s3",
         endpoint_url=endpoint or os.environ.get(ENDPOINT_ENV) or None,
@@ -68,7 +98,17 @@ class S3Store(StoreBase):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self.client = client if client is not None else s3_client()
+        self._client = client
+        self._probed = client is not None  # a client handed in is the caller's business
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = s3_client()
+        if not self._probed:
+            self._probed = True
+            check_reachable(self._client, self.bucket)
+        return self._client
 
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
@@ -78,7 +118,11 @@ class S3Store(StoreBase):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _fail(self, what: str, key: str, exc: Exception) -> StoreError:
-        return StoreError(f"S3 {what} {self.url}/{key} failed: {error_code(exc) or type(exc).__name__}")
+        endpoint = self._client.meta.endpoint_url if self._client is not None else "?"
+        return StoreError(
+            f"S3 {what} {self.url}/{key} failed: {error_code(exc) or type(exc).__name__} "
+            f"(endpoint {endpoint})"
+        )
 
     # -- reads --------------------------------------------------------------------------------
     def read_with_token(self, key: str) -> tuple[bytes | None, str | None]:

@@ -1,0 +1,101 @@
+"""Whether a cell's toolchain exists on this builder, and the exact command that makes it:
+shown by ``factory matrix`` and ``build --dry-run``, and checked by ``build`` before any
+download (a cell whose toolchain cannot be made here is skipped or fails fast)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from factory.errors import EngineError, ToolchainError
+from factory.matrix.load import PlannedCell
+from factory.matrix.settings import Settings
+
+_CUDA_IMAGE = re.compile(r"factory-cuda:(?P<cuda>\d+\.\d+)")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Readiness:
+    state: str  # "here" | "on first build" (made without asking) | "missing" | "unknown"
+    detail: str
+    command: str | None = None  # what makes it, when it is missing
+
+    @property
+    def buildable(self) -> bool:
+        return self.state in ("here", "on first build", "unknown")
+
+    def line(self) -> str:
+        return f"{self.state}: {self.detail}" + (
+            f"; make it: {self.command}" if self.command else ""
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def make_command(image: str) -> str | None:
+    """The command that makes a builder image the factory knows how to make."""
+    m = _CUDA_IMAGE.fullmatch(image)
+    if m:
+        return f"factory image cuda {m.group('cuda')} (offline: --from MIRROR-DIR)"
+    if image.startswith("factory-base:"):
+        return f"factory image base --name {image}"
+    return None
+
+
+class ReadinessChecker:
+    """One docker connection for many cells (none when no cell needs an image)."""
+
+    def __init__(self, settings: Settings, *, runner: str | None = None) -> None:
+        self.settings = settings
+        self.runner = runner or settings.runner
+        self._client: Any = None
+        self._engine_error: str | None = None
+
+    def _image_here(self, image: str) -> bool | None:
+        if self._client is None and self._engine_error is None:
+            from factory.runners.engine import docker_client
+
+            try:
+                self._client = docker_client(timeout=10)
+            except EngineError as exc:
+                self._engine_error = exc.message
+        if self._client is None:
+            return None
+        from factory.runners.engine import image_exists
+
+        return bool(image_exists(self._client, image))
+
+    def check(self, pc: PlannedCell) -> Readiness:
+        tc = pc.toolchain
+        if tc.nvcc_source == "system":
+            return Readiness(state="here", detail=f"CUDA {tc.cuda} at {tc.system_path}")
+        if tc.nvcc_source == "pypi":
+            home = self.settings.toolkits_dir / f"cuda-{tc.cuda}"
+            if (home / "bin" / "nvcc").is_file():
+                return Readiness(state="here", detail=f"CUDA {tc.cuda} at {home}")
+            return Readiness(
+                state="on first build",
+                detail=f"CUDA {tc.cuda} from NVIDIA's PyPI wheels into {home}",
+            )
+        if tc.image is None:
+            raise ToolchainError(f"toolchain of {pc.cell.id} names no image")
+        if self.runner != "docker":
+            return Readiness(
+                state="missing",
+                detail=f"CUDA {tc.cuda} comes in image {tc.image}, which the "
+                f"{self.runner} runner does not use",
+                command=f'a system CUDA {tc.cuda} toolkit (toolkit = ["system"]) or '
+                "--runner docker",
+            )
+        here = self._image_here(tc.image)
+        if here is None:
+            return Readiness(state="unknown", detail=f"image {tc.image}: {self._engine_error}")
+        if here:
+            return Readiness(state="here", detail=f"CUDA {tc.cuda} in image {tc.image}")
+        return Readiness(
+            state="missing",
+            detail=f"image {tc.image} does not exist",
+            command=make_command(tc.image),
+        )

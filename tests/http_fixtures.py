@@ -1,0 +1,45 @@
+"""Small HTTP servers on loopback for tests (a PEP 503 page, a mirror directory)."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+
+@contextlib.contextmanager
+def serving(handler: Callable[..., http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve ``handler`` on a free loopback port; yields the base URL ("http://127.0.0.1:N/")."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def pages(
+    content: Mapping[str, bytes] | Callable[[str], bytes | None],
+) -> type[http.server.BaseHTTPRequestHandler]:
+    """A handler answering GET ``path`` with ``content[path]`` (or ``content(path)``), 404 when
+    that is None, quietly."""
+    lookup = content.get if isinstance(content, Mapping) else content
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = lookup(self.path)
+            if body is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Handler

@@ -1,0 +1,252 @@
+"""The mistakes a newcomer makes in the first hour: each is one line naming the thing (exit code
+of its error class, no traceback), and read-only commands never create a store."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import FLASH_ATTN_MATRIX, REPO
+from http_fixtures import pages, serving
+
+from factory.cli import main
+from factory.errors import CellError, ConfigError, StoreError, UsageError
+
+MATRIX = "version = 1\n" + FLASH_ATTN_MATRIX
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
+    rc = main(list(args))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return rc, err.splitlines()
+
+
+def _one_error(lines: list[str]) -> str:
+    errors = [line for line in lines if line.startswith("ERROR ")]
+    assert len(errors) == 1, lines
+    assert all(line.startswith(("ERROR ", "TIP ")) for line in lines), lines
+    return errors[0]
+
+
+@pytest.fixture
+def matrix(tmp_path: Path) -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(MATRIX)
+    return path
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["index", "verify"],
+        ["index", "rebuild"],
+        ["matrix", "--missing"],
+        ["serve", "--port", "0"],
+        ["retain", "--keep", "1"],
+        ["yank", "x-1.0-py3-none-any.whl", "--reason", "r"],
+    ],
+)
+def test_a_store_that_does_not_exist_is_named_and_not_made(
+    command: list[str], matrix: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "no" / "such-store"
+    extra = ["--matrix", str(matrix)] if command[0] == "matrix" else []
+    rc, lines = _cli(capsys, *command, *extra, "--store", str(store))
+    assert rc == StoreError.exit_code
+    assert f"store {store} does not exist" in _one_error(lines)
+    assert not store.exists() and not store.parent.exists()
+
+
+def test_an_unknown_package_gets_a_did_you_mean(
+    matrix: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, lines = _cli(capsys, "matrix", "--matrix", str(matrix), "--package", "flash_atn")
+    assert rc == CellError.exit_code
+    assert "package 'flash_atn' is not in the matrix (did you mean 'flash-attn'?)" in _one_error(
+        lines
+    )
+    rc, lines = _cli(
+        capsys, "build", "--all", "--dry-run", "--matrix", str(matrix), "--package", "nosuch"
+    )
+    assert rc == CellError.exit_code and "'nosuch' is not in the matrix" in _one_error(lines)
+
+
+@pytest.fixture
+def simple_index() -> Iterator[str]:
+    """A PEP 503 page for flash-attn listing only 2.8.3.post2."""
+    link = b'<a href="../../f/flash_attn-2.8.3.post2.tar.gz">flash_attn-2.8.3.post2.tar.gz</a>'
+    with serving(pages({"/simple/flash-attn/": link})) as url:
+        yield url + "simple/"
+
+
+def test_a_version_that_does_not_exist_fails_the_dry_run(
+    matrix: Path,
+    simple_index: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PIP_INDEX_URL", simple_index)
+    rc, lines = _cli(
+        capsys,
+        "build",
+        "flash-attn-9.9.9-torch2.14.1-cu130-sm100-cp311",
+        "--dry-run",
+        "--matrix",
+        str(matrix),
+    )
+    assert rc == CellError.exit_code
+    line = _one_error(lines)
+    assert (
+        "flash-attn 9.9.9 has no sdist on" in line
+        and "the matrix has flash-attn 2.8.3.post2" in line
+    )
+
+
+def test_a_local_source_is_built_only_as_its_matrix_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "ext").mkdir()
+    path = tmp_path / "matrix.toml"
+    path.write_text(
+        MATRIX.replace('recipe = "flash-attn"', 'recipe = "torch-extension"\nsource = "ext"')
+        .replace("flash-attn", "my-ext")
+        .replace("2.8.3.post2", "0.1.0")
+    )
+    rc, lines = _cli(
+        capsys, "plan", "my-ext-0.2.0-torch2.14.1-cu130-sm100-cp311", "--matrix", str(path)
+    )
+    assert rc == CellError.exit_code and "my-ext 0.2.0 is not in the matrix" in _one_error(lines)
+
+
+def test_every_matrix_problem_is_reported_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "matrix.toml"
+    path.write_text(
+        MATRIX.replace('python = ["3.11"]', 'python = ["3.11"]\n[settings]\nmemroy = "8g"')
+        + '[packages.other]\nversions = ["1.0"]\nsource = "missing-dir"\n'
+        + '[[exclude]]\npackage = "nosuch"\n'
+    )
+    rc, lines = _cli(capsys, "matrix", "--matrix", str(path))
+    assert rc == ConfigError.exit_code
+    errors = [line for line in lines if line.startswith("ERROR ")]
+    assert len(errors) == 3, lines
+    assert "unknown key 'memroy' in [settings] (did you mean 'memory'?)" in errors[0]
+    assert f"looked for {tmp_path / 'missing-dir'}" in errors[1]
+    assert "[[exclude]] #1 names unknown package 'nosuch'" in errors[2]
+
+
+def test_an_s3_endpoint_that_is_down_is_named_with_a_tip(
+    matrix: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("FACTORY_S3_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    rc, lines = _cli(capsys, "matrix", "--missing", "--matrix", str(matrix), "--store", "s3://b/p")
+    assert rc == StoreError.exit_code
+    assert f"cannot reach the S3 endpoint {endpoint}" in _one_error(lines)
+    assert any(line.startswith("TIP ") and "FACTORY_S3_ENDPOINT_URL" in line for line in lines)
+
+
+def test_s3_clients_connect_with_a_short_timeout() -> None:
+    from factory.index.store.s3 import CONNECT_TIMEOUT_S, s3_client
+
+    assert (
+        s3_client(endpoint="http://127.0.0.1:9").meta.config.connect_timeout
+        == CONNECT_TIMEOUT_S
+        <= 5
+    )
+
+
+def test_a_bad_image_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, lines = _cli(capsys, "image", "base", "--name", "bad name!")
+    assert rc == UsageError.exit_code and "'bad name!' is not a valid image name" in _one_error(
+        lines
+    )
+
+
+def test_the_shipped_matrix_still_loads() -> None:
+    from factory.matrix.load import load_matrix
+
+    assert load_matrix(REPO / "matrix.toml").cells
+
+
+# -- toolchains: shown per cell, checked before any download ---------------------------------
+CU128 = MATRIX.replace('torch = ["2.14.1"]', 'torch = ["2.10.0"]').replace(
+    'cuda = ["13.0"]', 'cuda = ["12.8"]'
+)
+
+
+@pytest.fixture
+def no_cuda_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    from factory.toolchain.readiness import ReadinessChecker
+
+    monkeypatch.setattr(ReadinessChecker, "_image_here", lambda self, image: False)
+
+
+def test_matrix_shows_a_missing_toolchain_and_the_command_that_makes_it(
+    tmp_path: Path, no_cuda_image: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "matrix.toml"
+    path.write_text(CU128)
+    assert main(["matrix", "--matrix", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "here      missing: image factory-cuda:12.8 does not exist; "
+        "make it: factory image cuda 12.8"
+    ) in out
+    assert "1 cell(s), 1 without a toolchain here" in out
+
+
+def test_build_fails_fast_or_skips_a_cell_without_its_toolchain(
+    tmp_path: Path, no_cuda_image: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from factory.errors import ToolchainError
+
+    path = tmp_path / "matrix.toml"
+    path.write_text(
+        CU128.replace("[axes]", f'[settings]\nwheelhouse = "{tmp_path / "wh"}"\n[axes]')
+    )
+    cell = "flash-attn-2.8.3.post2-torch2.10.0-cu128-sm100-cp311"
+    rc, lines = _cli(capsys, "build", cell, "--matrix", str(path))
+    assert rc == ToolchainError.exit_code
+    assert f"{cell}: no toolchain here (image factory-cuda:12.8 does not exist)" in _one_error(
+        lines
+    )
+    assert any(line.startswith("TIP make it: factory image cuda 12.8") for line in lines)
+    rc, lines = _cli(capsys, "build", "--all", "--unbuildable", "fail", "--matrix", str(path))
+    assert rc == ToolchainError.exit_code
+    assert main(["build", "--all", "--matrix", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert f"skipped {cell}: no toolchain here" in captured.out + captured.err
+    assert not (tmp_path / "wh").exists()  # nothing was downloaded
+    assert main(["build", cell, "--dry-run", "--matrix", str(path)]) == 0
+    assert (
+        "toolchain    missing: image factory-cuda:12.8 does not exist; make it: factory image "
+        "cuda 12.8"
+    ) in capsys.readouterr().out
+
+
+def test_commands_are_echoed_in_full_only_with_verbose(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import sys
+
+    from factory.process import run_command
+
+    argv = [sys.executable, "-c", "pass", "--platform", "manylinux_2_28_x86_64"]
+    monkeypatch.delenv("FACTORY_VERBOSE", raising=False)
+    run_command(argv, log_path=tmp_path / "log")
+    shown = capsys.readouterr().err.strip()
+    assert shown == f"+ {Path(sys.executable).name} ..."
+    assert "manylinux_2_28_x86_64" in (tmp_path / "log").read_text()  # the log has it all
+    monkeypatch.setenv("FACTORY_VERBOSE", "1")
+    run_command(argv)
+    assert "--platform manylinux_2_28_x86_64" in capsys.readouterr().err
