@@ -61,8 +61,12 @@ PYTHON_MINORS = range(8, 16)  # the CPython 3.X whose multiarch headers the sysr
 WRAPPER = """#!/bin/sh
 # The factory's sysroot wrapper: this host's {driver}, Debian {suite}'s glibc {glibc} and
 # libstdc++ {gcc} (factory/toolchain/sysroot.py). FACTORY_SYSROOT_{var} names another {driver}.
+# {driver} 13 and newer cannot compile torch's headers against libstdc++ {gcc}'s (measured on an
+# Ubuntu 24.04 host: std::is_nothrow_invocable_r in <type_traits>), so a {driver}-12 or -11
+# beside them is taken first.
 sysroot="$(dirname "$(dirname "$(readlink -f "$0")")")"
-exec "${{FACTORY_SYSROOT_{var}:-/usr/bin/{driver}}}" --sysroot="$sysroot" -nostdinc++ \\
+driver="${{FACTORY_SYSROOT_{var}:-$(command -v {driver}-12 || command -v {driver}-11 || echo /usr/bin/{driver})}}"
+exec "$driver" --sysroot="$sysroot" -nostdinc++ \\
     -isystem "$sysroot/usr/include/c++/{gcc}" \\
     -isystem "$sysroot/usr/include/x86_64-linux-gnu/c++/{gcc}" \\
     -isystem "$sysroot/usr/include/c++/{gcc}/backward" \\
