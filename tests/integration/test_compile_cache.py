@@ -20,34 +20,6 @@ from factory.build.compile_cache import (
     parse_stats,
 )
 
-# The shape of `sccache --show-stats --stats-format json` (0.16), from a real second compile whose
-# object missed but whose nvcc stages hit.
-STATS = {
-    "stats": {
-        "compile_requests": 2,
-        "cache_hits": {
-            "counts": {"CUBIN": 1, "PTX": 1, "CUDA (Device code)": 1},
-            "adv_counts": {"cubin [ptxas]": 1, "ptx [cicc]": 1, "cuda [cudafe++]": 1},
-        },
-        "cache_misses": {
-            "counts": {"CUDA": 2, "C++": 1, "PTX": 1, "CUBIN": 1, "CUDA (Device code)": 1},
-            "adv_counts": {
-                "cuda [nvcc]": 2,
-                "c++ [gcc]": 1,
-                "ptx [cicc]": 1,
-                "cubin [ptxas]": 1,
-                "cuda [cudafe++]": 1,
-            },
-        },
-        "cache_errors": {"counts": {}, "adv_counts": {}},
-    },
-    "cache_location": 'Local disk: "/factory/cache"',
-    "cache_size": 196688,
-    "max_cache_size": 21474836480,
-    "version": "0.16.0",
-}
-
-
 # -- settings -------------------------------------------------------------------------------------
 
 
