@@ -27,6 +27,10 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 
+# The venv starts with the pip that this Python bundles (23.x for 3.11): too old for what the
+# tests check of pip (metadata-only resolution), and older than what hosts run.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
 echo "== $venv/bin/pip install -e $spec"
