@@ -31,6 +31,7 @@ def _basic(user: str, password: str) -> str:
 def test_factory_serve_refuses_a_weak_file_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "htpasswd"
     path.write_text("carol:$apr1$r31.....$HqJZimcKQFAMYayBlzkrA/\n")
+    (tmp_path / "store").mkdir()  # serve refuses a store that does not exist, before the file
     result = subprocess.run(
         cli("serve", "--store", str(tmp_path / "store"), "--port", "0", "--htpasswd", str(path)),
         capture_output=True,

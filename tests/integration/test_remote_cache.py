@@ -108,7 +108,13 @@ def test_an_offline_builder_hits_what_another_pushed(
     """Real sccache and nvcc: builder A compiles with a disk cache only (no network, like a build
     container) and pushes; builder B pulls into an empty disk cache, compiles offline, and gets
     the whole object from the cache."""
-    from test_compile_cache import HEADER, KERNEL, _compile_in_a_fresh_server, _free_port, _nvcc
+    from integration.test_compile_cache import (
+        HEADER,
+        KERNEL,
+        _compile_in_a_fresh_server,
+        _free_port,
+        _nvcc,
+    )
 
     sccache, nvcc = shutil.which("sccache"), _nvcc()
     if not sccache or not nvcc:

@@ -185,7 +185,7 @@ def test_killed_factory_leaves_no_container_and_no_compiler(
         import sys
         from pathlib import Path
         sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests")!r}]
-        from test_runner_docker import Kit
+        from integration.test_runner_docker import Kit
         from factory.runners.docker import DockerRunner
         kit = Kit(wheelhouse=Path({str(kit.wheelhouse)!r}), cuda_home=Path({str(kit.cuda_home)!r}),
                   requirements={kit.requirements!r}, venv_root=Path({str(kit.venv_root)!r}))
