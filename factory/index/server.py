@@ -207,17 +207,16 @@ class PageCache:
 
     def get(self, key: str) -> CachedPage | None:
         try:
-            path = self.store.path(key)
-            st = os.stat(path)
+            # Never through a symlink, like the files: a link planted among the pages is a 404.
+            with self.store.open_file(key) as f:
+                st = os.fstat(f.fileno())
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                with self._lock:
+                    hit = self._pages.get(key)
+                if hit is not None and hit[0] == stamp:
+                    return hit[1]
+                body = f.read()
         except (StoreError, OSError):
-            return None
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-        with self._lock:
-            hit = self._pages.get(key)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        body = self.store.read(key)
-        if body is None:
             return None
         page = CachedPage(
             body=body,
