@@ -451,6 +451,10 @@ class _Handler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # Only the request-line and header parsing get here (handlers answer with _text).
         self.server.stats.add(malformed=1)
+        if str(getattr(self, "request_version", "")).startswith("HTTP/0."):
+            # the stdlib set it before refusing the line ('\x00 \x00 \x00 HTTP/0.9', four
+            # words): an HTTP/0.x answer has no status line, so answer as 1.0
+            self.request_version = "HTTP/1.0"
         if code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED:  # 'GET / HTTP/2.0': a malformed line
             code, message = (
                 HTTPStatus.BAD_REQUEST,

@@ -97,6 +97,8 @@ MALFORMED = {
     "empty line": (b"\r\n\r\n", 400),
     "bad version": (b"GET / HTTP/1.x\r\n\r\n", 400),
     "four words": (b"GET / HTTP/1.1 extra\r\n\r\n", 400),
+    # found by the fuzz test: four words ending in HTTP/0.9 were answered with no status line
+    "four words, HTTP/0.9": (b"\x00\t\x00\x85\x00\tHTTP/0.9\r\n\r\n", 400),
     "not an absolute path": (b"GET simple/ HTTP/1.1\r\n\r\n", 400),
     "control character": (b"GET /\x01x HTTP/1.1\r\n\r\n", 400),
     "too many headers": (b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n", 431),
