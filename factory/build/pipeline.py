@@ -87,9 +87,33 @@ def toolkits_dir(matrix: Matrix) -> Path:
     return matrix.settings.work_dir.parent / "toolkits"
 
 
+def sysroots_dir(matrix: Matrix) -> Path:
+    """Where the target root filesystems for emulated import checks live (next to the work dir)."""
+    return matrix.settings.work_dir.parent / "sysroots"
+
+
 def build_image(matrix: Matrix, pc: PlannedCell) -> str:
-    """The image a containerized build of the cell runs in."""
-    return pc.toolchain.image or matrix.settings.image_for(pc.cell.python)
+    """The image a containerized build of the cell runs in (for a cross build: the base image
+    plus the target's cross compiler, factory.toolchain.cross)."""
+    from factory.toolchain.cross import cross_image_name, is_cross
+
+    image = pc.toolchain.image or matrix.settings.image_for(pc.cell.python)
+    return cross_image_name(image, pc.cell.platform) if is_cross(pc.cell) else image
+
+
+def build_wheelhouse(matrix: Matrix, pc: PlannedCell) -> Path:
+    """The wheels the build installs: torch and build deps for the builder's own CPU."""
+    from factory.toolchain.cross import builder_platform
+    from factory.toolchain.wheelhouse import wheelhouse_dir
+
+    return wheelhouse_dir(matrix.settings.wheelhouse, pc.cell.python_tag, builder_platform())
+
+
+def target_wheelhouse(matrix: Matrix, pc: PlannedCell) -> Path:
+    """The wheels the finished wheel installs with (the import check): the cell's CPU's."""
+    from factory.toolchain.wheelhouse import wheelhouse_dir
+
+    return wheelhouse_dir(matrix.settings.wheelhouse, pc.cell.python_tag, pc.cell.platform)
 
 
 def job_requirements(pc: PlannedCell) -> tuple[str, ...]:
@@ -227,7 +251,7 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         image=build_image(matrix, pc),
         src_dir=src,
         out_dir=work / "raw",
-        wheelhouse=matrix.settings.wheelhouse / pc.cell.python_tag,
+        wheelhouse=build_wheelhouse(matrix, pc),
         cuda_home=cuda_home,
         requirements=job_requirements(pc),
         env=env,
@@ -240,7 +264,24 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         cache_size=cache.size if cache else DEFAULT_SIZE,
         timeout=None,
         venv_root=matrix.settings.venv_dir,
+        **_cross_fields(matrix, pc),
     )
+
+
+def _cross_fields(matrix: Matrix, pc: PlannedCell) -> dict[str, Any]:
+    """BuildJob's cross-build fields: empty for a native build."""
+    from factory.toolchain.cross import is_cross, target_runtime_requirement
+    from factory.toolchain.wheelhouse import glibc_minor_of, platform_tags
+
+    if not is_cross(pc.cell):
+        return {}
+    return {
+        "cross_target": pc.cell.platform,
+        "target_wheelhouse": target_wheelhouse(matrix, pc),
+        "target_requirements": (pc.toolchain.torch_requirement,
+                                target_runtime_requirement(pc.toolchain.cuda)),
+        "target_pip_platforms": tuple(platform_tags(glibc_minor_of(pc.wheel), pc.cell.platform)),
+    }
 
 
 def _planned_cuda_home(matrix: Matrix, pc: PlannedCell) -> Path | None:
@@ -349,14 +390,28 @@ def _prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Any, work: Path, lo
     the toolkit. Returns (source tree, CUDA_HOME)."""
     from factory.planning.critical_path import prepare_build_tree
     from factory.toolchain.toolkit import materialize_cuda_home
+    from factory.toolchain.cross import builder_platform, is_cross
     from factory.toolchain.wheelhouse import prepare_wheelhouse
 
     if runner.needs_wheelhouse:
         log.step("wheelhouse (offline deps for the build)")
-        prepare_wheelhouse(pc, matrix.settings.wheelhouse)
+        prepare_wheelhouse(pc, matrix.settings.wheelhouse, platform=builder_platform())
     else:
         # the interpreter already has torch (a GPU box with its own stack, no network)
         log.step("wheelhouse skipped: the build uses the interpreter's own packages")
+    if is_cross(pc.cell) and not runner.needs_wheelhouse:
+        # an offline GPU box: the target's torch was carried there (benchmarks/gpu/aarch64.sh)
+        target = target_wheelhouse(matrix, pc)
+        if not any(target.glob("torch-*.whl")):
+            raise BuildError(f"{pc.cell.id}: no {pc.cell.platform} torch wheel in {target}",
+                             tip="carry one there (benchmarks/gpu/make_aarch64_kit.py makes a kit)")
+        log.step(f"target wheelhouse used as it is: {target}")
+    elif is_cross(pc.cell):
+        # the target's torch: its headers and libraries for the build, all of it for the
+        # import check (which runs the target's Python under qemu-user)
+        log.step(f"target wheelhouse ({pc.cell.platform} torch for a cross build)")
+        prepare_wheelhouse(pc, matrix.settings.wheelhouse, platform=pc.cell.platform,
+                           build_deps=False)
     log.step("source tree")
     src = prepare_source(matrix, pc, work, log)
     order = prepare_build_tree(src, pc, history)
@@ -460,7 +515,7 @@ def _finish_wheel(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     log.step(f"verify {wheel.name}")
     report = verify_wheel(
         wheel, expected=pc, import_check=opts.verify_import,
-        wheelhouse=matrix.settings.wheelhouse / pc.cell.python_tag,
+        wheelhouse=target_wheelhouse(matrix, pc), sysroots=sysroots_dir(matrix),
         raise_on_failure=False, echo=log.detail if opts.verbose else None, log_path=post_log,
     )
     for check in report.checks:

@@ -91,6 +91,30 @@ def parse_local(local: str) -> LocalTag:
     )
 
 
+_PLAT_MACHINE_RE = re.compile(
+    r"^(?P<base>(?:many|musl)?linux(?:_\d+_\d+|1|2010|2014)?)"
+    r"_(?P<machine>x86_64|aarch64|i686|ppc64le|s390x|armv7l)$"
+)
+
+
+def plat_for_platform(plat: str, platform: str) -> str:
+    """The same platform tag for another CPU: ('manylinux_2_36_x86_64', 'aarch64') ->
+    'manylinux_2_36_aarch64'. The glibc floor is the build environment's; only the machine
+    changes."""
+    m = _PLAT_MACHINE_RE.match(plat)
+    if not m:
+        raise WheelError(f"platform tag {plat!r} names no CPU this factory knows")
+    return f"{m.group('base')}_{platform}"
+
+
+def platform_of_plat(plat: str) -> str:
+    """'manylinux_2_28_aarch64' -> 'aarch64'."""
+    m = _PLAT_MACHINE_RE.match(plat)
+    if not m:
+        raise WheelError(f"platform tag {plat!r} names no CPU this factory knows")
+    return m.group("machine")
+
+
 def torch_pin(torch_minor: str) -> str:
     return f"torch=={torch_minor}.*"
 
@@ -147,6 +171,9 @@ def cell_from_wheel_filename(
         if f"{tv.major}.{tv.minor}" != lt.torch_minor:
             raise WheelError(f"{filename}: tagged for torch {lt.torch_minor}, not torch {torch}")
     interps = sorted({t.interpreter for t in tags})
+    plats = sorted(
+        {platform_of_plat(t.platform) for t in tags if _PLAT_MACHINE_RE.match(t.platform)}
+    )
     if len(interps) != 1 or not re.fullmatch(r"cp3\d+", interps[0]):
         raise WheelError(
             f"{filename}: expected one CPython tag like cp311, got {'.'.join(interps)}"
@@ -159,6 +186,7 @@ def cell_from_wheel_filename(
             cuda=lt.cuda,
             archs=archs,
             python=f"3.{interps[0][3:]}",
+            **({"platform": plats[0]} if len(plats) == 1 else {}),
         )
     except CellError as exc:
         raise WheelError(f"{filename}: {exc.message}") from None

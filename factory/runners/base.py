@@ -27,6 +27,7 @@ INSIDE = {
     "cache": f"{INSIDE_ROOT}/cache",
     "run": f"{INSIDE_ROOT}/run",
     "log": f"{INSIDE_ROOT}/log",
+    "target_wheelhouse": f"{INSIDE_ROOT}/target-wheelhouse",
 }
 
 LineCallback = Callable[[str], None]
@@ -52,6 +53,26 @@ class BuildJob:
     timeout: float | None = None  # seconds for the whole run; None: no limit
     venv_dir: Path | None = None  # this exact venv; else one under venv_root, else per cell
     venv_root: Path | None = None  # venvs shared by every build with the same environment
+    # A cross build (factory.toolchain.cross): the CPU the wheel is for, where its torch comes
+    # from (the target wheelhouse) and what is unpacked from there; None: a native build.
+    cross_target: str | None = None
+    target_wheelhouse: Path | None = None
+    target_requirements: tuple[str, ...] = ()
+    target_pip_platforms: tuple[str, ...] = ()
+
+    def inside_cross(self, venv: str, wheelhouse: str) -> dict[str, Any] | None:
+        """The job file's ``cross`` section, with the runner's paths (None: a native build).
+        The target's files live in the venv, which is made for this target alone."""
+        if self.cross_target is None:
+            return None
+        from factory.toolchain.cross import inside_cross
+
+        return inside_cross(
+            target=self.cross_target, python=self.python,
+            target_dir=f"{venv}/target-{self.cross_target}",
+            wheelhouse=wheelhouse, requirements=self.target_requirements,
+            pip_platforms=list(self.target_pip_platforms),
+        )
 
     @property
     def python_tag(self) -> str:

@@ -5,6 +5,7 @@ as a directory and over HTTP. Always through the real CLI in a subprocess."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -214,3 +215,46 @@ def test_runs_the_hosts_nvidia_smi_with_the_query(tmp_path: Path, torch_dirs: di
     assert r.returncode == 0, r.stdout + r.stderr
     assert "gpu         none found (nvidia-smi not found" in r.stdout
     assert "WARNING flash-attn: no NVIDIA GPU found" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def both_platforms(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """sm_100 builds for x86_64 (B200) and aarch64 (GB200) hosts, each with its planned tag."""
+    root = tmp_path_factory.mktemp("idx") / "platforms"
+    root.mkdir()
+    text = _matrix('[["10.0"]]').replace(
+        "[packages.", 'platform = ["x86_64", "aarch64"]\n[packages.'
+    )
+    cells = planned(write_matrix(root, text))
+    assert sorted(pc.cell.platform for pc in cells) == ["aarch64", "x86_64"]
+    for pc in cells:
+        plat = pc.wheel.removesuffix(".whl").split("-")[-1]
+        publish_build(root / "store", root / "dist", pc, plat=plat)
+    return root / "store"
+
+
+def test_grace_host_gets_the_aarch64_wheel_from_the_same_url(
+    both_platforms: Path, torch_dirs: dict[str, Path]
+) -> None:
+    url = both_platforms.resolve().as_uri()
+    line = f"pip install --extra-index-url {url}/cu130-torch2.14/simple/ flash-attn\n"
+    grace = doctor(both_platforms, "gb200.txt", torch_dirs["2.14-cu130"], "--machine", "arm64")
+    assert grace.returncode == 0, grace.stdout + grace.stderr
+    assert "a Grace host (GB200)" in grace.stdout
+    assert re.search(r"flash-attn: flash_attn-\S+-manylinux_2_\d+_aarch64\.whl", grace.stdout)
+    b200 = doctor(both_platforms, "b200.txt", torch_dirs["2.14-cu130"], "--machine", "x86_64")
+    assert b200.returncode == 0, b200.stdout + b200.stderr
+    assert "Grace" not in b200.stdout
+    assert re.search(r"flash-attn: flash_attn-\S+-manylinux_2_\d+_x86_64\.whl", b200.stdout)
+    assert line in grace.stdout and line in b200.stdout  # one URL serves both CPUs
+    report = json.loads(doctor(both_platforms, "gb200.txt", torch_dirs["2.14-cu130"],
+                               "--machine", "aarch64", "--json").stdout)
+    assert report["host"]["grace"] == "GB200" and report["host"]["machine"] == "aarch64"
+
+
+def test_grace_host_against_x86_64_builds_says_why(
+    sm100_only: Path, torch_dirs: dict[str, Path]
+) -> None:
+    r = doctor(sm100_only, "gb200.txt", torch_dirs["2.14-cu130"], "--machine", "aarch64")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "this host is aarch64 but the index only has flash-attn for x86_64" in r.stdout
