@@ -22,6 +22,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pip
 import pytest
 from conftest import REPO, cache_root
 
@@ -253,10 +254,14 @@ def test_one_url_serves_each_cpu_its_wheel_and_it_loads_on_arm64(
                 "docker",
                 "run",
                 "--rm",
-                "--platform",
-                "linux/arm64",
                 "--network",
                 "host",
+                # Debian 12's pip 23.0.1 crashes on PEP 691 pages that give dist-info-metadata
+                # as a dict (TypeError in LinkHash); the host's pip is pure Python: use it
+                "-v",
+                f"{Path(pip.__path__[0])}:/hostpip/pip:ro",
+                "-e",
+                "PYTHONPATH=/hostpip",
                 # qemu-user shows the host's CPU files; torch's CPU probing needs aarch64 ones
                 "-v",
                 f"{sysroot}/proc/cpuinfo:/proc/cpuinfo:ro",
