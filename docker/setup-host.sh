@@ -13,10 +13,22 @@ command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+# aarch64 cells: qemu-user runs the target's Python for the import check (binfmt_misc lets an
+# arm64 container run too); the cross compiler itself goes into the builder image, not here.
+command -v qemu-aarch64-static >/dev/null 2>&1 || need_apt+=(qemu-user-static)
+command -v update-binfmts >/dev/null 2>&1 || need_apt+=(binfmt-support)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+fi
+if [ -e /proc/sys/fs/binfmt_misc/register ] && ! grep -qs enabled /proc/sys/fs/binfmt_misc/qemu-aarch64; then
+  echo "== binfmt_misc: qemu-aarch64"
+  update-binfmts --enable qemu-aarch64 || echo "WARNING binfmt_misc for qemu-aarch64 is off: arm64 containers will not run"
 fi
 
 if ! docker info >/dev/null 2>&1; then
@@ -43,3 +55,4 @@ echo "== glibc sysroot (bullseye: glibc 2.31, libstdc++ 10; the default cells' m
 
 echo "== wheelhouse and toolkit for the example cell"
 "$factory" wheelhouse factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311
+"$factory" wheelhouse factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311-aarch64

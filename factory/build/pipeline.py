@@ -84,7 +84,8 @@ def cell_work_dir(matrix: Matrix, pc: PlannedCell) -> Path:
 
 
 def sysroots_dir(matrix: Matrix) -> Path:
-    """Where the glibc sysroot and its tarball live (next to the toolkits: shared by work dirs)."""
+    """Where the glibc sysroots and their tarballs live, and the target root filesystems of
+    emulated import checks (next to the toolkits: shared by work dirs)."""
     return matrix.settings.work_dir.parent / "sysroots"
 
 
@@ -94,8 +95,27 @@ def toolkits_dir(matrix: Matrix) -> Path:
 
 
 def build_image(matrix: Matrix, pc: PlannedCell) -> str:
-    """The image a containerized build of the cell runs in."""
-    return pc.toolchain.image or matrix.settings.image_for(pc.cell.python)
+    """The image a containerized build of the cell runs in (for a cross build: the base image
+    plus the target's cross compiler, factory.toolchain.cross)."""
+    from factory.toolchain.cross import cross_image_name, is_cross
+
+    image = pc.toolchain.image or matrix.settings.image_for(pc.cell.python)
+    return cross_image_name(image, pc.cell.platform) if is_cross(pc.cell) else image
+
+
+def build_wheelhouse(matrix: Matrix, pc: PlannedCell) -> Path:
+    """The wheels the build installs: torch and build deps for the builder's own CPU."""
+    from factory.toolchain.cross import builder_platform
+    from factory.toolchain.wheelhouse import wheelhouse_dir
+
+    return wheelhouse_dir(matrix.settings.wheelhouse, pc.cell.python_tag, builder_platform())
+
+
+def target_wheelhouse(matrix: Matrix, pc: PlannedCell) -> Path:
+    """The wheels the finished wheel installs with (the import check): the cell's CPU's."""
+    from factory.toolchain.wheelhouse import wheelhouse_dir
+
+    return wheelhouse_dir(matrix.settings.wheelhouse, pc.cell.python_tag, pc.cell.platform)
 
 
 def floor_plan(matrix: Matrix, pc: PlannedCell, runner: str) -> Any:
@@ -277,7 +297,7 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         image=build_image(matrix, pc),
         src_dir=src,
         out_dir=work / "raw",
-        wheelhouse=matrix.settings.wheelhouse / pc.cell.python_tag,
+        wheelhouse=build_wheelhouse(matrix, pc),
         cuda_home=cuda_home,
         requirements=job_requirements(pc),
         env=env,
@@ -291,7 +311,25 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         timeout=None,
         venv_root=matrix.settings.venv_dir,
         sysroot=sysroot,
+        **_cross_fields(matrix, pc),
     )
+
+
+def _cross_fields(matrix: Matrix, pc: PlannedCell) -> dict[str, Any]:
+    """BuildJob's cross-build fields: empty for a native build. (The compilers: the cross
+    compiler, or the target's glibc sysroot's wrappers around it when the job has one.)"""
+    from factory.toolchain.cross import is_cross, target_runtime_requirement
+    from factory.toolchain.wheelhouse import glibc_minor_of, platform_tags
+
+    if not is_cross(pc.cell):
+        return {}
+    return {
+        "cross_target": pc.cell.platform,
+        "target_wheelhouse": target_wheelhouse(matrix, pc),
+        "target_requirements": (pc.toolchain.torch_requirement,
+                                target_runtime_requirement(pc.toolchain.cuda)),
+        "target_pip_platforms": tuple(platform_tags(glibc_minor_of(pc.wheel), pc.cell.platform)),
+    }
 
 
 def _planned_cuda_home(matrix: Matrix, pc: PlannedCell) -> Path | None:
@@ -311,7 +349,7 @@ def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOpti
 
     work = cell_work_dir(matrix, pc)
     floor = floor_plan(matrix, pc, opts.runner)
-    sysroot = sysroot_dir(sysroots_dir(matrix)) if floor.sysroot else None
+    sysroot = sysroot_dir(sysroots_dir(matrix), pc.cell.platform) if floor.sysroot else None
     job = _job(matrix, pc, plan, work=work, src=work / "src",
                cuda_home=_planned_cuda_home(matrix, pc), attempt=1, opts=opts, sysroot=sysroot)
     return {
@@ -423,7 +461,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
 
     runner = get_runner(opts.runner, **opts.runner_options)
     src, cuda_home = _prepare_inputs(matrix, pc, runner, work, log, history=history)
-    sysroot = _sysroot(matrix, floor, log)
+    sysroot = _sysroot(matrix, pc, floor, log)
     epoch = source_date_epoch(matrix, pc)
     runner.prepare(_job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=1,
                         opts=opts, sysroot=sysroot, epoch=epoch))
@@ -457,16 +495,17 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                         seconds=seconds)
 
 
-def _sysroot(matrix: Matrix, floor: Any, log: Log) -> Path | None:
-    """The glibc sysroot when the floor plan needs it (made or unpacked once, then reused)."""
+def _sysroot(matrix: Matrix, pc: PlannedCell, floor: Any, log: Log) -> Path | None:
+    """The glibc sysroot for the cell's CPU when the floor plan needs it (made or unpacked once,
+    then reused)."""
     if not floor.sysroot:
         return None
     from factory.toolchain.images import rootfs_tarball
     from factory.toolchain.sysroot import SUITE, ensure_sysroot
 
-    log.step("glibc sysroot (glibc 2.31, libstdc++ 10)")
+    log.step(f"glibc sysroot (glibc 2.31, libstdc++ 10, {pc.cell.platform})")
     rootfs = rootfs_tarball(matrix.settings.work_dir, SUITE)
-    return ensure_sysroot(sysroots_dir(matrix), rootfs=rootfs).root
+    return ensure_sysroot(sysroots_dir(matrix), rootfs=rootfs, platform=pc.cell.platform).root
 
 
 def _prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Any, work: Path, log: Log, *,
@@ -475,14 +514,28 @@ def _prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Any, work: Path, lo
     the toolkit. Returns (source tree, CUDA_HOME)."""
     from factory.planning.critical_path import prepare_build_tree
     from factory.toolchain.toolkit import materialize_cuda_home
+    from factory.toolchain.cross import builder_platform, is_cross
     from factory.toolchain.wheelhouse import prepare_wheelhouse
 
     if runner.needs_wheelhouse:
         log.step("wheelhouse (offline deps for the build)")
-        prepare_wheelhouse(pc, matrix.settings.wheelhouse)
+        prepare_wheelhouse(pc, matrix.settings.wheelhouse, platform=builder_platform())
     else:
         # the interpreter already has torch (a GPU box with its own stack, no network)
         log.step("wheelhouse skipped: the build uses the interpreter's own packages")
+    if is_cross(pc.cell) and not runner.needs_wheelhouse:
+        # an offline GPU box: the target's torch was carried there (benchmarks/gpu/aarch64.sh)
+        target = target_wheelhouse(matrix, pc)
+        if not any(target.glob("torch-*.whl")):
+            raise BuildError(f"{pc.cell.id}: no {pc.cell.platform} torch wheel in {target}",
+                             tip="carry one there (benchmarks/gpu/make_aarch64_kit.py makes a kit)")
+        log.step(f"target wheelhouse used as it is: {target}")
+    elif is_cross(pc.cell):
+        # the target's torch: its headers and libraries for the build, all of it for the
+        # import check (which runs the target's Python under qemu-user)
+        log.step(f"target wheelhouse ({pc.cell.platform} torch for a cross build)")
+        prepare_wheelhouse(pc, matrix.settings.wheelhouse, platform=pc.cell.platform,
+                           build_deps=False)
     log.step("source tree")
     src = prepare_source(matrix, pc, work, log)
     order = prepare_build_tree(src, pc, history)
@@ -588,7 +641,7 @@ def _finish_wheel(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     log.step(f"verify {wheel.name}")
     report = verify_wheel(
         wheel, expected=pc, import_check=opts.verify_import,
-        wheelhouse=matrix.settings.wheelhouse / pc.cell.python_tag,
+        wheelhouse=target_wheelhouse(matrix, pc), sysroots=sysroots_dir(matrix),
         raise_on_failure=False, echo=log.detail if opts.verbose else None, log_path=post_log,
     )
     for check in report.checks:

@@ -1,5 +1,5 @@
-"""factory doctor [--index URL] [--package NAME] [--python EXE] [--nvidia-smi-output FILE] [--json]
-                 [--format pip|uv|poetry|pdm]
+"""factory doctor [--index URL] [--package NAME] [--python EXE] [--nvidia-smi-output FILE]
+                 [--machine CPU] [--json] [--format pip|uv|poetry|pdm]
 
 ``--format`` prints the installer configuration for the chosen builds instead of the report.
 
@@ -32,6 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nvidia-smi-output", type=Path, default=None, metavar="FILE",
                         help="a recorded 'nvidia-smi --query-gpu=name,compute_cap,driver_version "
                              "--format=csv,noheader' output to use instead of this host's GPUs")
+    parser.add_argument("--machine", default=None, metavar="CPU",
+                        help="answer for a host of this CPU (x86_64, aarch64) instead of this "
+                             "one's, e.g. with --nvidia-smi-output of a Grace host")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--format", choices=FORMATS, default=None,
                         help="print the config snippet for this installer (pip.conf, or the "
@@ -39,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    host = read_host(python_exe=args.python, nvidia_smi_output=args.nvidia_smi_output)
+    host = read_host(python_exe=args.python, nvidia_smi_output=args.nvidia_smi_output,
+                     machine=args.machine)
     report = diagnose(host, args.index or os.environ.get(INDEX_ENV) or None, args.package or ())
     if args.format and report.ok:
         print(render_snippet(args.format, report.choices, torch=host.torch), end="")

@@ -1,5 +1,5 @@
 """factory image base [--name NAME] [--suite SUITE]
-factory image sysroot [--work-dir DIR] [--tarball PATH]
+factory image sysroot [--work-dir DIR] [--tarball PATH] [--platform CPU]
 factory image cuda X.Y [--from DIR] [--base IMAGE | --python X.Y] [--name NAME]"""
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                          "'sysroots' next to it, where builds look for it")
     sysroot.add_argument("--tarball", type=Path, default=None,
                          help="unpack this carried sysroot tarball instead of making one")
+    sysroot.add_argument("--platform", default="x86_64", metavar="CPU",
+                         help="the CPU of the binaries it links (x86_64, or aarch64 for cross "
+                         "builds: an arm64 bullseye, unpacked without emulation)")
 
     cuda = sub.add_parser(
         "cuda", help="make the CUDA X.Y builder image (factory-cuda:X.Y) from NVIDIA's "
@@ -72,12 +75,15 @@ def run(args: argparse.Namespace) -> int:
         from factory.toolchain.images import rootfs_tarball
         from factory.toolchain.sysroot import SUITE, ensure_sysroot, tarball_path
 
+        from factory.matrix.cell import parse_platform
+
+        platform = parse_platform(args.platform)
         work_dir = args.work_dir or _settings().work_dir
         cache = work_dir.parent / "sysroots"
-        made = ensure_sysroot(cache, tarball=args.tarball,
+        made = ensure_sysroot(cache, tarball=args.tarball, platform=platform,
                               rootfs=rootfs_tarball(work_dir, SUITE))
         print(f"sysroot {made.root} ready ({time.monotonic() - start:.0f} s); "
-              f"tarball {args.tarball or tarball_path(cache)}")
+              f"tarball {args.tarball or tarball_path(cache, platform)}")
         return 0
     work_dir = args.work_dir or _settings().work_dir
     name = ensure_base_image(args.name, suite=args.suite, work_dir=work_dir)

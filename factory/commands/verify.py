@@ -6,7 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from factory.errors import ConfigError, VerifyError
+from factory.build.pipeline import sysroots_dir
+from factory.errors import ConfigError, FactoryError, VerifyError
+from factory.matrix.tags import platform_of_plat
+from factory.toolchain.wheelhouse import wheelhouse_dir
 from factory.matrix.load import Matrix, PlannedCell, default_matrix_path, load_matrix
 from factory.wheels.verify import WheelReport, verify_wheel
 from factory.commands._common import print_json
@@ -55,11 +58,16 @@ def _wheelhouse(args: argparse.Namespace, matrix: Matrix | None, wheel: Path) ->
     if matrix is None:
         return None
     base = matrix.settings.wheelhouse
-    parts = wheel.name.split("-")
+    parts = wheel.name.removesuffix(".whl").split("-")
     if len(parts) < 5:
         return None  # not a wheel name: verify says so
     cp = parts[-3]  # the python tag: cp311
-    return base / cp if (base / cp).is_dir() else None
+    try:
+        cpu = platform_of_plat(parts[-1].split(".")[0])
+    except FactoryError:
+        return None
+    found = wheelhouse_dir(base, cp, cpu)
+    return found if found.is_dir() else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             raise_on_failure=False,
             allow_ptx=args.allow_ptx,
             echo=echo,
+            sysroots=sysroots_dir(matrix) if matrix else None,
         )
         reports.append(report)
         if not args.json:

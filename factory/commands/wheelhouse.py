@@ -21,6 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from factory.toolchain.cross import builder_platform, is_cross
     from factory.toolchain.wheelhouse import build_requirements, prepare_wheelhouse
     from factory.units import format_size
 
@@ -30,12 +31,15 @@ def run(args: argparse.Namespace) -> int:
     if root is None:
         root = matrix.settings.wheelhouse
     start = time.monotonic()
-    dest = prepare_wheelhouse(pc, root)
-    wheels = sorted(dest.glob("*.whl"))
-    size = sum(w.stat().st_size for w in wheels)
-    print(
-        f"wheelhouse {dest}: {len(wheels)} wheels, {format_size(size)} "
-        f"({time.monotonic() - start:.0f} s)"
-    )
+    dests = [prepare_wheelhouse(pc, root, platform=builder_platform())]
+    if is_cross(pc.cell):  # and the target's torch, for a cross build and its import check
+        dests.append(prepare_wheelhouse(pc, root, platform=pc.cell.platform, build_deps=False))
+    for dest in dests:
+        wheels = sorted(dest.glob("*.whl"))
+        size = sum(w.stat().st_size for w in wheels)
+        print(
+            f"wheelhouse {dest}: {len(wheels)} wheels, {format_size(size)} "
+            f"({time.monotonic() - start:.0f} s)"
+        )
     print(f"    for {', '.join(build_requirements(pc))}")
     return 0

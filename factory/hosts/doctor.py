@@ -37,7 +37,7 @@ from packaging.version import InvalidVersion, Version
 from factory.errors import StoreError, UsageError, WheelError
 from factory.wheels.floor import glibc_text
 from factory.index.links import Anchor, parse_anchors
-from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local, variant_name, wheel_platform
+from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local
 from factory.matrix.tags import platform_tag_parts as _manylinux
 from factory.recipes import default_archs_for
 
@@ -54,6 +54,8 @@ except BaseException as exc:
     out["torch_error"] = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
 print({_TORCH_MARK!r} + json.dumps(out))
 """
+# Grace superchips by GPU name: "NVIDIA GH200 480GB", "NVIDIA GB200", "NVIDIA GB10".
+_GRACE_RE = re.compile(r"\bG[BH]\d{2,3}\b", re.IGNORECASE)
 _SMI_LINE = re.compile(r"^\s*(?P<name>[^,]+?)\s*,\s*(?P<cc>\d+\.\d+)\s*,\s*(?P<driver>\d+(?:\.\d+)+)\s*$")
 NVIDIA_SMI_QUERY = ("--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader")
 
@@ -78,7 +80,20 @@ class HostInfo:
     gpu_source: str | None  # "nvidia-smi" | "nvml" | "recorded" | None
     gpu_note: str | None  # why no GPU was read, when none was
     glibc: tuple[int, int] | None
-    machine: str  # "x86_64"
+    machine: str  # "x86_64" or "aarch64" (wheel-tag spelling: "arm64" is read as "aarch64")
+
+    @property
+    def grace(self) -> str | None:
+        """The Grace superchip this host is (GH200, GB200, GB300, GB10), from the GPU names, on
+        an aarch64 host; None elsewhere. Their GPUs are sm_90/sm_100/sm_103/sm_121 like the
+        x86_64 parts', but they need linux_aarch64 wheels."""
+        if self.machine != "aarch64":
+            return None
+        for g in self.gpus:
+            m = _GRACE_RE.search(g.name)
+            if m:
+                return m.group(0).upper()
+        return None
 
     @property
     def torch_minor(self) -> str | None:
@@ -104,6 +119,7 @@ class HostInfo:
         d["gpus"] = [{"name": g.name, "sm": g.sm, "compute_capability": f"{g.sm // 10}.{g.sm % 10}"}
                      for g in self.gpus]
         d["variant"] = self.variant
+        d["grace"] = self.grace
         d["max_cuda"] = driver_max_cuda(self.driver) if self.driver else None
         return d
 
@@ -219,7 +235,20 @@ def glibc_version() -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def read_host(*, python_exe: str | None = None, nvidia_smi_output: Path | None = None) -> HostInfo:
+def host_machine(raw: str | None = None) -> str:
+    """platform.machine() in wheel-tag spelling ('arm64' -> 'aarch64', 'AMD64' -> 'x86_64')."""
+    from factory.errors import CellError
+    from factory.matrix.cell import parse_platform
+
+    raw = platform.machine() if raw is None else raw
+    try:
+        return parse_platform(raw or "x86_64")
+    except CellError:
+        return raw.lower()
+
+
+def read_host(*, python_exe: str | None = None, nvidia_smi_output: Path | None = None,
+              machine: str | None = None) -> HostInfo:
     exe = python_exe or sys.executable
     probe = probe_torch(exe)
     torch_full = probe.get("torch")
@@ -245,7 +274,7 @@ def read_host(*, python_exe: str | None = None, nvidia_smi_output: Path | None =
         gpu_source=source,
         gpu_note=note,
         glibc=glibc_version(),
-        machine=platform.machine() or "x86_64",
+        machine=host_machine(machine),
     )
 
 
@@ -297,8 +326,7 @@ class IndexFile:
         """The per-variant index this file is on: 'cu130-torch2.14-sm100' (see tags.py)."""
         if self.local is None:
             return None
-        return variant_name(cuda=self.local.cuda, torch_minor=self.local.torch_minor,
-                            archs=self.local.archs, platform=wheel_platform(self.platforms))
+        return self.local.variant
 
 
 def _file_from_link(anchor: Anchor) -> IndexFile | None:
@@ -705,6 +733,9 @@ def render_text(report: DoctorReport) -> str:
     else:
         lines.append(f"  gpu         none found ({h.gpu_note or 'no NVIDIA GPU'})")
     lines.append(f"  glibc       {'%d.%d' % h.glibc if h.glibc else 'unknown'} ({h.machine})")
+    if h.grace:
+        lines.append(f"  platform    {h.machine}: a Grace host ({h.grace}); "
+                     "wheels must be *_aarch64")
     lines.append(f"  variant     {h.variant or '-'}")
     if report.index:
         lines.append(f"index {report.index}")

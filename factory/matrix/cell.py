@@ -1,7 +1,9 @@
-"""A Cell: one (package, version, torch, CUDA, arch set, Python) combination.
+"""A Cell: one (package, version, torch, CUDA, arch set, Python, CPU platform) combination.
 
 The cell id is human-readable and parseable back (``Cell.from_id``); the content key hashes the
-values plus the recipe revision and decides "already built".
+values plus the recipe revision and decides "already built". The CPU platform (``x86_64``, the
+default, or ``aarch64``) shows in the id and the key only when it is not the default, so every
+x86_64 cell keeps the id and key it had before the axis existed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import CellError
+
+# The CPU platforms a cell can target, as wheel tags and `uname -m` spell them.
+PLATFORMS = ("x86_64", "aarch64")
+DEFAULT_PLATFORM = "x86_64"
+_PLATFORM_ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64"}
 
 _ARCH_RE = re.compile(r"^(?:sm_?)?(\d{1,3})(?:\.(\d))?$")
 
@@ -57,6 +64,15 @@ def parse_python(text: str) -> tuple[int, int]:
     return 3, int(m.group(1))
 
 
+def parse_platform(text: str) -> str:
+    """'x86_64' / 'amd64' -> 'x86_64'; 'aarch64' / 'arm64' -> 'aarch64'."""
+    t = str(text).strip().lower()
+    t = _PLATFORM_ALIASES.get(t, t)
+    if t not in PLATFORMS:
+        raise CellError(f"unknown CPU platform {text!r}: use one of {', '.join(PLATFORMS)}")
+    return t
+
+
 def parse_version(text: str, what: str) -> Version:
     try:
         v = Version(str(text))
@@ -75,6 +91,7 @@ class Cell:
     cuda: str  # "13.0"
     archs: tuple[int, ...]  # sorted sm numbers, e.g. (100,)
     python: str  # "3.11"
+    platform: str = DEFAULT_PLATFORM  # the CPU the wheel runs on: "x86_64" or "aarch64"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "package", canonicalize_name(self.package))
@@ -88,6 +105,7 @@ class Cell:
         if not archs:
             raise CellError("a cell needs at least one GPU arch")
         object.__setattr__(self, "archs", archs)
+        object.__setattr__(self, "platform", parse_platform(self.platform))
 
     # -- derived values ------------------------------------------------------------------
     @property
@@ -123,22 +141,25 @@ class Cell:
     @property
     def id(self) -> str:
         archs = "+".join(f"sm{a}" for a in self.archs)
+        suffix = "" if self.platform == DEFAULT_PLATFORM else f"-{self.platform}"
         return (
             f"{self.package}-{self.version}-torch{self.torch}-{self.cuda_tag}-{archs}-{self.python_tag}"
+            f"{suffix}"
         )
 
     @classmethod
     def from_id(cls, cell_id: str) -> Cell:
         m = re.fullmatch(
             r"(?P<pkg>[a-z0-9][a-z0-9._-]*?)-(?P<ver>[0-9][^-]*)-torch(?P<torch>[0-9][^-]*)"
-            r"-cu(?P<cu>\d{2,4})-(?P<archs>sm\d+(?:\+sm\d+)*)-cp3(?P<py>\d{1,2})",
+            r"-cu(?P<cu>\d{2,4})-(?P<archs>sm\d+(?:\+sm\d+)*)-cp3(?P<py>\d{1,2})"
+            r"(?:-(?P<plat>[a-z0-9_]+))?",
             cell_id.strip().lower(),
         )
         if not m:
             raise CellError(
                 f"unparseable cell id {cell_id!r}",
-                tip="cell ids look like flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311; "
-                "'factory matrix' lists them",
+                tip="cell ids look like flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311 "
+                "(aarch64 cells end in -aarch64); 'factory matrix' lists them",
             )
         cu = m.group("cu")
         return cls(
@@ -148,12 +169,15 @@ class Cell:
             cuda=f"{cu[:2]}.{cu[2:]}" if len(cu) >= 3 else f"{cu[0]}.{cu[1]}",
             archs=tuple(int(a[2:]) for a in m.group("archs").split("+")),
             python=f"3.{m.group('py')}",
+            platform=m.group("plat") or DEFAULT_PLATFORM,
         )
 
     def content_key(self, recipe_revision: str, *, manylinux: str | None = None) -> str:
         """``manylinux``: the promised glibc floor ("2_28"); a wheel for another floor is
-        another build."""
+        another build. The platform is left out for x86_64 (keys from before the axis stay)."""
         values: dict[str, object] = {**self.as_dict(), "recipe_revision": recipe_revision}
+        if self.platform == DEFAULT_PLATFORM:
+            del values["platform"]
         if manylinux is not None:
             values["manylinux"] = manylinux
         payload = json.dumps(values, sort_keys=True).encode()
@@ -167,4 +191,5 @@ class Cell:
             "cuda": self.cuda,
             "archs": list(self.archs),
             "python": self.python,
+            "platform": self.platform,
         }

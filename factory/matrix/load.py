@@ -18,13 +18,23 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from factory.matrix.cell import Cell, parse_arch, parse_cuda, parse_python, parse_version
+from factory.matrix.cell import (
+    DEFAULT_PLATFORM,
+    Cell,
+    parse_arch,
+    parse_cuda,
+    parse_platform,
+    parse_python,
+    parse_version,
+)
 from factory.errors import CellError, ConfigError, ConfigErrors
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
 from factory.recipes import Recipe, get_recipe
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
 
-AXES = ("torch", "cuda", "archs", "python")
+AXES = ("torch", "cuda", "archs", "python", "platform")
+# Axes a matrix may leave out, and the value they then take.
+AXIS_DEFAULTS: dict[str, list[Any]] = {"platform": [DEFAULT_PLATFORM]}
 TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes"}
 PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", "manylinux", *AXES}
 RULE_KEYS = {"package", "version", *AXES, "reason", "manylinux"}
@@ -194,7 +204,16 @@ def wheel_filename(cell: Cell, recipe: Recipe, plat: str) -> str:
     return f"{dist}-{cell.version}+{local}-{cell.python_tag}-{cell.python_tag}-{plat}.whl"
 
 
-def default_plat(settings: Settings, python: str | None = None) -> str:
+def default_plat(
+    settings: Settings, python: str | None = None, platform: str = DEFAULT_PLATFORM
+) -> str:
+    """The wheel's platform tag: the build environment's glibc floor, the cell's CPU."""
+    from factory.matrix.tags import plat_for_platform
+
+    return plat_for_platform(_environment_plat(settings, python), platform)
+
+
+def _environment_plat(settings: Settings, python: str | None) -> str:
     if settings.plat != "auto":
         return settings.plat
     if settings.runner == "local":
@@ -210,11 +229,12 @@ def default_plat(settings: Settings, python: str | None = None) -> str:
     return plat_for_image(settings.image_for(python))
 
 
-def cell_plat(settings: Settings, python: str, manylinux: str) -> str:
-    """The platform tag a cell's wheel promises: its floor's, or the builder's for "auto"."""
+def cell_plat(settings: Settings, cell: Cell, manylinux: str) -> str:
+    """The platform tag a cell's wheel promises: its floor's, or the builder's for "auto";
+    for the cell's CPU."""
     if manylinux == "auto":
-        return default_plat(settings, python)
-    return f"manylinux_{manylinux}_x86_64"
+        return default_plat(settings, cell.python, cell.platform)
+    return f"manylinux_{manylinux}_{cell.platform}"
 
 
 def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
@@ -237,7 +257,7 @@ def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
         source=pkg.source,
         sha256=pkg.sha256,
         content_key=cell.content_key(pkg.recipe.revision, manylinux=floor),
-        wheel=wheel_filename(cell, pkg.recipe, cell_plat(settings, cell.python, floor)),
+        wheel=wheel_filename(cell, pkg.recipe, cell_plat(settings, cell, floor)),
         manylinux=floor,
     )
 
@@ -260,6 +280,9 @@ def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str, cell_axes: Ma
                 return False
         elif axis == "cuda":
             if parse_cuda(str(want)) != parse_cuda(have):
+                return False
+        elif axis == "platform":
+            if parse_platform(str(want)) != have:
                 return False
         elif axis == "torch" and len(Version(str(want)).release) == 2:
             # 'torch = "2.14"' means every 2.14.x, as the variant and the pin do.
@@ -412,6 +435,8 @@ def _package(name: str, spec: Any, *, root: Path,
     axes = dict(global_axes or {})
     axes.update(_parse_axes({k: spec[k] for k in AXES if k in spec}, f"packages.{name}"))
     for axis in AXES:
+        if axis not in axes and axis in AXIS_DEFAULTS:
+            axes[axis] = list(AXIS_DEFAULTS[axis])
         if axis not in axes and global_axes is not None:  # else [axes] has its own problem
             raise ConfigError(f"{where} has no {axis} axis and [axes] sets none")
     floor = check_manylinux(spec["manylinux"], where) if "manylinux" in spec else None
@@ -459,13 +484,16 @@ def _expand(matrix: Matrix, *, excludes: list[dict[str, Any]], includes: list[di
     A cell that cannot be planned is a problem of its own (the same one reported once)."""
     cells: dict[Cell, PlannedCell] = {}
     for pkg in matrix.packages.values():
-        for version, torch, cuda, archs, python in itertools.product(
-            pkg.versions, pkg.axes["torch"], pkg.axes["cuda"], pkg.axes["archs"], pkg.axes["python"]
+        for version, torch, cuda, archs, python, platform in itertools.product(
+            pkg.versions, pkg.axes["torch"], pkg.axes["cuda"], pkg.axes["archs"],
+            pkg.axes["python"], pkg.axes["platform"],
         ):
-            values = {"torch": torch, "cuda": cuda, "archs": archs, "python": python}
+            values = {"torch": torch, "cuda": cuda, "archs": archs, "python": python,
+                      "platform": platform}
             if any(_rule_matches(r, pkg.name, version, values) for r in excludes):
                 continue
-            cell = Cell(package=pkg.name, version=version, torch=torch, cuda=cuda, archs=archs, python=python)
+            cell = Cell(package=pkg.name, version=version, torch=torch, cuda=cuda, archs=archs,
+                        python=python, platform=platform)
             with problems.part():
                 cells[cell] = plan_cell(cell, pkg, matrix)
     for i, rule in enumerate(includes):
@@ -484,7 +512,7 @@ def _included_cell(rule: Mapping[str, Any], where: str,
     if "package" not in rule:
         raise ConfigError(f"{where} needs package")
     pkg = packages[canonicalize_name(str(rule["package"]))]
-    missing = [a for a in AXES if a not in rule]
+    missing = [a for a in AXES if a not in rule and a not in AXIS_DEFAULTS]
     if missing:
         raise ConfigError(f"{where} needs {', '.join(missing)}")
     version = str(rule.get("version", pkg.versions[0]))
@@ -492,10 +520,10 @@ def _included_cell(rule: Mapping[str, Any], where: str,
         parse_version(version, pkg.name)
     except CellError as exc:
         raise ConfigError(f"{where}: {exc.message}") from None
-    values = _parse_axes({a: rule[a] for a in AXES}, where)
+    values = {**AXIS_DEFAULTS, **_parse_axes({a: rule[a] for a in AXES if a in rule}, where)}
     cell = Cell(
         package=pkg.name, version=version, torch=values["torch"][0], cuda=values["cuda"][0],
-        archs=values["archs"][0], python=values["python"][0],
+        archs=values["archs"][0], python=values["python"][0], platform=values["platform"][0],
     )
     return pkg, cell
 
@@ -512,6 +540,8 @@ def _parse_axes(raw: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
             out[axis] = _scalar_axis(value, w, parse_cuda)
         elif axis == "python":
             out[axis] = _scalar_axis(value, w, parse_python)
+        elif axis == "platform":
+            out[axis] = [parse_platform(v) for v in _scalar_axis(value, w, parse_platform)]
     return out
 
 

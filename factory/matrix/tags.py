@@ -13,9 +13,10 @@ Scheme: ``<version>+cu{MAJ}{MIN}torch{MAJ}.{MIN}[sm{A}[.{B}...]]``.
 The variant name (the index's ``<variant>/simple/`` directory) holds everything a resolver
 could otherwise confuse: ``cu130-torch2.14`` for the package's default arch set, plus
 ``-sm100`` / ``-sm90.100`` for any other arch set (PEP 440 compares ``11sm90`` above ``11sm100``
-as text, so two arch sets behind one URL would resolve to sm90 on every host), plus the
-platform when it is not x86_64 (``cu130-torch2.14-sm100-aarch64``). One URL, one build per
-version.
+as text, so two arch sets behind one URL would resolve to sm90 on every host). The CPU is not
+in it: the x86_64 and aarch64 wheels of one cell differ only in their platform tag, which pip
+and uv already choose by, so one URL serves every host of that variant (PyPI's own layout). One
+URL, one build per version and CPU.
 
 The tag round-trips: ``parse_local(local_tag(...))`` gives the values back, and
 ``cell_from_wheel_filename`` rebuilds the cell (given the package's default arch set; the tag
@@ -33,6 +34,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import CellError, WheelError
+from factory.matrix.cell import DEFAULT_PLATFORM
 
 if TYPE_CHECKING:
     from factory.matrix.cell import Cell
@@ -43,9 +45,8 @@ _LOCAL_RE = re.compile(
 )
 _MINOR_RE = re.compile(r"\d+\.\d+")
 # Every variant name the index has ever used: 'cu130-torch2.14' (also the pre-arch names of
-# already published wheels), '-sm100', '-sm90.100', and a platform suffix ('-aarch64').
-VARIANT_RE = re.compile(r"^cu\d{3,4}-torch\d+\.\d+(?:-sm\d+(?:\.\d+)*)?(?:-[a-z][a-z0-9_]*)?$")
-DEFAULT_PLATFORM = "x86_64"
+# already published wheels), '-sm100', '-sm90.100'.
+VARIANT_RE = re.compile(r"^cu\d{3,4}-torch\d+\.\d+(?:-sm\d+(?:\.\d+)*)?$")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -59,16 +60,12 @@ class LocalTag:
         return variant_name(cuda=self.cuda, torch_minor=self.torch_minor, archs=self.archs)
 
 
-def variant_name(
-    *, cuda: str, torch_minor: str, archs: Iterable[int] | None, platform: str = DEFAULT_PLATFORM
-) -> str:
-    """'cu130-torch2.14' (default arch set), 'cu130-torch2.14-sm100', '...-sm100-aarch64'."""
+def variant_name(*, cuda: str, torch_minor: str, archs: Iterable[int] | None) -> str:
+    """'cu130-torch2.14' (default arch set), 'cu130-torch2.14-sm100'."""
     maj, mnr = cuda.split(".")
     name = f"cu{maj}{mnr}-torch{torch_minor}"
     if archs is not None:
         name += "-sm" + ".".join(str(a) for a in sorted(set(archs)))
-    if platform != DEFAULT_PLATFORM:
-        name += f"-{platform}"
     return name
 
 
@@ -141,6 +138,30 @@ def parse_local(local: str) -> LocalTag:
     )
 
 
+_PLAT_MACHINE_RE = re.compile(
+    r"^(?P<base>(?:many|musl)?linux(?:_\d+_\d+|1|2010|2014)?)"
+    r"_(?P<machine>x86_64|aarch64|i686|ppc64le|s390x|armv7l)$"
+)
+
+
+def plat_for_platform(plat: str, platform: str) -> str:
+    """The same platform tag for another CPU: ('manylinux_2_36_x86_64', 'aarch64') ->
+    'manylinux_2_36_aarch64'. The glibc floor is the build environment's; only the machine
+    changes."""
+    m = _PLAT_MACHINE_RE.match(plat)
+    if not m:
+        raise WheelError(f"platform tag {plat!r} names no CPU this factory knows")
+    return f"{m.group('base')}_{platform}"
+
+
+def platform_of_plat(plat: str) -> str:
+    """'manylinux_2_28_aarch64' -> 'aarch64'."""
+    m = _PLAT_MACHINE_RE.match(plat)
+    if not m:
+        raise WheelError(f"platform tag {plat!r} names no CPU this factory knows")
+    return m.group("machine")
+
+
 def torch_pin(torch_minor: str) -> str:
     return f"torch=={torch_minor}.*"
 
@@ -168,15 +189,7 @@ def variant_of_filename(filename: str) -> str | None:
 
     None when the wheel carries no factory tag."""
     lt = local_tag_of_filename(filename)
-    if lt is None:
-        return None
-    tags = _parse_filename(filename)[3]
-    return variant_name(
-        cuda=lt.cuda,
-        torch_minor=lt.torch_minor,
-        archs=lt.archs,
-        platform=wheel_platform(t.platform for t in tags),
-    )
+    return None if lt is None else lt.variant
 
 
 def split_version(version: str) -> tuple[str, str | None]:
@@ -211,6 +224,9 @@ def cell_from_wheel_filename(
         if f"{tv.major}.{tv.minor}" != lt.torch_minor:
             raise WheelError(f"{filename}: tagged for torch {lt.torch_minor}, not torch {torch}")
     interps = sorted({t.interpreter for t in tags})
+    plats = sorted(
+        {platform_of_plat(t.platform) for t in tags if _PLAT_MACHINE_RE.match(t.platform)}
+    )
     if len(interps) != 1 or not re.fullmatch(r"cp3\d+", interps[0]):
         raise WheelError(
             f"{filename}: expected one CPython tag like cp311, got {'.'.join(interps)}"
@@ -223,6 +239,7 @@ def cell_from_wheel_filename(
             cuda=lt.cuda,
             archs=archs,
             python=f"3.{interps[0][3:]}",
+            **({"platform": plats[0]} if len(plats) == 1 else {}),
         )
     except CellError as exc:
         raise WheelError(f"{filename}: {exc.message}") from None

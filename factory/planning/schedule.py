@@ -29,6 +29,7 @@ import tomllib
 
 from factory.errors import ConfigError, PlanError
 from factory.matrix.load import PlannedCell
+from factory.matrix.tags import wheel_platform
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import plan_for
 from factory.planning.replay import contention_factor
@@ -50,7 +51,11 @@ class Builder:
     labels: tuple[str, ...] = ()
 
     def builds(self, plat: str) -> bool:
-        return plat.endswith("_" + self.platform) or plat == self.platform
+        """Cells for its own CPU, and the ones it cross-builds (factory.toolchain.cross)."""
+        from factory.toolchain.cross import can_build
+
+        machine = wheel_platform([plat])
+        return can_build(builder=self.platform, target=machine)
 
 
 def load_builders(path: Path) -> tuple[Builder, ...]:

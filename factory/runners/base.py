@@ -28,6 +28,7 @@ INSIDE = {
     "run": f"{INSIDE_ROOT}/run",
     "log": f"{INSIDE_ROOT}/log",
     "sysroot": f"{INSIDE_ROOT}/sysroot",
+    "target_wheelhouse": f"{INSIDE_ROOT}/target-wheelhouse",
 }
 
 LineCallback = Callable[[str], None]
@@ -56,6 +57,27 @@ class BuildJob:
     # the glibc sysroot (factory.toolchain.sysroot) the compilers link against; None: the
     # builder's own glibc and libstdc++
     sysroot: Path | None = None
+    # A cross build (factory.toolchain.cross): the CPU the wheel is for, where its torch comes
+    # from (the target wheelhouse) and what is unpacked from there; None: a native build.
+    cross_target: str | None = None
+    target_wheelhouse: Path | None = None
+    target_requirements: tuple[str, ...] = ()
+    target_pip_platforms: tuple[str, ...] = ()
+
+    def inside_cross(self, venv: str, wheelhouse: str) -> dict[str, Any] | None:
+        """The job file's ``cross`` section, with the runner's paths (None: a native build).
+        The target's files live in the venv, which is made for this target alone."""
+        if self.cross_target is None:
+            return None
+        from factory.toolchain.cross import inside_cross
+
+        return inside_cross(
+            target=self.cross_target, python=self.python,
+            target_dir=f"{venv}/target-{self.cross_target}",
+            wheelhouse=wheelhouse, requirements=self.target_requirements,
+            pip_platforms=list(self.target_pip_platforms),
+            compilers=self.sysroot is None,  # else the sysroot's wrappers (CC, CXX, LDSHARED)
+        )
 
     @property
     def python_tag(self) -> str:

@@ -165,6 +165,7 @@ class DockerRunner:
             "report": f"{INSIDE['log']}/{job.log_path.name}.report.json",
             "env": {**job.env, **sysroot_env(job.sysroot, INSIDE["sysroot"])},
             "cuda_home": INSIDE["cuda"] if job.cuda_home else None,
+            "cross": job.inside_cross(INSIDE["venv"], INSIDE["target_wheelhouse"]),
             "cache": (
                 inside_config(root=INSIDE["cache"], size=job.cache_size, normalize_paths=True)
                 if job.cache_dir else None
@@ -190,6 +191,10 @@ class DockerRunner:
             vols[str(job.cache_dir.resolve())] = {"bind": INSIDE["cache"], "mode": "rw"}
         if job.sysroot:
             vols[str(job.sysroot.resolve())] = {"bind": INSIDE["sysroot"], "mode": "ro"}
+        if job.target_wheelhouse:
+            vols[str(job.target_wheelhouse.resolve())] = {
+                "bind": INSIDE["target_wheelhouse"], "mode": "ro"
+            }
         return vols
 
     def create_kwargs(self, job: BuildJob, *, name: str, run_dir: Path | str) -> dict[str, Any]:
@@ -241,11 +246,16 @@ class DockerRunner:
         """Make the builder image when it is missing. An image that brings its own toolkit
         (``cuda_home`` None: docker/Dockerfile.cuda) is the user's, used as it is: ``run``
         says so when it does not exist."""
-        if job.cuda_home is None:
-            return
-        from factory.toolchain.python_image import ensure_builder_image
+        from factory.toolchain.cross import base_of_cross_image, ensure_cross_image
 
-        ensure_builder_image(self._image(job))
+        image = self._image(job)
+        base = base_of_cross_image(image, job.cross_target) if job.cross_target else image
+        if job.cuda_home is not None:
+            from factory.toolchain.python_image import ensure_builder_image
+
+            ensure_builder_image(base)
+        if job.cross_target:  # the base plus the target's cross compiler, made once
+            ensure_cross_image(base, target=job.cross_target, python=job.python)
 
     def run(self, job: BuildJob, *, on_line: LineCallback | None = None) -> RunResult:
         client = self.client

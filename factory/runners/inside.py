@@ -51,6 +51,7 @@ COMPILERS = {
     "c++",
     "cc",
     "x86_64-linux-gn",
+    "aarch64-linux-g",  # the cross compilers (comm is cut at 15 characters)
     "clang",
     "clang++",
     "lto-wrapper",
@@ -488,6 +489,119 @@ def _prepare_interpreter(
     return 0, python, path_prefix
 
 
+def _prepare_target(
+    cross: dict[str, Any], python: str, log: Log, report: dict[str, Any]
+) -> tuple[int, dict[str, str]]:
+    """A cross build: unpack the target's torch and CUDA runtime (``pip install --target`` for
+    the target's platform tags: no emulation), once per requirement set; return the build's
+    environment (factory.toolchain.cross says why each variable)."""
+    target = Path(cross["target_dir"])
+    stamp = target / ".factory-target"
+    key = hashlib.sha256(
+        json.dumps([cross["requirements"], cross["pip_args"]], sort_keys=True).encode()
+    ).hexdigest()
+    if not stamp.exists() or stamp.read_text().strip() != key:
+        report["phase"] = "target"
+        if target.exists():
+            subprocess.run(["rm", "-rf", str(target)], check=False)
+        t0 = time.monotonic()
+        code = run_step(
+            [python, "-m", "pip", "install", "--no-index", "--find-links", cross["wheelhouse"],
+             "--target", str(target), *cross["pip_args"], *cross["requirements"]],
+            env=_clean_env({}), cwd=None, log=log,
+        )
+        report["target_install_seconds"] = round(time.monotonic() - t0, 1)
+        if code != 0:
+            return code, {}
+        stamp.write_text(key + "\n")
+    torch_include = target / "torch" / "include"
+    includes = [torch_include, torch_include / "torch" / "csrc" / "api" / "include"]
+    libs = [target / "torch" / "lib"]
+    for cudart in sorted(target.glob("nvidia/*/lib/libcudart.so.*")):
+        # the runtime wheels ship only libcudart.so.N; -lcudart needs the unversioned name
+        link = cudart.with_name("libcudart.so")
+        if not link.exists():
+            link.symlink_to(cudart.name)
+        libs.append(cudart.parent)
+    env = dict(cross["env"])
+    code, extra_include, sysconfig_dir = _target_python_config(python, target, env, log)
+    if code != 0:
+        return code, {}
+    includes += extra_include
+    if sysconfig_dir:
+        env["PYTHONPATH"] = sysconfig_dir
+    inc = " ".join(f"-I{d}" for d in includes)
+    env.update({
+        "CFLAGS": inc, "CXXFLAGS": inc, "NVCC_PREPEND_FLAGS": inc,
+        "LDFLAGS": " ".join(f"-L{d}" for d in dict.fromkeys(libs)),
+    })
+    log.line(f"factory: cross build for {cross['target']}: target torch from {target}")
+    return 0, env
+
+
+# Run by the build's Python: where its stdlib and headers are, and its build-time variables.
+_PY_CONFIG = """
+import importlib, json, sys, sysconfig
+name = sysconfig._get_sysconfigdata_name()
+json.dump({"stdlib": sysconfig.get_path("stdlib"), "include": sysconfig.get_path("include"),
+           "vars": importlib.import_module(name).build_time_vars}, sys.stdout)
+"""
+_X86_ONLY_FLAG = re.compile(r"^(-m\S+|-fcf-protection\S*)$")
+
+
+def _target_python_config(
+    python: str, target: Path, env: dict[str, str], log: Log
+) -> tuple[int, list[Path], str | None]:
+    """What the target's Python headers and sysconfig data would give, for build Pythons that do
+    not ship them (Debian has them as multiarch packages, libpython3.X-dev:arm64; a pyenv or
+    standalone Python, or a GPU box without the package, has only its own): a sysconfigdata
+    module made from the build Python's, for the target's triplet and compilers, and the
+    multiarch pyconfig.h that Debian's pyconfig.h dispatcher includes. Both CPUs are LP64
+    little-endian Linux: the values that differ are the names this rewrites."""
+    name = env["_PYTHON_SYSCONFIGDATA_NAME"]
+    triplet = name.removeprefix("_sysconfigdata__")
+    proc = subprocess.run([python, "-c", _PY_CONFIG], capture_output=True, text=True,
+                          env=_clean_env({}))
+    if proc.returncode != 0:
+        log.line(f"factory: cannot read the build Python's configuration: {proc.stderr.strip()}")
+        return proc.returncode, [], None
+    info = json.loads(proc.stdout)
+    extra_include: list[Path] = []
+    header = Path(info["include"]) / "pyconfig.h"
+    version = Path(info["include"]).name  # python3.11
+    if header.is_file() and f"{triplet}/{version}/pyconfig.h" in header.read_text(errors="replace"):
+        wanted = Path("/usr/include") / triplet / version / "pyconfig.h"
+        if not wanted.is_file():
+            own = next(Path("/usr/include").glob(f"*-linux-gnu/{version}/pyconfig.h"), None)
+            if own is None:
+                log.line(f"factory: {header} includes {wanted}, which is missing")
+                return 1, [], None
+            made = target / "_include" / triplet / version / "pyconfig.h"
+            made.parent.mkdir(parents=True, exist_ok=True)
+            made.write_text(own.read_text())
+            extra_include.append(target / "_include")
+            log.line(f"factory: no {wanted}: using {own} for {triplet}")
+    if (Path(info["stdlib"]) / f"{name}.py").is_file():
+        return 0, extra_include, None
+    host_triplet = next((t for t in ("x86_64-linux-gnu", "aarch64-linux-gnu") if t != triplet), "")
+    values = {}
+    for key, value in info["vars"].items():
+        if isinstance(value, str):
+            value = value.replace(host_triplet, triplet)
+            if "FLAGS" in key or key in ("OPT", "CONFIGURE_CFLAGS", "CFLAGSFORSHARED"):
+                value = " ".join(t for t in value.split() if not _X86_ONLY_FLAG.match(t))
+        values[key] = value
+    cc, cxx = env["CC"], env["CXX"]
+    values.update({"CC": cc, "CXX": cxx, "LDSHARED": f"{cc} -shared",
+                   "LDCXXSHARED": f"{cxx} -shared", "BLDSHARED": f"{cc} -shared",
+                   "MULTIARCH": triplet})
+    made_dir = target / "_sysconfig"
+    made_dir.mkdir(parents=True, exist_ok=True)
+    (made_dir / f"{name}.py").write_text(f"build_time_vars = {values!r}\n")
+    log.line(f"factory: the build Python has no {name}: made one from its own for {triplet}")
+    return 0, extra_include, str(made_dir)
+
+
 class Build:
     """One run of the job: its steps, and the report they fill in (written even when a step
     fails or the runner goes away)."""
@@ -513,10 +627,13 @@ class Build:
         # 1-2. the interpreter and the requirements (another build may share the venv: lock it).
         with _venv_lock(job.get("venv")):
             self.code, python, path_prefix = _prepare_interpreter(job, log, self.report)
+            cross_env: dict[str, str] = {}
+            if self.code == 0 and job.get("cross"):
+                self.code, cross_env = _prepare_target(job["cross"], python, log, self.report)
         if self.code != 0:
             return self.code
         # 3. the build environment.
-        extra = self.environment(path_prefix)
+        extra = self.environment(path_prefix, cross_env)
         if extra is None:
             self.code = 2
             return self.code
@@ -529,12 +646,14 @@ class Build:
         self.build_wheel(python, env, extra)
         return self.code
 
-    def environment(self, path_prefix: list[str]) -> dict[str, str] | None:
-        """The recipe's variables, CUDA and the compile cache on top of ours; None when the
-        cache is on but sccache is missing."""
+    def environment(
+        self, path_prefix: list[str], cross_env: dict[str, str]
+    ) -> dict[str, str] | None:
+        """The recipe's variables, a cross build's compilers, CUDA and the compile cache on top
+        of ours; None when the cache is on but sccache is missing."""
         job = self.job
         cuda_home = job.get("cuda_home")
-        extra = dict(job.get("env", {}))
+        extra = {**dict(job.get("env", {})), **cross_env}
         if cuda_home:
             extra["CUDA_HOME"] = cuda_home
             path_prefix.append(str(Path(cuda_home) / "bin"))

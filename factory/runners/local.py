@@ -306,6 +306,12 @@ class LocalRunner:
             "report": str(report),
             "env": {**job.env, **sysroot_env(job.sysroot)},
             "cuda_home": str(job.cuda_home.resolve()) if job.cuda_home else None,
+            "cross": (
+                # without a venv of its own, the target's files go next to the build tree
+                job.inside_cross(venv or str(job.src_dir.parent.resolve()),
+                                 str(job.target_wheelhouse.resolve()))
+                if job.target_wheelhouse else None
+            ),
             "cache": (
                 {
                     **inside_config(root=str(job.cache_dir.resolve()), size=job.cache_size,

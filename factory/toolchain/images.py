@@ -160,6 +160,28 @@ def debootstrap(root: Path, *, suite: str, packages: tuple[str, ...], mirror: st
                 item.unlink()
 
 
+def debootstrap_foreign(root: Path, *, suite: str, arch: str, packages: tuple[str, ...],
+                        mirror: str, log: Path) -> None:
+    """The files of a Debian ``suite`` for another CPU (``arch``: dpkg's name, 'arm64') with
+    ``packages``, in ``root``: ``debootstrap --foreign`` downloads, then every .deb is unpacked
+    with ``dpkg-deb -x``. Nothing runs (no emulated second stage, no maintainer scripts): what
+    compiles, links or runs under qemu-user needs the files, not configured packages."""
+    find_program("debootstrap", error=EngineError)
+    find_program("dpkg-deb", error=EngineError)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    run_command(
+        ["debootstrap", "--foreign", f"--arch={arch}", "--variant=minbase",
+         f"--include={','.join(packages)}", suite, root, mirror],
+        log_path=log,
+        error=EngineError,
+        what=f"debootstrap --foreign --arch={arch}",
+    )
+    for deb in sorted((root / "var/cache/apt/archives").glob("*.deb")):
+        run_command(["dpkg-deb", "-x", deb, root], log_path=log, error=EngineError, echo=False,
+                    what=f"dpkg-deb -x {deb.name}")
+        deb.unlink()
+
+
 def _debootstrap_tarball(tarball: Path, *, suite: str, mirror: str) -> None:
     tarball.parent.mkdir(parents=True, exist_ok=True)
     log = tarball.parent / f"debootstrap-{suite}.log"

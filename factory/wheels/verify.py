@@ -40,7 +40,8 @@ _MANYLINUX_RE = re.compile(r"manylinux(_\d+_\d+|1|2010|2014)_")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Check:
-    # 'archs', 'filename', 'metadata', 'local-tag', 'torch-pin', 'platform', 'record', 'glibc',
+    # 'archs', 'filename', 'metadata', 'local-tag', 'torch-pin', 'platform', 'record', 'cpu',
+    # 'glibc',
     # 'import'
     name: str
     ok: bool  # a skipped check is ok (it found nothing wrong) and says why it was skipped
@@ -224,6 +225,48 @@ def check_archs(
     )
 
 
+# -- the CPU of every ELF file ---------------------------------------------------------------------
+def elf_machine(header: bytes) -> int | None:
+    """e_machine of an ELF header (its first 20 bytes), None when it is not ELF."""
+    if len(header) < 20 or header[:4] != b"\x7fELF":
+        return None
+    order = "little" if header[5] == 1 else "big"
+    return int.from_bytes(header[18:20], order)
+
+
+def check_cpu(info: WheelInfo) -> Check:
+    """Every ELF file in the wheel is for the CPU its platform tag names (a cross build that
+    fell back to the builder's own compiler produces x86-64 objects in an aarch64 wheel)."""
+    from factory.matrix.tags import platform_of_plat
+    from factory.toolchain.cross import CPU_PLATFORMS
+
+    try:
+        cpus = {platform_of_plat(p) for p in info.platforms}
+    except WheelError as exc:
+        return Check(name="cpu", ok=False, detail=exc.message)
+    if len(cpus) != 1 or not cpus <= set(CPU_PLATFORMS):
+        return Check(name="cpu", ok=False, detail=f"platform tags name CPUs {sorted(cpus)}")
+    cpu = CPU_PLATFORMS[cpus.pop()]
+    by_machine = {p.elf_machine: p.elf_name for p in CPU_PLATFORMS.values()}
+    wrong, count = [], 0
+    with zipfile.ZipFile(info.path) as zf:
+        for member in zf.namelist():
+            with zf.open(member) as fh:
+                machine = elf_machine(fh.read(20))
+            if machine is None:
+                continue
+            count += 1
+            if machine != cpu.elf_machine:
+                wrong.append(f"{member} is {by_machine.get(machine, f'machine {machine}')}")
+    if not count:
+        return Check(name="cpu", ok=False, detail="no ELF file in the wheel")
+    if wrong:
+        return Check(name="cpu", ok=False,
+                     detail=f"wanted {cpu.elf_name}: " + "; ".join(wrong[:3])
+                     + (f" (+{len(wrong) - 3} more)" if len(wrong) > 3 else ""))
+    return Check(name="cpu", ok=True, detail=f"{count} ELF file(s), all {cpu.elf_name}")
+
+
 # -- tags and metadata ----------------------------------------------------------------------------
 
 
@@ -404,22 +447,50 @@ def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _modules(info: WheelInfo) -> list[str]:
+    modules = list(info.top_level)
+    # torch first, as every user does: extensions rely on it having loaded libtorch.
+    if modules and info.torch_requirements() and "torch" not in modules:
+        modules.insert(0, "torch")
+    return modules
+
+
+def _import_code(modules: list[str]) -> str:
+    code = "; ".join(f"import {m}" for m in modules)
+    if "torch" in modules:
+        code += "; print('torch', torch.__version__)"
+    return code
+
+
 def check_import(
     info: WheelInfo,
     *,
     wheelhouse: Path | None,
     echo: Callable[[str], None] | None = None,
     log_path: Path | None = None,
+    sysroots: Path | None = None,
 ) -> Check:
+    """Install into a clean environment, offline, and import. A wheel for another CPU than this
+    host's is installed for its platform (host pip, ``--target``) and imported by the target's
+    Python under qemu-user (``sysroots``: where the target root filesystems are kept)."""
+    from factory.matrix.tags import platform_of_plat
+    from factory.toolchain.cross import builder_platform
+
+    try:
+        cpus = {platform_of_plat(p) for p in info.platforms}
+    except WheelError:
+        cpus = set()
+    if len(cpus) == 1 and cpus != {builder_platform()}:
+        return check_import_emulated(
+            info, target=cpus.pop(), wheelhouse=wheelhouse, echo=echo, log_path=log_path,
+            sysroots=sysroots,
+        )
     python, why = _python_for(info)
     if python is None:
         return Check(name="import", ok=True, skipped=True, detail=f"skipped: {why}")
-    modules = list(info.top_level)
+    modules = _modules(info)
     if not modules:
         return Check(name="import", ok=False, detail="the wheel has no importable top-level module")
-    # torch first, as every user does: extensions rely on it having loaded libtorch.
-    if info.torch_requirements() and "torch" not in modules:
-        modules.insert(0, "torch")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="factory-verify-") as tmp:
         venv = Path(tmp) / "venv"
@@ -462,9 +533,7 @@ def check_import(
                 f"{last_error_line(proc.stdout)}"
                 + ("" if wheelhouse else " (no wheelhouse given)"),
             )
-        code = "; ".join(f"import {m}" for m in modules)
-        if "torch" in modules:
-            code += "; print('torch', torch.__version__)"
+        code = _import_code(modules)
         # -I: nothing from the cwd or PYTHON* variables; no GPU visible, as on a build host.
         proc = run_program(
             [vpy, "-I", "-c", code],
@@ -493,6 +562,77 @@ def check_import(
     )
 
 
+def check_import_emulated(
+    info: WheelInfo,
+    *,
+    target: str,
+    wheelhouse: Path | None,
+    echo: Callable[[str], None] | None = None,
+    log_path: Path | None = None,
+    sysroots: Path | None = None,
+) -> Check:
+    """The import check of a wheel for another CPU: host pip installs it and its deps from the
+    (target's) wheelhouse for the target's platform tags into a clean directory, then the
+    target's Python imports it under qemu-user. No GPU and no target machine needed."""
+    from factory.toolchain.cross import ensure_target_sysroot, find_qemu, pip_for_platform
+    from factory.toolchain.wheelhouse import glibc_minor_of, platform_tags
+
+    cps = [i for i in info.interpreters if re.fullmatch(r"cp3\d+", i)]
+    if not cps:
+        return Check(name="import", ok=False,
+                     detail=f"no CPython tag in {', '.join(info.interpreters)}")
+    python = f"3.{cps[0][3:]}"
+    qemu = find_qemu(target)
+    if qemu is None:
+        return Check(name="import", ok=False,
+                     detail=f"qemu-{target} not found: the {target} import check runs under "
+                     "qemu-user (apt-get install qemu-user-static)")
+    modules = _modules(info)
+    if not modules:
+        return Check(name="import", ok=False, detail="the wheel has no importable top-level module")
+    sysroot = ensure_target_sysroot(sysroots or Path(".cache/factory/sysroots"), target=target,
+                                    python=python)
+    t0 = time.monotonic()
+    plats = platform_tags(glibc_minor_of(info.platforms[0]), target)
+    with tempfile.TemporaryDirectory(prefix="factory-verify-") as tmp:
+        site = Path(tmp) / "site"
+        argv: list[str | Path] = [
+            sys.executable, "-m", "pip", "install", "--no-index", "--no-compile", "--quiet",
+            "--target", site, *pip_for_platform(python, plats),
+        ]
+        if wheelhouse is not None:
+            argv += ["--find-links", wheelhouse]
+        argv.append(info.path.resolve())
+        proc = run_program(argv, error=VerifyError, what=f"pip install --target ({target})",
+                           env=_clean_env(), echo=echo, log_path=log_path, check=False,
+                           timeout=1800)
+        if proc.returncode != 0:
+            return Check(name="import", ok=False,
+                         detail=f"pip install --no-index for {target} failed: "
+                         f"{last_error_line(proc.stdout)}"
+                         + ("" if wheelhouse else " (no wheelhouse given)"))
+        code = f"import sys; sys.path.insert(0, {str(site)!r}); " + _import_code(modules)
+        proc = run_program(
+            [qemu, "-L", sysroot, sysroot / "usr" / "bin" / f"python{python}", "-I", "-c", code],
+            error=VerifyError, what=f"import check under {Path(qemu).name}",
+            # children of the emulated process find their libraries in the sysroot too
+            env=_clean_env({"CUDA_VISIBLE_DEVICES": "", "QEMU_LD_PREFIX": str(sysroot)}),
+            cwd=Path(tmp), echo=echo, log_path=log_path, check=False, timeout=1200,
+        )
+        if proc.returncode != 0:
+            return Check(name="import", ok=False,
+                         detail=f"{_import_code(modules)!r} under {Path(qemu).name} failed: "
+                         f"{last_error_line(proc.stdout)}")
+    torch_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("torch ")), "")
+    return Check(
+        name="import",
+        ok=True,
+        detail=f"installed for {target} (pip --target) and imported {', '.join(modules)} by "
+        f"{target} Python {python} under {Path(qemu).name}"
+        + (f" with {torch_line}" if torch_line else "") + f" in {time.monotonic() - t0:.0f}s",
+    )
+
+
 # -- the whole verification -----------------------------------------------------------------------
 def verify_wheel(
     path: Path,
@@ -505,6 +645,7 @@ def verify_wheel(
     allow_ptx: bool = False,
     echo: Callable[[str], None] | None = None,
     log_path: Path | None = None,
+    sysroots: Path | None = None,
 ) -> WheelReport:
     """Run every check on ``path``. With ``expected`` the wheel must be exactly that cell's.
 
@@ -530,6 +671,7 @@ def verify_wheel(
     checks, want_archs = _metadata_checks(info, expected, defaults)
     if expected is not None:
         want_archs = expected.cell.archs  # the plan decides, whatever the tag claims
+    checks.append(check_cpu(info))
     checks.append(check_archs(info, want_archs, allow_ptx=allow_ptx))
     try:
         floor: BinaryFloor | None = wheel_floor(path)
@@ -540,7 +682,8 @@ def verify_wheel(
         checks.append(check_floor(info.filename, floor))
     if import_check:
         try:
-            checks.append(check_import(info, wheelhouse=wheelhouse, echo=echo, log_path=log_path))
+            checks.append(check_import(info, wheelhouse=wheelhouse, echo=echo, log_path=log_path,
+                                       sysroots=sysroots))
         except FactoryError as exc:  # venv creation, timeouts: the check failed, say why
             checks.append(Check(name="import", ok=False, detail=exc.message))
     else:

@@ -66,6 +66,7 @@ def test_a_good_wheel_passes_every_check(tmp_path: Path, sos: dict[str, Path]) -
         "torch-pin",
         "platform",
         "record",
+        "cpu",
         "archs",
         "glibc",
         "import",

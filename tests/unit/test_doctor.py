@@ -235,7 +235,7 @@ def test_a_variant_needing_a_newer_glibc_than_the_host_is_named(
 
 
 def test_the_url_names_the_hosts_platform(tmp_path: Path) -> None:
-    """x86_64 and aarch64 builds of one cell: each host gets its own platform's variant URL."""
+    """x86_64 and aarch64 builds of one cell: one variant URL, each host its own CPU's wheel."""
     import dataclasses
 
     from index_wheels import variant_wheel
@@ -252,8 +252,52 @@ def test_the_url_names_the_hosts_platform(tmp_path: Path) -> None:
                     gpus=(Gpu(name="NVIDIA GB200", sm=100),), gpu_source="recorded", gpu_note=None,
                     glibc=(2, 39), machine="aarch64")
     (choice,) = diagnose(host, str(store.root), ["fa-demo"]).choices
-    assert choice.index_url and choice.index_url.endswith("/cu130-torch2.14-sm100-aarch64/simple/")
+    assert choice.index_url and choice.index_url.endswith("/cu130-torch2.14-sm100/simple/")
     assert choice.wheel and choice.wheel.endswith("_aarch64.whl")
     x86 = dataclasses.replace(host, machine="x86_64")
-    (choice,) = diagnose(x86, str(store.root), ["fa-demo"]).choices
-    assert choice.index_url and choice.index_url.endswith("/cu130-torch2.14-sm100/simple/")
+    (x86_choice,) = diagnose(x86, str(store.root), ["fa-demo"]).choices
+    assert x86_choice.index_url == choice.index_url
+    assert x86_choice.wheel and x86_choice.wheel.endswith("_x86_64.whl")
+
+
+@pytest.fixture(scope="module")
+def both_platforms(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """sm_100 builds for x86_64 (B200) and aarch64 (GB200) hosts, each with its planned tag."""
+    root = tmp_path_factory.mktemp("idx") / "platforms"
+    root.mkdir()
+    text = _matrix('[["10.0"]]').replace(
+        "[packages.", 'platform = ["x86_64", "aarch64"]\n[packages.'
+    )
+    cells = planned(write_matrix(root, text))
+    assert sorted(pc.cell.platform for pc in cells) == ["aarch64", "x86_64"]
+    for pc in cells:
+        plat = pc.wheel.removesuffix(".whl").split("-")[-1]
+        publish_build(root / "store", root / "dist", pc, plat=plat)
+    return root / "store"
+
+
+def test_grace_host_gets_the_aarch64_wheel_from_the_same_url(
+    both_platforms: Path, torch_dirs: dict[str, Path]
+) -> None:
+    url = both_platforms.resolve().as_uri()
+    line = f"pip install --extra-index-url {url}/cu130-torch2.14-sm100/simple/ flash-attn\n"
+    grace = doctor(both_platforms, "gb200.txt", torch_dirs["2.14-cu130"], "--machine", "arm64")
+    assert grace.returncode == 0, grace.stdout + grace.stderr
+    assert "a Grace host (GB200)" in grace.stdout
+    assert re.search(r"flash-attn: flash_attn-\S+-manylinux_2_\d+_aarch64\.whl", grace.stdout)
+    b200 = doctor(both_platforms, "b200.txt", torch_dirs["2.14-cu130"], "--machine", "x86_64")
+    assert b200.returncode == 0, b200.stdout + b200.stderr
+    assert "Grace" not in b200.stdout
+    assert re.search(r"flash-attn: flash_attn-\S+-manylinux_2_\d+_x86_64\.whl", b200.stdout)
+    assert line in grace.stdout and line in b200.stdout  # one URL serves both CPUs
+    report = json.loads(doctor(both_platforms, "gb200.txt", torch_dirs["2.14-cu130"],
+                               "--machine", "aarch64", "--json").stdout)
+    assert report["host"]["grace"] == "GB200" and report["host"]["machine"] == "aarch64"
+
+
+def test_grace_host_against_x86_64_builds_says_why(
+    sm100_only: Path, torch_dirs: dict[str, Path]
+) -> None:
+    r = doctor(sm100_only, "gb200.txt", torch_dirs["2.14-cu130"], "--machine", "aarch64")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "this host is aarch64 but the index only has flash-attn for x86_64" in r.stdout

@@ -293,6 +293,9 @@ def test_factory_matrix_json_on_the_shipped_matrix(
         assert Cell.from_id(cell["id"]).id == cell["id"]
         assert cell["wheel"].endswith(".whl")
     assert any(c["package"] == "flash-attn" and c["archs"] == [100] for c in out["cells"])
+    # and for GB200 (Grace, aarch64) hosts: the same sm_100 kernels, a linux_aarch64 wheel
+    assert any(c["package"] == "flash-attn" and c["archs"] == [100] and c["platform"] == "aarch64"
+               and c["wheel"].endswith("_aarch64.whl") for c in out["cells"])
 
 
 # -- settings -------------------------------------------------------------------------------------

@@ -93,13 +93,18 @@ def test_a_cell_goes_only_to_a_builder_of_its_platform(cells) -> None:  # type: 
     arm = (Builder(name="arm", memory_bytes=512 * GIB, cpus=64, platform="aarch64"),)
     found = schedule(cells, arm, history=history())
     assert sorted(found.unplaced) == sorted(pc.cell.id for pc in cells)
-    other = [dataclasses.replace(pc, wheel=pc.wheel.replace(platform_of(pc),
-                                                           "manylinux_2_28_aarch64"))
+    other = [dataclasses.replace(pc, cell=dataclasses.replace(pc.cell, platform="aarch64"),
+                                 wheel=pc.wheel.replace(platform_of(pc), "manylinux_2_28_aarch64"))
              for pc in cells[:3]]
+    arm_ids = {pc.cell.id for pc in other}
     mixed = schedule(list(cells) + other, two() + arm, history=history())
     arm_cells = {c for s in mixed.slots if s.builder == "arm" for c in s.cells}
-    assert arm_cells == {pc.cell.id for pc in other}
+    assert arm_cells and arm_cells <= arm_ids
     assert not mixed.unplaced
+    # x86_64 builders cross-build aarch64 cells (factory.toolchain.cross); not the reverse
+    x86_only = schedule(list(cells) + other, two(), history=history())
+    assert not x86_only.unplaced
+    assert arm_ids <= {c for s in x86_only.slots for c in s.cells}
 
 
 def test_later_python_versions_are_cheaper_than_the_first(cells) -> None:  # type: ignore[no-untyped-def]
