@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
 # The aarch64 (GB200) flash-attn sm_100 cell, cross-compiled on the x86_64 GPU machine (no docker,
-# no network) by the local runner, after its x86_64 cell, with the compile cache shared:
+# no network) by the local runner, through the arm64 glibc sysroot (manylinux_2_28):
 #
 #   bash benchmarks/gpu/aarch64.sh start     # every stage in the background (setsid)
 #   bash benchmarks/gpu/aarch64.sh status    # progress
 #   bash benchmarks/gpu/aarch64.sh collect $OUT   # results.tgz: logs, manifests, the comparison
 #
+# MODE=full (a machine with 32 cores): the x86_64 cell first (it fills the compile cache), then
+#   the aarch64 cell with that cache warm; the two cells' cubins compared in full, and the time
+#   of the aarch64 cell as a ratio of the x86_64 cell's.
+# MODE=subset (default; 16 cores, no time for two cells): the aarch64 cell alone, and beside it
+#   X86_OBJECTS objects (REF_OBJECTS) compiled as the x86_64 cell compiles them: the cross
+#   build's own nvcc command from its build.ninja with the x86_64 sysroot's compiler as -ccbin
+#   and the builder's (x86_64) torch headers; each of their cubins must be in the aarch64 wheel,
+#   byte for byte.
 # Stages, each logged to $A64_DIR/<stage>.log:
-#   toolchain  unpack the carried cross compiler (.debs, dpkg-deb -x: no root, no apt)
-#   x86        the x86_64 cell, compile cache on (it fills the cache)
-#   aarch64    the aarch64 cell, compile cache on (warm from the x86_64 cell)
-#   compare    verify both wheels (--no-import: this machine has no qemu and the carried aarch64
-#              torch is a link kit), cubins extracted with cuobjdump and compared byte for byte,
-#              and the two cells' times as a ratio
-# Carried (made by benchmarks/gpu/make_aarch64_kit.py on a builder with the network):
+#   toolchain  unpack the carried cross compiler (.debs, dpkg-deb -x: no root, no apt) and the
+#              two sysroots (x86_64, arm64) from their carried tarballs
+#   x86        (full) the x86_64 cell, compile cache on
+#   aarch64    the aarch64 cell, compile cache on
+#   x86ref     (subset) the reference objects, while the aarch64 cell builds
+#   compare    verify the wheel(s) (--no-import: this machine has no qemu and the carried aarch64
+#              torch is a link kit), cubins extracted with cuobjdump and compared byte for byte
+# Carried (made by benchmarks/gpu/make_aarch64_kit.py and `factory image sysroot [--platform
+# aarch64]` on a builder with the network; two carries, each under 64 MiB):
 #   .cache/aarch64-kit/debs/*.deb                       46 MiB
 #   .cache/aarch64-kit/wheelhouse/cp312-aarch64/*.whl   17 MiB (torch link kit + CUDA runtime)
+#   .cache/factory/sysroots/sysroot-bullseye-*.tar.gz   15 + 14 MiB (x86_64, arm64)
 #   .cache/factory/wheelhouse/sdists/flash_attn-2.8.3.post2.tar.gz, .whl/ (as for acceptance.sh)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,6 +38,9 @@ MATRIX=benchmarks/gpu/matrix-aarch64.toml
 CELL=flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312
 PY=${PY:-$(command -v python3)}
 XGCC=$A64_DIR/xgcc
+MODE=${MODE:-subset}
+REF_OBJECTS=${REF_OBJECTS:-"flash_fwd_hdim64_fp16_sm80 flash_fwd_hdim128_bf16_causal_sm80"}
+WORK=$ROOT/.cache/factory/work
 mkdir -p "$A64_DIR"
 
 setup_env() {
@@ -65,35 +79,94 @@ toolchain() {
   # the aarch64 torch link kit where the matrix's wheelhouse has the target's wheels
   mkdir -p .cache/factory/wheelhouse
   cp -r .cache/aarch64-kit/wheelhouse/cp312-aarch64 .cache/factory/wheelhouse/
+  # the sysroots, where builds look for them (next to the work dir)
+  for t in .cache/factory/sysroots/sysroot-bullseye-*.tar.gz; do
+    case "$t" in *-arm64-*) plat=aarch64 ;; *) plat=x86_64 ;; esac
+    factory image sysroot --work-dir "$WORK" --tarball "$t" --platform "$plat"
+  done
+  ls .cache/factory/sysroots/*/bin/g++
 }
 
 build_args=(--matrix "$MATRIX" --runner local --python-env existing --interpreter "$PY"
             --memory "$CAP" --cpus "$CPUS" --cache --no-import-check --json)
 
+x86ref() {  # the reference objects, compiled as the x86_64 cell would (see the header)
+  set -e
+  local ninja="" i
+  for i in $(seq 1 900); do
+    ninja=$(find "$WORK/$CELL-aarch64/src" -name build.ninja 2>/dev/null | head -n1)
+    [ -n "$ninja" ] && break; sleep 2
+  done
+  [ -n "$ninja" ] || { echo "no build.ninja of the aarch64 cell"; return 1; }
+  local x86cc; x86cc=$(ls -d .cache/factory/sysroots/bullseye-[0-9a-f]*/bin/gcc | head -n1)
+  mkdir -p "$A64_DIR/x86ref"
+  "$PY" - "$ninja" "$(readlink -f "$x86cc")" "$A64_DIR/x86ref" $REF_OBJECTS <<'PY'
+import re, shlex, subprocess, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+ninja, x86cc, out, names = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4:]
+text = ninja.read_text()
+var = dict(re.findall(r"^(cuda_cflags|cuda_post_cflags) = (.*)$", text, re.M))
+post = re.sub(r"-ccbin \S+", f"-ccbin {x86cc}", var["cuda_post_cflags"])
+assert x86cc in post, "no -ccbin in the cross build's nvcc flags"
+srcs = dict((Path(o).stem, s) for o, s in re.findall(r"^build (\S+\.o): cuda_compile (\S+)", text, re.M))
+def one(name):
+    t0 = time.monotonic()
+    cmd = f"nvcc {var['cuda_cflags']} -c {shlex.quote(srcs[name])} -o {out / (name + '.o')} {post}"
+    r = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+    return name, r.returncode, time.monotonic() - t0, r.stderr[-2000:]
+with ThreadPoolExecutor(len(names)) as pool:
+    for name, rc, secs, err in pool.map(one, names):
+        print(f"{name}: rc {rc}, {secs:.0f} s {err if rc else ''}")
+        if rc:
+            sys.exit(1)
+PY
+  for o in "$A64_DIR"/x86ref/*.o; do
+    (cd "$A64_DIR/x86ref" && cuobjdump -xelf all "$(basename "$o")" >/dev/null)
+  done
+  (cd "$A64_DIR/x86ref" && sha256sum ./*.cubin) | tee "$A64_DIR/x86ref.sha256"
+}
+
+cubin_shas() {  # cubin_shas WHEEL: the sha256 of every cubin in its flash_attn_2_cuda .so
+  local w=$1 d; d="$A64_DIR/cubins-$(basename "$w" .whl)"; rm -rf "$d"; mkdir -p "$d"
+  (cd "$d" && unzip -q -o "$w" 'flash_attn_2_cuda*.so' && cuobjdump -xelf all flash_attn_2_cuda*.so >/dev/null \
+    && sha256sum ./*.cubin | sed 's/flash_attn_2_cuda[^.]*\.//' | sort -k2 >../"$(basename "$d")".sha256)
+  echo "$A64_DIR/$(basename "$d").sha256"
+}
+
 compare() {
   set -e
-  local x86 arm
-  x86=$(ls "$A64_DIR"/dist/flash_attn-*_x86_64.whl); arm=$(ls "$A64_DIR"/dist/flash_attn-*_aarch64.whl)
-  factory verify --no-import --matrix "$MATRIX" "$x86" "$arm"
-  for w in "$x86" "$arm"; do
-    local d="$A64_DIR/cubins-$(basename "$w" .whl)"; rm -rf "$d"; mkdir -p "$d"
-    (cd "$d" && unzip -q -o "$w" 'flash_attn_2_cuda*.so' && cuobjdump -xelf all flash_attn_2_cuda*.so >/dev/null \
-      && sha256sum *.cubin | sed 's/flash_attn_2_cuda[^.]*\.//' | sort -k2 >../"$(basename "$d")".sha256)
-  done
-  ls "$A64_DIR"/cubins-*.sha256
-  if diff "$A64_DIR"/cubins-*x86_64.sha256 "$A64_DIR"/cubins-*aarch64.sha256; then
-    echo "cubins identical: $(wc -l <"$A64_DIR"/cubins-*x86_64.sha256) files"
+  local arm x86 arm_sha x86_sha
+  arm=$(ls "$A64_DIR"/dist/flash_attn-*_aarch64.whl)
+  if [ "$MODE" = full ]; then
+    x86=$(ls "$A64_DIR"/dist/flash_attn-*_x86_64.whl)
+    factory verify --no-import --matrix "$MATRIX" "$x86" "$arm"
+    x86_sha=$(cubin_shas "$x86"); arm_sha=$(cubin_shas "$arm")
+    if diff "$x86_sha" "$arm_sha"; then
+      echo "cubins identical: $(wc -l <"$x86_sha") files"
+    else
+      echo "cubins DIFFER"; false
+    fi
   else
-    echo "cubins DIFFER"; false
+    factory verify --no-import --matrix "$MATRIX" "$arm"
+    arm_sha=$(cubin_shas "$arm")
+    echo "aarch64 wheel: $(wc -l <"$arm_sha") cubins"
+    local n=0 found=0 sha
+    while read -r sha _; do
+      n=$((n + 1)); grep -q "^$sha " "$arm_sha" && found=$((found + 1))
+    done <"$A64_DIR/x86ref.sha256"
+    echo "x86_64 reference cubins found byte-identical in the aarch64 wheel: $found of $n"
+    [ "$n" -gt 0 ] && [ "$found" -eq "$n" ]
   fi
   "$PY" - "$A64_DIR" <<'PY'
 import json, pathlib, sys
 d = pathlib.Path(sys.argv[1])
 secs = {ln.split()[0]: int(ln.split("seconds=")[1]) for ln in (d / "stages.txt").read_text().splitlines() if "seconds=" in ln}
-print(f"x86_64 {secs['x86']} s, aarch64 (warm) {secs['aarch64']} s: {100 * secs['aarch64'] / secs['x86']:.0f} %")
+if "x86" in secs:
+    print(f"x86_64 {secs['x86']} s, aarch64 (warm) {secs['aarch64']} s: {100 * secs['aarch64'] / secs['x86']:.0f} %")
 for m in sorted((d / "dist").glob("*.provenance.json")):
     doc = json.loads(m.read_text())
-    print(m.name.split("-cp312")[0], doc["cell"].get("platform"),
+    print(m.name.split("-cp312")[0], doc["cell"].get("platform"), "floor", doc.get("floor"),
           "cache", doc.get("cache"), "build_seconds", doc.get("build_seconds"))
 PY
 }
@@ -104,15 +177,22 @@ run_all() {
     "$PY" -c 'import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda)'
     nvcc --version | tail -1; ldd --version | head -1; } >"$A64_DIR/machine.txt" 2>&1
   stage toolchain toolchain || return
-  stage x86 factory build "$CELL" "${build_args[@]}" --out "$A64_DIR/dist" || return
-  stage aarch64 factory build "$CELL-aarch64" "${build_args[@]}" --out "$A64_DIR/dist" || return
+  if [ "$MODE" = full ]; then
+    stage x86 factory build "$CELL" "${build_args[@]}" --out "$A64_DIR/dist" || return
+    stage aarch64 factory build "$CELL-aarch64" "${build_args[@]}" --out "$A64_DIR/dist" || return
+  else
+    stage x86ref x86ref &
+    local ref=$!
+    stage aarch64 factory build "$CELL-aarch64" "${build_args[@]}" --out "$A64_DIR/dist"
+    wait "$ref"
+  fi
   stage compare compare
   echo done >>"$A64_DIR/stages.txt"
 }
 
 status() {
   cat "$A64_DIR/stages.txt" 2>/dev/null
-  for f in toolchain x86 aarch64 compare; do
+  for f in toolchain x86 x86ref aarch64 compare; do
     [ -f "$A64_DIR/$f.log" ] && { echo "== $f"; tail -n 4 "$A64_DIR/$f.log" | cut -c1-300; }
   done
 }
@@ -120,7 +200,8 @@ status() {
 collect() {
   local dest=$1 tmp; tmp=$(mktemp -d); mkdir -p "$dest"
   cp "$A64_DIR"/{machine.txt,stages.txt,memory_history.json,run.log,*.sha256} "$tmp"/ 2>/dev/null
-  for f in toolchain x86 aarch64 compare; do
+  find "$WORK" -name .ninja_log -path "*$CELL*" -exec cp {} "$tmp/" \; 2>/dev/null
+  for f in toolchain x86 x86ref aarch64 compare; do
     [ -f "$A64_DIR/$f.log" ] && tail -c 300000 "$A64_DIR/$f.log" >"$tmp/$f.log"
   done
   cp "$A64_DIR"/dist/*.provenance.json "$tmp"/ 2>/dev/null
