@@ -39,7 +39,7 @@ CELL=flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312
 PY=${PY:-$(command -v python3)}
 XGCC=$A64_DIR/xgcc
 MODE=${MODE:-subset}
-REF_OBJECTS=${REF_OBJECTS:-"flash_fwd_hdim64_fp16_sm80 flash_fwd_hdim128_bf16_causal_sm80"}
+REF_OBJECTS=${REF_OBJECTS:-flash_fwd_hdim64_fp16_sm80}
 WORK=$ROOT/.cache/factory/work
 mkdir -p "$A64_DIR"
 
@@ -181,7 +181,7 @@ run_all() {
     stage x86 factory build "$CELL" "${build_args[@]}" --out "$A64_DIR/dist" || return
     stage aarch64 factory build "$CELL-aarch64" "${build_args[@]}" --out "$A64_DIR/dist" || return
   else
-    stage x86ref x86ref &
+    stage x86ref nice -n 10 bash "$0" x86ref &
     local ref=$!
     stage aarch64 factory build "$CELL-aarch64" "${build_args[@]}" --out "$A64_DIR/dist"
     wait "$ref"
@@ -215,6 +215,7 @@ collect() {
 case "${1:-status}" in
   start) : >"$A64_DIR/stages.txt"; setsid nohup bash "$0" run >"$A64_DIR/run.log" 2>&1 < /dev/null & echo started ;;
   run) run_all ;;
+  x86ref) setup_env; x86ref ;;
   status) status ;;
   collect) collect "${2:?destination}" ;;
   *) echo "usage: $0 start|status|collect DEST" >&2; exit 2 ;;

@@ -219,7 +219,7 @@ def test_one_url_serves_each_cpu_its_wheel_and_it_loads_on_arm64(
         assert server.stdout is not None
         m = re.search(r"(http://127\.0\.0\.1:\d+)/simple/", server.stdout.readline())
         assert m
-        url = f"{m.group(1)}/cu130-torch2.14/simple/"
+        url = f"{m.group(1)}/cu130-torch2.14-sm100/simple/"
         host = subprocess.run(
             [
                 sys.executable,
