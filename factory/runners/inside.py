@@ -591,7 +591,8 @@ def _target_python_config(
             if "FLAGS" in key or key in ("OPT", "CONFIGURE_CFLAGS", "CFLAGSFORSHARED"):
                 value = " ".join(t for t in value.split() if not _X86_ONLY_FLAG.match(t))
         values[key] = value
-    cc, cxx = env["CC"], env["CXX"]
+    # the compilers (with a glibc sysroot, the job's CC/CXX name its wrappers and win anyway)
+    cc, cxx = env.get("CC", f"{triplet}-gcc"), env.get("CXX", f"{triplet}-g++")
     values.update({"CC": cc, "CXX": cxx, "LDSHARED": f"{cc} -shared",
                    "LDCXXSHARED": f"{cxx} -shared", "BLDSHARED": f"{cc} -shared",
                    "MULTIARCH": triplet})
