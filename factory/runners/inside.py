@@ -490,7 +490,8 @@ def _prepare_interpreter(
 
 
 def _prepare_target(
-    cross: dict[str, Any], python: str, log: Log, report: dict[str, Any]
+    cross: dict[str, Any], python: str, log: Log, report: dict[str, Any],
+    cuda_home: str | None = None,
 ) -> tuple[int, dict[str, str]]:
     """A cross build: unpack the target's torch and CUDA runtime (``pip install --target`` for
     the target's platform tags: no emulation), once per requirement set; return the build's
@@ -516,6 +517,12 @@ def _prepare_target(
         stamp.write_text(key + "\n")
     torch_include = target / "torch" / "include"
     includes = [torch_include, torch_include / "torch" / "csrc" / "api" / "include"]
+    # CUDA 13 keeps thrust/cub/libcu++ in include/cccl, which nvcc adds from nvcc.profile for
+    # its own target directory; with a cross -ccbin a system toolkit's nvcc did not (seen on the
+    # GPU machine: torch's headers stop at thrust/complex.h), so it is named here
+    cccl = Path(cuda_home or "/usr/local/cuda") / "include" / "cccl"
+    if cccl.is_dir():
+        includes.append(cccl)
     libs = [target / "torch" / "lib"]
     for cudart in sorted(target.glob("nvidia/*/lib/libcudart.so.*")):
         # the runtime wheels ship only libcudart.so.N; -lcudart needs the unversioned name
@@ -630,7 +637,8 @@ class Build:
             self.code, python, path_prefix = _prepare_interpreter(job, log, self.report)
             cross_env: dict[str, str] = {}
             if self.code == 0 and job.get("cross"):
-                self.code, cross_env = _prepare_target(job["cross"], python, log, self.report)
+                self.code, cross_env = _prepare_target(job["cross"], python, log, self.report,
+                                                     cuda_home=job.get("cuda_home"))
         if self.code != 0:
             return self.code
         # 3. the build environment.
