@@ -168,6 +168,8 @@ class ObjectReplay:
         base = dataclasses.replace(times, seconds=times.alone())
         seconds = base.scaled(archs, threads)
         peaks = times.scaled_peaks(min(threads, archs))
+        if not seconds or not peaks:  # a build that failed before any object finished
+            return None
         heaviest = max(peaks.values())  # an object nobody sampled: as heavy as the heaviest
         order = sorted(seconds, key=lambda k: -seconds[k])  # critical_path's order
         return cls(objects=tuple((seconds[k], peaks.get(k, heaviest)) for k in order),

@@ -95,6 +95,21 @@ def test_recorded_object_peaks_keep_the_largest_seen(tmp_path: Path) -> None:
     assert (times.max_jobs, times.cpus) == (2, 4)
 
 
+def test_a_build_that_failed_before_any_object_finished_leaves_a_plannable_history(
+    tmp_path: Path,
+) -> None:
+    """Peaks sampled but no object seconds (seen on the GPU machine: a build that stopped at
+    its first compile error); the next plan falls back to the per-job model."""
+    history = MemoryHistory.load(tmp_path / "h.json")
+    history.record(BuildMeasurement(cell=SM90, nvcc_threads=1, max_jobs=16, cpus=16,
+                                    peak_job_bytes=None, object_seconds={},
+                                    object_peaks={"flash_fwd_hdim64_fp16_sm80": GIB}))
+    plan = plan_for(SM90, supports_threads=True, memory_model_key="flash-attn",
+                    memory=64 * GIB, cpus=16, history=MemoryHistory.load(tmp_path / "h.json"))
+    assert plan.max_jobs >= 1
+    assert not any("replay" in r for r in plan.reasons)
+
+
 def test_the_sampler_names_a_compile_job_by_its_output() -> None:
     import subprocess
     import sys
