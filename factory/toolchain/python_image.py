@@ -101,7 +101,8 @@ def check_image_python(image: str, python: str, *, run_image: bool = True) -> No
 
         try:
             docker_client().containers.run(
-                image, [f"python{python}", "-c", "pass"], remove=True, network_disabled=True
+                image, ["sh", "-c", f"exec python{python} -c pass"], remove=True,
+                network_disabled=True,
             )
         except ContainerError:
             reason = f"{image} has no python{python}"

@@ -64,3 +64,26 @@ def test_the_printed_command_makes_the_image_that_builds_the_cell(
         assert "python ok" in out.stdout
     finally:
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True)
+
+
+@pytest.mark.docker
+def test_a_base_the_name_says_nothing_about_is_run_for_its_python(
+    base_image: str, docker_engine: Any
+) -> None:
+    """An image of the user's (a name the factory does not know) is asked for python3.X itself."""
+    import uuid
+
+    from factory.errors import ToolchainError
+    from factory.toolchain.python_image import check_image_python, image_pythons
+
+    repo, tag = "factory-test-userbase", uuid.uuid4().hex[:8]
+    docker_engine.images.get(base_image).tag(repo, tag)
+    name = f"{repo}:{tag}"
+    try:
+        assert image_pythons(name) is None
+        check_image_python(name, "3.11")  # Debian 12's python3.11 is there
+        with pytest.raises(ToolchainError, match=f"{name} has no python3.12"):
+            check_image_python(name, "3.12")
+        check_image_python(name, "3.12", run_image=False)  # the name alone tells nothing
+    finally:
+        docker_engine.images.remove(name)
