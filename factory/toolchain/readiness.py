@@ -70,6 +70,10 @@ class ReadinessChecker:
 
     def check(self, pc: PlannedCell) -> Readiness:
         tc = pc.toolchain
+        if self.runner == "docker" and tc.nvcc_source != "image":
+            lacking = self._builder_lacks_python(pc.cell.python)
+            if lacking is not None:
+                return lacking
         if tc.nvcc_source == "system":
             return Readiness(state="here", detail=f"CUDA {tc.cuda} at {tc.system_path}")
         if tc.nvcc_source == "pypi":
@@ -96,6 +100,23 @@ class ReadinessChecker:
         if here:
             return Readiness(state="here", detail=f"CUDA {tc.cuda} in image {tc.image}")
         return self._missing_cuda_image(tc.image, cuda=tc.cuda, python=pc.cell.python)
+
+    def _builder_lacks_python(self, python: str) -> Readiness | None:
+        """Builds run ``python<X.Y>`` in the matrix's builder image for the cell's Python: one
+        that, by its name, has another Python cannot build the cell."""
+        from factory.toolchain.python_image import base_for_python, lacks_python
+
+        base = self.settings.image_for(python)
+        lacks = lacks_python(base, python)
+        if lacks is None:
+            return None
+        other = base_for_python(base, python)
+        return Readiness(
+            state="missing",
+            detail=f"the matrix's builder image for Python {python} ({base}) {lacks}",
+            command=f'set [settings.images] "{python}" = "{other}" (the first build makes it)'
+            if other else f'set [settings.images] "{python}" = an image with python{python}',
+        )
 
     def _missing_cuda_image(self, image: str, *, cuda: str, python: str) -> Readiness:
         """The command that makes the cell's CUDA image: the toolkit goes onto the matrix's

@@ -282,6 +282,26 @@ def test_the_cuda_image_command_names_the_cells_python_and_a_base_that_has_it(
     )
 
 
+def test_a_cell_whose_builder_image_lacks_its_python_is_shown_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CUDA 13 cells need no CUDA image, but their builds still run python3.X in the builder
+    image for their Python: factory-base:bookworm has only 3.11."""
+    path = tmp_path / "matrix.toml"
+    path.write_text(MATRIX.replace('python = ["3.11"]', 'python = ["3.11", "3.12", "3.13"]'))
+    ready = _ready(path, capsys)
+    assert ready["3.11"]["state"] == "on first build"
+    assert ready["3.13"]["state"] == "missing"
+    assert ready["3.13"]["command"] == (
+        'set [settings.images] "3.13" = "factory-base:bookworm-py3.13" (the first build makes it)'
+    )
+    assert ready["3.12"]["command"] == 'set [settings.images] "3.12" = an image with python3.12'
+    assert "(factory-base:bookworm) has Python 3.11, not 3.12" in ready["3.12"]["detail"]
+    path.write_text(path.read_text().replace(
+        "[axes]", '[settings.images]\n"3.13" = "factory-base:bookworm-py3.13"\n[axes]'))
+    assert _ready(path, capsys)["3.13"]["state"] == "on first build"
+
+
 @pytest.fixture
 def image_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, ...]]:
     """``factory image cuda`` in tmp_path with its docker and download steps recorded."""
