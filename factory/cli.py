@@ -58,8 +58,8 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "request": (request, "one-off: find or build a wheel and print the install line"),
     "doctor": (doctor, "read this host and print the install line that fits it"),
     "show": (show, "print the provenance of a wheel or cell"),
-    "image": (image, "make the builder base image (debootstrap + docker import) or the glibc "
-              "sysroot"),
+    "image": (image, "make the builder base image (debootstrap + docker import), the glibc "
+              "sysroot, or a CUDA 12.x builder image (NVIDIA's redist archives)"),
     "wheelhouse": (wheelhouse, "prepare the offline wheelhouse for a cell (torch and build deps)"),
     "retain": (retain, "keep the newest N builds per cell, yank older ones"),
     "cache": (cache, "the shared compile cache: stats, clear, pull and push (the remote one)"),

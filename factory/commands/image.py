@@ -1,12 +1,13 @@
 """factory image base [--name NAME] [--suite SUITE]
 factory image sysroot [--work-dir DIR] [--tarball PATH] [--platform CPU]
-factory image cuda X.Y [--from DIR] [--base IMAGE | --python X.Y] [--name NAME]"""
+factory image cuda X.Y [--from DIR] [--python X.Y] [--base IMAGE] [--name NAME]"""
 
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from factory.errors import UsageError
 from factory.toolchain.images import DEFAULT_BASE_IMAGE, ensure_base_image, is_image_reference
@@ -40,7 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                          "builds: an arm64 bullseye, unpacked without emulation)")
 
     cuda = sub.add_parser(
-        "cuda", help="make the CUDA X.Y builder image (factory-cuda:X.Y) from NVIDIA's "
+        "cuda", help="make the CUDA X.Y builder images (factory-cuda:X.Y-py<Python>) from NVIDIA's "
         "redistributable archives: the toolchain of CUDA 12.x cells",
     )
     cuda.add_argument("cuda", metavar="X.Y", help="the CUDA version, e.g. 12.8")
@@ -50,10 +51,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "builders without network (default: NVIDIA's server)",
     )
     cuda.add_argument("--base", default=None, help="the image to add the toolkit to "
-                      "(default: the matrix's builder image for --python, else its base-image)")
+                      "(default: the matrix's builder image for the Python); it must have "
+                      "python<X.Y>")
     cuda.add_argument("--python", default=None, metavar="X.Y",
-                      help="pick the base as the matrix's builder image for this Python")
-    cuda.add_argument("--name", default=None, help="image name (default factory-cuda:X.Y)")
+                      help="the Python the image builds cells of (default: one image per "
+                      "Python of the matrix's CUDA X.Y cells)")
+    cuda.add_argument("--name", default=None,
+                      help="image name (default factory-cuda:X.Y-py<Python>, the name builds use)")
 
 
 def _check_name(name: str) -> None:
@@ -92,34 +96,70 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _cuda(args: argparse.Namespace) -> int:
-    from factory.toolchain.python_image import ensure_builder_image
+    from factory.toolchain.python_image import check_image_python, ensure_builder_image
     from factory.toolchain.redist import REDIST_URL, fetch_toolkit, make_cuda_image
     from factory.toolchain.resolve import cuda_image_name
 
-    name = args.name or cuda_image_name(args.cuda)
-    _check_name(name)
-    settings = _settings()
-    base = args.base or settings.image_for(args.python)
-    _check_name(base)
+    matrix = _matrix()
+    settings = matrix.settings if matrix else _settings()
+    pythons = [args.python] if args.python else _cell_pythons(matrix, args.cuda)
+    if not pythons:
+        raise UsageError(
+            f"no cell of the matrix uses CUDA {args.cuda}, so it does not say which Python "
+            "the image is for",
+            tip=f"name it: factory image cuda {args.cuda} --python X.Y",
+        )
+    if args.name and len(pythons) > 1:
+        raise UsageError(
+            f"--name names one image, but the matrix's CUDA {args.cuda} cells need one per "
+            f"Python ({', '.join(pythons)})",
+            tip="add --python X.Y",
+        )
+    images = [(python, args.base or settings.image_for(python),
+               args.name or cuda_image_name(args.cuda, python)) for python in pythons]
+    for _, base, name in images:
+        _check_name(name)
+        _check_name(base)
     start = time.monotonic()
+    # before any download: each base must have its Python (what a name tells first, then the
+    # made image itself)
+    for python, base, _ in images:
+        check_image_python(base, python, run_image=False)
+    for python, base, _ in images:
+        ensure_builder_image(base)
+        check_image_python(base, python)
     source = args.source or REDIST_URL
     if args.source and "://" not in args.source:
         source = str(Path(args.source).absolute())
     home = fetch_toolkit(args.cuda, settings.toolkits_dir, source=source,
                          echo=lambda line: print(f"  {line}", flush=True))
     print(f"toolkit {home} ready")
-    ensure_builder_image(base)
-    make_cuda_image(home, args.cuda, base=base, name=name)
-    print(f"image {name} ready (CUDA {args.cuda} on {base}, {time.monotonic() - start:.0f} s)")
+    for python, base, name in images:
+        make_cuda_image(home, args.cuda, base=base, name=name)
+        print(f"image {name} ready (CUDA {args.cuda} on {base} for Python {python}, "
+              f"{time.monotonic() - start:.0f} s)")
     return 0
 
 
-def _settings():  # type: ignore[no-untyped-def]
+def _cell_pythons(matrix: Any, cuda: str) -> list[str]:
+    """The Pythons of the matrix's cells with this CUDA whose toolkit comes from an image."""
+    if matrix is None:
+        return []
+    return sorted({pc.cell.python for pc in matrix.cells
+                   if pc.cell.cuda == cuda and pc.toolchain.nvcc_source == "image"})
+
+
+def _matrix():  # type: ignore[no-untyped-def]
     from factory.matrix.load import default_matrix_path, load_matrix
-    from factory.matrix.settings import default_settings
 
     try:
-        m = load_matrix(default_matrix_path())
+        return load_matrix(default_matrix_path())
     except Exception:  # no matrix here: the default layout
-        return default_settings()
-    return m.settings
+        return None
+
+
+def _settings():  # type: ignore[no-untyped-def]
+    from factory.matrix.settings import default_settings
+
+    m = _matrix()
+    return m.settings if m else default_settings()

@@ -30,6 +30,7 @@ from typing import Any
 
 from factory.errors import EngineError
 from factory.matrix.cell import DEFAULT_PLATFORM, PLATFORMS, Cell, parse_platform
+from factory.toolchain.python_image import SUITE_PYTHONS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -223,7 +224,7 @@ def inside_cross(
 # -- the target's Python, run under qemu-user (the import check of a cross-built wheel) --------
 
 # Debian suites by the Python they ship: the sysroot's interpreter must be the cell's.
-SYSROOT_SUITES = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
+SYSROOT_SUITES = {python: suite for suite, python in SUITE_PYTHONS.items()}
 SYSROOT_STAMP = ".factory-sysroot"
 # What the emulated program reads about its CPU. qemu-user shows the host's /proc/cpuinfo and
 # /sys/devices/system/cpu, and torch's CPU probing (cpuinfo, xbyak_aarch64) crashes on x86 ones

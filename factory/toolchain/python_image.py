@@ -18,13 +18,15 @@ import re
 import time
 
 from factory.runners.engine import docker_client
-from factory.errors import EngineError
+from factory.errors import EngineError, ToolchainError
 
 _log = logging.getLogger(__name__)
 
 IMAGE_RE = re.compile(r"^factory-base:(?P<suite>[a-z]+)(?:-py(?P<python>3\.\d+))?$")
 # Which Debian release ships the source package of each CPython (``python3.X``).
 SOURCE_SUITES = {"3.11": "bookworm", "3.13": "trixie"}
+# The one Python each Debian release ships (a ``factory-base:<suite>`` image's python3).
+SUITE_PYTHONS = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}
 # Run in the base image, as root, with the network on (only this image build has it): the
 # release's build deps, the source from Debian's archive, a plain (no PGO) build, altinstall so
 # python3 stays the release's own interpreter.
@@ -57,6 +59,61 @@ def parse_image(name: str) -> tuple[str, str | None]:
             tip="names it makes: factory-base:<debian suite>[-py<X.Y>]",
         )
     return m.group("suite"), m.group("python")
+
+
+def image_pythons(name: str) -> frozenset[str] | None:
+    """The Pythons a builder image the factory makes has ('factory-base:bookworm-py3.13' ->
+    {'3.11', '3.13'}); None for any other image (only running it tells)."""
+    m = IMAGE_RE.match(name)
+    if not m or m.group("suite") not in SUITE_PYTHONS:
+        return None
+    return frozenset(p for p in (SUITE_PYTHONS[m.group("suite")], m.group("python")) if p)
+
+
+def lacks_python(image: str, python: str) -> str | None:
+    """Why ``image`` cannot build cells of ``python`` as far as its name tells ('has Python
+    3.11, not 3.12'), else None."""
+    pythons = image_pythons(image)
+    if pythons is None or python in pythons:
+        return None
+    return f"has Python {', '.join(sorted(pythons))}, not {python}"
+
+
+def base_for_python(base_image: str, python: str) -> str | None:
+    """An image the factory can make that has ``python``, on ``base_image``'s Debian release
+    ('factory-base:bookworm', '3.13' -> 'factory-base:bookworm-py3.13'); None when it cannot."""
+    m = IMAGE_RE.match(base_image)
+    if not m or python not in SOURCE_SUITES:
+        return None
+    if python == SUITE_PYTHONS.get(m.group("suite")):
+        return f"factory-base:{m.group('suite')}"
+    return f"factory-base:{m.group('suite')}-py{python}"
+
+
+def check_image_python(image: str, python: str, *, run_image: bool = True) -> None:
+    """Raise ToolchainError when ``image`` has no ``python{X.Y}``: builds run that interpreter,
+    so an image without it cannot build the cell's Python. What its name tells is checked
+    first; any other image is run (it must exist) unless ``run_image`` is False."""
+    lacks = lacks_python(image, python)
+    reason = f"{image} {lacks}" if lacks else None
+    if reason is None and run_image and image_pythons(image) is None:
+        from docker.errors import APIError, ContainerError
+
+        try:
+            docker_client().containers.run(
+                image, ["sh", "-c", f"exec python{python} -c pass"], remove=True,
+                network_disabled=True,
+            )
+        except ContainerError:
+            reason = f"{image} has no python{python}"
+        except APIError as exc:
+            raise EngineError(f"cannot run image {image}: {exc}") from None
+    if reason:
+        raise ToolchainError(
+            f"{reason}: an image on it could not build cp{python.replace('.', '')} cells",
+            tip=f"pass --base an image with python{python}, or name one in [settings.images] "
+            f'("{python}" = "IMAGE")',
+        )
 
 
 def ensure_builder_image(name: str) -> str:

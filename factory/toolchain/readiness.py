@@ -12,7 +12,7 @@ from factory.errors import EngineError, ToolchainError
 from factory.matrix.load import PlannedCell
 from factory.matrix.settings import Settings
 
-_CUDA_IMAGE = re.compile(r"factory-cuda:(?P<cuda>\d+\.\d+)")
+_CUDA_IMAGE = re.compile(r"factory-cuda:(?P<cuda>\d+\.\d+)-py(?P<python>\d+\.\d+)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -38,7 +38,8 @@ def make_command(image: str) -> str | None:
     """The command that makes a builder image the factory knows how to make."""
     m = _CUDA_IMAGE.fullmatch(image)
     if m:
-        return f"factory image cuda {m.group('cuda')} (offline: --from MIRROR-DIR)"
+        return (f"factory image cuda {m.group('cuda')} --python {m.group('python')} "
+                "(offline: --from MIRROR-DIR)")
     if image.startswith("factory-base:"):
         return f"factory image base --name {image}"
     return None
@@ -69,6 +70,10 @@ class ReadinessChecker:
 
     def check(self, pc: PlannedCell) -> Readiness:
         tc = pc.toolchain
+        if self.runner == "docker" and tc.nvcc_source != "image":
+            lacking = self._builder_lacks_python(pc.cell.python)
+            if lacking is not None:
+                return lacking
         if tc.nvcc_source == "system":
             return Readiness(state="here", detail=f"CUDA {tc.cuda} at {tc.system_path}")
         if tc.nvcc_source == "pypi":
@@ -94,8 +99,40 @@ class ReadinessChecker:
             return Readiness(state="unknown", detail=f"image {tc.image}: {self._engine_error}")
         if here:
             return Readiness(state="here", detail=f"CUDA {tc.cuda} in image {tc.image}")
+        return self._missing_cuda_image(tc.image, cuda=tc.cuda, python=pc.cell.python)
+
+    def _builder_lacks_python(self, python: str) -> Readiness | None:
+        """Builds run ``python<X.Y>`` in the matrix's builder image for the cell's Python: one
+        that, by its name, has another Python cannot build the cell."""
+        from factory.toolchain.python_image import base_for_python, lacks_python
+
+        base = self.settings.image_for(python)
+        lacks = lacks_python(base, python)
+        if lacks is None:
+            return None
+        other = base_for_python(base, python)
         return Readiness(
             state="missing",
-            detail=f"image {tc.image} does not exist",
-            command=make_command(tc.image),
+            detail=f"the matrix's builder image for Python {python} ({base}) {lacks}",
+            command=f'set [settings.images] "{python}" = "{other}" (the first build makes it)'
+            if other else f'set [settings.images] "{python}" = an image with python{python}',
+        )
+
+    def _missing_cuda_image(self, image: str, *, cuda: str, python: str) -> Readiness:
+        """The command that makes the cell's CUDA image: the toolkit goes onto the matrix's
+        builder image for the cell's Python, so when that one lacks the Python, the command
+        names a base that has it."""
+        from factory.toolchain.python_image import base_for_python, lacks_python
+
+        detail = f"image {image} does not exist"
+        base = self.settings.image_for(python)
+        lacks = lacks_python(base, python)
+        if lacks is None:
+            return Readiness(state="missing", detail=detail, command=make_command(image))
+        other = base_for_python(base, python)
+        return Readiness(
+            state="missing",
+            detail=f"{detail}, and the matrix's builder image for Python {python} ({base}) {lacks}",
+            command=f"factory image cuda {cuda} --python {python} --base "
+            + (other or f"IMAGE (one with python{python})"),
         )

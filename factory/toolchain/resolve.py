@@ -127,7 +127,8 @@ def resolve_toolchain(
         if source == "image":
             return Toolchain(
                 cuda=cell.cuda, nvcc_source="image", nvcc_requirements=(), system_path=None,
-                image=cuda_image_name(cell.cuda), torch_requirement=torch_req, torch_index=torch_index,
+                image=cuda_image_name(cell.cuda, cell.python), torch_requirement=torch_req,
+                torch_index=torch_index,
             )
         if source == "system":
             path = find_system_cuda(cell.cuda, system_root=system_root)
@@ -138,13 +139,16 @@ def resolve_toolchain(
                 )
     raise ToolchainError(
         f"no CUDA {cell.cuda} toolkit source for {cell.id} (tried {', '.join(prefer)})",
-        tip=f"CUDA 12.x needs the builder image ('factory image cuda {cell.cuda}') or a system toolkit",
+        tip=f"CUDA 12.x needs the builder image ('factory image cuda {cell.cuda} --python "
+        f"{cell.python}') or a system toolkit",
     )
 
 
-def cuda_image_name(cuda: str) -> str:
-    """The builder image of the 'image' source: ``factory image cuda X.Y`` makes it."""
-    return f"factory-cuda:{cuda}"
+def cuda_image_name(cuda: str, python: str) -> str:
+    """The builder image of the 'image' source for one Python: the toolkit stacked on the
+    matrix's builder image for that Python, so cells of one CUDA with two Pythons need two
+    images. ``factory image cuda X.Y --python A.B`` makes it."""
+    return f"factory-cuda:{cuda}-py{python}"
 
 
 def find_system_cuda(cuda: str, *, system_root: Path = Path("/usr/local")) -> Path | None:

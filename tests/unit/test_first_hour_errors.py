@@ -199,8 +199,8 @@ def test_matrix_shows_a_missing_toolchain_and_the_command_that_makes_it(
     assert main(["matrix", "--matrix", str(path)]) == 0
     out = capsys.readouterr().out
     assert (
-        "here      missing: image factory-cuda:12.8 does not exist; "
-        "make it: factory image cuda 12.8"
+        "here      missing: image factory-cuda:12.8-py3.11 does not exist; "
+        "make it: factory image cuda 12.8 --python 3.11 (offline: --from MIRROR-DIR)"
     ) in out
     assert "1 cell(s), 1 without a toolchain here" in out
 
@@ -217,10 +217,11 @@ def test_build_fails_fast_or_skips_a_cell_without_its_toolchain(
     cell = "flash-attn-2.8.3.post2-torch2.10.0-cu128-sm100-cp311"
     rc, lines = _cli(capsys, "build", cell, "--matrix", str(path))
     assert rc == ToolchainError.exit_code
-    assert f"{cell}: no toolchain here (image factory-cuda:12.8 does not exist)" in _one_error(
-        lines
+    assert f"{cell}: no toolchain here (image factory-cuda:12.8-py3.11 does not exist)" in (
+        _one_error(lines)
     )
-    assert any(line.startswith("TIP make it: factory image cuda 12.8") for line in lines)
+    tip = "TIP make it: factory image cuda 12.8 --python 3.11"
+    assert any(line.startswith(tip) for line in lines)
     rc, lines = _cli(capsys, "build", "--all", "--unbuildable", "fail", "--matrix", str(path))
     assert rc == ToolchainError.exit_code
     assert main(["build", "--all", "--matrix", str(path)]) == 0
@@ -229,9 +230,135 @@ def test_build_fails_fast_or_skips_a_cell_without_its_toolchain(
     assert not (tmp_path / "wh").exists()  # nothing was downloaded
     assert main(["build", cell, "--dry-run", "--matrix", str(path)]) == 0
     assert (
-        "toolchain    missing: image factory-cuda:12.8 does not exist; make it: factory image "
-        "cuda 12.8"
+        "toolchain    missing: image factory-cuda:12.8-py3.11 does not exist; make it: factory "
+        "image cuda 12.8 --python 3.11"
     ) in capsys.readouterr().out
+
+
+def _cu128(tmp_path: Path, pythons: str, settings: str = "") -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(
+        CU128.replace('python = ["3.11"]', f"python = [{pythons}]").replace(
+            "[axes]", f"{settings}\n[axes]"
+        )
+    )
+    return path
+
+
+def _ready(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, str]]:
+    import json
+
+    assert main(["matrix", "--json", "--matrix", str(path)]) == 0
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    return {c["python"]: {**c["toolchain_ready"], "image": c["toolchain"]["image"]}
+            for c in cells}
+
+
+def test_the_cuda_image_command_names_the_cells_python_and_a_base_that_has_it(
+    tmp_path: Path, no_cuda_image: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ready = _ready(_cu128(tmp_path, '"3.11", "3.12", "3.13"'), capsys)
+    assert {py: r["image"] for py, r in ready.items()} == {
+        py: f"factory-cuda:12.8-py{py}" for py in ("3.11", "3.12", "3.13")
+    }
+    assert ready["3.11"]["command"] == (
+        "factory image cuda 12.8 --python 3.11 (offline: --from MIRROR-DIR)"
+    )
+    # factory-base:bookworm has 3.11 only: 3.13 gets the image the factory makes with it, 3.12
+    # (no Debian release ships it) an image of the user's
+    assert ready["3.13"]["command"] == (
+        "factory image cuda 12.8 --python 3.13 --base factory-base:bookworm-py3.13"
+    )
+    assert ready["3.12"]["command"] == (
+        "factory image cuda 12.8 --python 3.12 --base IMAGE (one with python3.12)"
+    )
+    assert "(factory-base:bookworm) has Python 3.11, not 3.12" in ready["3.12"]["detail"]
+    ready = _ready(
+        _cu128(tmp_path, '"3.12"', '[settings.images]\n"3.12" = "registry.example/py312:1"'),
+        capsys,
+    )
+    assert ready["3.12"]["command"] == (
+        "factory image cuda 12.8 --python 3.12 (offline: --from MIRROR-DIR)"
+    )
+
+
+def test_a_cell_whose_builder_image_lacks_its_python_is_shown_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CUDA 13 cells need no CUDA image, but their builds still run python3.X in the builder
+    image for their Python: factory-base:bookworm has only 3.11."""
+    path = tmp_path / "matrix.toml"
+    path.write_text(MATRIX.replace('python = ["3.11"]', 'python = ["3.11", "3.12", "3.13"]'))
+    ready = _ready(path, capsys)
+    assert ready["3.11"]["state"] == "on first build"
+    assert ready["3.13"]["state"] == "missing"
+    assert ready["3.13"]["command"] == (
+        'set [settings.images] "3.13" = "factory-base:bookworm-py3.13" (the first build makes it)'
+    )
+    assert ready["3.12"]["command"] == 'set [settings.images] "3.12" = an image with python3.12'
+    assert "(factory-base:bookworm) has Python 3.11, not 3.12" in ready["3.12"]["detail"]
+    path.write_text(path.read_text().replace(
+        "[axes]", '[settings.images]\n"3.13" = "factory-base:bookworm-py3.13"\n[axes]'))
+    assert _ready(path, capsys)["3.13"]["state"] == "on first build"
+
+
+@pytest.fixture
+def image_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, ...]]:
+    """``factory image cuda`` in tmp_path with its docker and download steps recorded."""
+    from factory.toolchain import python_image, redist
+
+    steps: list[tuple[str, ...]] = []
+
+    def fetch(cuda: str, dest: Path, **kw: object) -> Path:
+        steps.append(("fetch", cuda))
+        return dest / f"cuda-{cuda}"
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(python_image, "ensure_builder_image", lambda b: steps.append(("base", b)))
+    monkeypatch.setattr(redist, "fetch_toolkit", fetch)
+    monkeypatch.setattr(redist, "make_cuda_image", lambda home, cuda, *, base, name: steps.append(
+        ("image", base, name)))
+    return steps
+
+
+def test_image_cuda_without_python_makes_the_images_the_matrixs_cells_use(
+    tmp_path: Path, image_steps: list[tuple[str, ...]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from factory.matrix.load import load_matrix
+
+    path = _cu128(tmp_path, '"3.11", "3.13"',
+                  '[settings.images]\n"3.13" = "factory-base:bookworm-py3.13"')
+    assert main(["image", "cuda", "12.8", "--from", str(tmp_path / "mirror")]) == 0
+    made = [s[2] for s in image_steps if s[0] == "image"]
+    assert made == sorted(pc.toolchain.image for pc in load_matrix(path).cells)
+    assert image_steps == [
+        ("base", "factory-base:bookworm"),
+        ("base", "factory-base:bookworm-py3.13"),
+        ("fetch", "12.8"),  # one toolkit for both
+        ("image", "factory-base:bookworm", "factory-cuda:12.8-py3.11"),
+        ("image", "factory-base:bookworm-py3.13", "factory-cuda:12.8-py3.13"),
+    ]
+    assert "image factory-cuda:12.8-py3.13 ready (CUDA 12.8 on factory-base:bookworm-py3.13 " \
+        "for Python 3.13" in capsys.readouterr().out
+
+
+def test_image_cuda_refuses_a_base_without_the_python_before_any_download(
+    tmp_path: Path, image_steps: list[tuple[str, ...]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from factory.errors import ToolchainError
+
+    _cu128(tmp_path, '"3.12"')
+    rc, lines = _cli(capsys, "image", "cuda", "12.8", "--from", str(tmp_path / "mirror"))
+    assert rc == ToolchainError.exit_code
+    assert "factory-base:bookworm has Python 3.11, not 3.12" in _one_error(lines)
+    assert image_steps == []  # no base made, nothing fetched
+    rc, lines = _cli(capsys, "image", "cuda", "12.6")  # no cell of the matrix uses 12.6
+    assert rc == UsageError.exit_code
+    assert "no cell of the matrix uses CUDA 12.6" in _one_error(lines)
+    _cu128(tmp_path, '"3.11", "3.13"')
+    rc, lines = _cli(capsys, "image", "cuda", "12.8", "--name", "mine:1")
+    assert rc == UsageError.exit_code and "one per Python (3.11, 3.13)" in _one_error(lines)
+    assert image_steps == []
 
 
 def test_commands_are_echoed_in_full_only_with_verbose(
