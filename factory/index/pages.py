@@ -2,8 +2,11 @@
 
 HTML carries ``#sha256=`` fragments, ``data-requires-python`` (escaped), ``data-core-metadata``
 and ``data-dist-info-metadata`` (PEP 658/714), ``data-yanked`` (PEP 592). JSON is API version
-1.1 (PEP 700: ``versions``, ``size``, ``upload-time``). Links are relative, so the same tree
-works from the embedded server, from S3 behind a CDN, or from ``file://``.
+1.1 (PEP 700: ``versions``, ``size``, ``upload-time``) with ``core-metadata`` only: pip 22.3 to
+23.0 (23.0.1 is Debian 12's) read a JSON ``dist-info-metadata`` as a string and crash on the
+PEP 691 dict, and PEP 714 names the key ``core-metadata``, which they ignore. Links are
+relative, so the same tree works from the embedded server, from S3 behind a CDN, or from
+``file://``.
 """
 
 from __future__ import annotations
@@ -112,7 +115,6 @@ def project_json(project: str, entries: Sequence[WheelEntry], variant: str | Non
                 "hashes": {"sha256": e.sha256},
                 "requires-python": e.requires_python,
                 "core-metadata": {"sha256": e.metadata_sha256},
-                "dist-info-metadata": {"sha256": e.metadata_sha256},
                 # PEP 691: a reason string, or true when yanked without one.
                 "yanked": (e.yanked or True) if e.yanked is not None else False,
                 "size": e.size,

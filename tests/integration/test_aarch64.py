@@ -5,8 +5,9 @@ in the network-less container, next to its x86_64 cell, through the real CLI:
   passes: every ELF is AArch64, SASS sm_100 only, and the wheel installs for aarch64 and imports
   with aarch64 torch under qemu-user;
 * the two wheels carry byte-identical cubins (device code does not depend on the host CPU);
-* from the served index, one per-variant URL gives pip on this host the x86_64 wheel and pip in
-  an arm64 container (qemu-user through binfmt_misc) the aarch64 one, which loads there.
+* from the served index, one per-variant URL gives pip on this host the x86_64 wheel and Debian
+  12's own pip (23.0.1) in an arm64 container (qemu-user through binfmt_misc) the aarch64 one,
+  which loads there.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import pip
 import pytest
 from conftest import REPO, cache_root
 
@@ -256,12 +256,6 @@ def test_one_url_serves_each_cpu_its_wheel_and_it_loads_on_arm64(
                 "--rm",
                 "--network",
                 "host",
-                # Debian 12's pip 23.0.1 crashes on PEP 691 pages that give dist-info-metadata
-                # as a dict (TypeError in LinkHash); the host's pip is pure Python: use it
-                "-v",
-                f"{Path(pip.__path__[0])}:/hostpip/pip:ro",
-                "-e",
-                "PYTHONPATH=/hostpip",
                 # qemu-user shows the host's CPU files; torch's CPU probing needs aarch64 ones
                 "-v",
                 f"{sysroot}/proc/cpuinfo:/proc/cpuinfo:ro",
