@@ -68,7 +68,7 @@ def test_the_page_is_valid_html_with_a_row_per_live_wheel(store: LocalStore) -> 
         cells[8],
     ]
     code = sm100_arm.find(".//code")
-    assert code.get("data-path") == "cu130-torch2.14-sm100-aarch64/simple/"
+    assert code.get("data-path") == "cu130-torch2.14-sm100/simple/"  # one URL for both CPUs
     assert code.get("data-requirement") == "fa-demo==1.0+cu130torch2.14sm100"
 
 
