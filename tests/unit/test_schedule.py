@@ -266,10 +266,12 @@ def test_the_whole_group_bound_never_exceeds_the_model_optimum(
     merged = group_bound(groups, builders, times, transitions=1)  # every kind merged into one
     assert 0 < merged <= bound <= optimum * (1 + 1e-9)
     assert lower_bound(groups, builders, times) <= optimum * (1 + 1e-9)
-    # and the factory's assignment is a schedule of the model: never below its optimum
+    # the factory's schedule is one of the model's: never below its optimum, and (these
+    # instances, measured) within 5 % of it
     given, unplaced = assign(groups, builders, times)
     assert not unplaced
     assert max(end(b, given[b.name]) for b in builders) >= optimum * (1 - 1e-9)
+    assert optimum <= max(_lanes_end(b, given[b.name], times) for b in builders) <= 1.05 * optimum
 
 
 @pytest.mark.parametrize(("seed", "n_groups", "n_builders"), SHAPES)
