@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -546,11 +547,33 @@ def group_bound(groups: Sequence[Group], builders: Sequence[Builder], times: Cel
         return found
 
     found = best(0, tuple(n for _, n in pool))
-    return found if math.isfinite(found) else 0.0
+    return max(found if math.isfinite(found) else 0.0, _rate_bound(kinds, builders))
+
+
+def _rate_bound(kinds: Mapping[Kind, int], builders: Sequence[Builder]) -> float:
+    """(a) over all builders at once, for when the exact search had to merge kinds: builder
+    b never does more than max over k of min(CPUs, k x the largest cap at memory // k)
+    CPU-seconds per second, and each group does at least its least work anywhere; no group
+    ends before its shortest chain anywhere."""
+    rate = 0.0
+    for i, b in enumerate(builders):
+        caps: dict[int, float] = {}  # lane count: the largest cap of any kind there
+        for kind in kinds:
+            for k, p in enumerate(kind[i] or (), start=1):
+                if p is not None:
+                    caps[k] = max(caps.get(k, 0.0), p.rate)
+        rate += max((min(float(b.cpus), k * r) for k, r in caps.items()), default=0.0)
+    work = chain = 0.0
+    for kind, n in kinds.items():
+        profs = [p for per in kind if per for p in per if p is not None]
+        work += n * min(p.work for p in profs)
+        chain = max(chain, min(p.chain for p in profs))
+    return max(work / rate if rate else 0.0, chain)
 
 
 EXACT_SPANS = 1000  # builder spans the exact search over kinds may simulate
 SEARCH_SPANS = 4000  # builder spans the local search may simulate
+KICKS = 60  # restarts of the local search from a perturbed best assignment
 
 
 class _Spans:
@@ -659,6 +682,41 @@ def _local_search(given: dict[str, list[Group]], spans: _Spans, budget: int) -> 
                 break
 
 
+def _iterated_search(given: dict[str, list[Group]], spans: _Spans, budget: int,
+                     kicks: int = KICKS) -> None:
+    """``_local_search``, then from the best assignment so far: move two random groups (one
+    off the builder that ends last) to random builders that build them and search again,
+    keeping the result when it ranks better. A single move or swap cannot leave a state
+    where every neighbour is longer (giving a builder one more group costs it a lane's
+    memory share); two at once often can. Seeded: the same input gives the same schedule."""
+    rng = random.Random(0)
+    start = spans.simulated
+    _local_search(given, spans, budget)
+
+    def rank(a: Mapping[str, Sequence[Group]]) -> tuple[float, ...]:
+        return _rank({n: spans.end(n, gs) for n, gs in a.items()})
+
+    best, best_rank = {n: list(gs) for n, gs in given.items()}, rank(given)
+    for _ in range(kicks if sum(map(len, given.values())) > 1 else 0):
+        left = budget - (spans.simulated - start)
+        if left <= 0:
+            break
+        trial = {n: list(gs) for n, gs in best.items()}
+        for src in (max(trial, key=lambda n: spans.end(n, trial[n])),
+                    rng.choice([n for n in trial if trial[n]])):
+            if not trial[src]:
+                continue
+            g = rng.choice(trial[src])
+            to = [n for n in trial if n != src and spans.builders[n].builds(g.platform)]
+            if to:
+                trial[src].remove(g)
+                trial[rng.choice(to)].append(g)
+        _local_search(trial, spans, left)
+        if (r := rank(trial)) < best_rank:
+            best, best_rank = trial, r
+    given.update(best)
+
+
 def _exact(groups: Sequence[Group], builders: Sequence[Builder], spans: _Spans,
            budget: int) -> dict[str, list[Group]] | None:
     """The best assignment of whole groups (each builder running its share as ``_lanes``
@@ -712,7 +770,7 @@ def assign(groups: Sequence[Group], builders: Sequence[Builder], times: CellTime
     better of the two (by ``_rank``). Returns (groups per builder, groups none can take)."""
     spans = _Spans(groups, builders, times)
     given, unplaced = _greedy(groups, builders, spans)
-    _local_search(given, spans, search_spans)
+    _iterated_search(given, spans, search_spans)
     out = {g.key for g in unplaced}
     placed = [g for g in groups if g.key not in out]
     exact = _exact(placed, builders, spans, exact_spans) if exact_spans else None
