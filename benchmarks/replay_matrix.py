@@ -3,7 +3,9 @@
 Matrix: flash-attn 2.8.3.post2, torch 2.11/2.12/2.13/2.14, CUDA 13.0, Python 3.11/3.12/3.13,
 arch sets sm_90 and sm_100, two platforms (manylinux_2_28 and manylinux_2_36 images: their
 kernels are not shared, docs/BENCHMARKS.md "Compile cache"). Builders: 64/128/256/512 GiB with
-16/32/64/128 CPUs, all x86_64.
+16/32/64/128 CPUs, all x86_64. ``--wide``: arch sets sm_90, sm_100, sm_90+sm_100 and sm_80 (96
+cells; sm_80's object times are the nearest history entry's) and two more builders of 96 and
+192 GiB with 24 and 48 CPUs.
 
 Cell times come from one model for both policies (factory.planning.schedule.CellTimes): the
 planner's predicted compile at the slot's memory and CPUs from measured per-object times (sm_90:
@@ -11,8 +13,10 @@ the shipped history; sm_100: the 2026-11-29 H200 run's ninja log, added here), c
 included; a later Python version of a group compiles CACHED_FRACTION (10 %, measured) of the
 first; every cell adds the measured 79 s of link, repair and verify.
 
-  factory schedule  groups (same kernels, any Python) to builder slots, longest first, slots
-                    per builder chosen for the shortest makespan
+  factory schedule  groups (same kernels, any Python) to builders (factory.planning.schedule
+                    .assign: longest first, an iterated local search, and the exact best
+                    count of each kind of group per builder where the kinds are few), each
+                    builder's groups in the lane count that ends first
   today's nightly   one Actions job per cell in id order, max-parallel 8, static label per
                     package: flash-attn -> mem-256g, which only the 256 GiB builder carries
                     (labels name a builder's own size); each job has the whole builder; the
@@ -27,7 +31,8 @@ first; every cell adds the measured 79 s of link, repair and verify.
                     builder running its share as `factory schedule` runs it (an enumeration
                     independent of the scheduler's own exact search)
 
-    python benchmarks/replay_matrix.py
+    python benchmarks/replay_matrix.py          # the 48-cell matrix on 4 builders
+    python benchmarks/replay_matrix.py --wide   # 96 cells (4 arch sets) on 6 builders
 """
 
 from __future__ import annotations
@@ -82,8 +87,15 @@ STATIC_LABEL = "mem-256g"  # factory.ci.RUNNER_LABELS["flash-attn"]
 MAX_PARALLEL = 8
 
 
-def cells() -> list[PlannedCell]:
-    base = list(load_matrix(text=MATRIX).cells)
+WIDE_ARCHS = 'archs = [["9.0"], ["10.0"], ["9.0", "10.0"], ["8.0"]]'
+WIDE_BUILDERS = BUILDERS + tuple(
+    Builder(name=f"builder-{m}g", memory_bytes=m * GIB, cpus=c, platform="x86_64")
+    for m, c in ((96, 24), (192, 48)))
+
+
+def cells(*, wide: bool = False) -> list[PlannedCell]:
+    text = MATRIX.replace('archs = [["9.0"], ["10.0"]]', WIDE_ARCHS) if wide else MATRIX
+    base = list(load_matrix(text=text).cells)
     return [dataclasses.replace(pc, wheel=pc.wheel.replace(platform_of(pc), plat))
             for plat in PLATFORMS for pc in base]
 
@@ -97,9 +109,10 @@ def history() -> MemoryHistory:
     return MemoryHistory(doc, path=None)
 
 
-def nightly(all_cells: list[PlannedCell], times: CellTimes) -> float:
+def nightly(all_cells: list[PlannedCell], times: CellTimes,
+            builders: tuple[Builder, ...] = BUILDERS) -> float:
     """Per-cell jobs in id order on the runners carrying the static label (one job each)."""
-    runners = [b for b in BUILDERS if STATIC_LABEL in b.labels]
+    runners = [b for b in builders if STATIC_LABEL in b.labels]
     free = {b.name: 0.0 for b in runners}
     seen: dict[str, set[tuple[str, ...]]] = {b.name: set() for b in runners}
     groups = {pc.cell.id + platform_of(pc): g.key for g in group_cells(all_cells)
@@ -159,38 +172,42 @@ def best_whole_groups(groups: list[Group], times: CellTimes) -> float:
     return best
 
 
-def main() -> int:
-    all_cells = cells()
+def main(argv: list[str]) -> int:
+    wide = argv == ["--wide"]
+    builders = WIDE_BUILDERS if wide else BUILDERS
+    all_cells = cells(wide=wide)
     h = history()
     times = CellTimes(h)
-    found = schedule(all_cells, BUILDERS, history=h)
-    today = nightly(all_cells, times)
+    found = schedule(all_cells, builders, history=h)
+    today = nightly(all_cells, times, builders)
     groups = group_cells(all_cells)
     print(f"{len(all_cells)} cells in {len(groups)} groups (same kernels, any Python); "
           f"builders: " + ", ".join(f"{b.name} ({b.memory_bytes // GIB} GiB, {b.cpus} CPUs)"
-                                    for b in BUILDERS))
+                                    for b in builders))
     print()
     print("| policy | makespan h | min | vs today's nightly | vs whole-group bound "
           "| vs fluid bound |")
     print("|---|---:|---:|---:|---:|---:|")
     fluid, bound = found.lower_bound_seconds, found.group_bound_seconds
-    searched = schedule(all_cells, BUILDERS, history=h, exact_spans=0)
-    whole = best_whole_groups(list(groups), times)
-    for name, span in (("today's nightly (per-cell jobs, id order, max-parallel 8, "
-                        f"label {STATIC_LABEL})", today),
-                       ("`factory schedule`, greedy + local search alone (exact_spans=0)",
-                        searched.makespan_seconds),
-                       ("`factory schedule`", found.makespan_seconds),
-                       ("best assignment of whole groups (exhaustive)", whole),
-                       ("whole-group bound (`group_bound`)", bound),
-                       ("fluid bound (`lower_bound`: work / all CPUs, longest group)", fluid)):
+    searched = schedule(all_cells, builders, history=h, exact_spans=0)
+    rows = [("today's nightly (per-cell jobs, id order, max-parallel 8, "
+             f"label {STATIC_LABEL})", today),
+            ("`factory schedule`, greedy + local search alone (exact_spans=0)",
+             searched.makespan_seconds),
+            ("`factory schedule`", found.makespan_seconds)]
+    if not wide:  # too many assignments to enumerate for the wide matrix
+        rows.append(("best assignment of whole groups (exhaustive)",
+                     best_whole_groups(list(groups), times)))
+    rows += [("whole-group bound (`group_bound`)", bound),
+             ("fluid bound (`lower_bound`: work / all CPUs, longest group)", fluid)]
+    for name, span in rows:
         print(f"| {name} | {span / 3600:.3f} | {span / 60:.1f} | {today / span:.2f}x shorter "
               f"| {100 * (span / bound - 1):+.2f} % | {100 * (span / fluid - 1):+.2f} % |")
     print()
     print("| builder | lanes (cells at once) | memory GiB per lane (CPUs shared) | cells "
           "| busy h |")
     print("|---|---:|---|---:|---:|")
-    for b in BUILDERS:
+    for b in builders:
         slots = [s for s in found.slots if s.builder == b.name]
         used = [s for s in slots if s.cells]
         if not slots:
@@ -202,4 +219,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -416,7 +416,7 @@ class Profile:
 # A kind: per builder None (does not build it) or per lane count k (1..) its Profile, None
 # where the planner refuses it at memory / k. Groups of one kind are interchangeable.
 Kind = tuple[tuple[Profile | None, ...] | None, ...]
-BOUND_TRANSITIONS = 200_000  # the exact search's size before kinds are merged
+BOUND_TRANSITIONS = 2_000_000  # the exact search's size before kinds are merged
 
 
 def _merge(a: Kind, b: Kind) -> Kind:
@@ -459,7 +459,7 @@ def _builder_bound(per_kind: Sequence[tuple[Profile | None, ...] | None],
 
 
 def _lanes_bound(profs: Sequence[tuple[Profile, int]], n: int, k: int, cpus: int) -> float:
-    """(a), (b) and (c) of ``group_bound`` for ``n`` groups (count per profile) in k lanes."""
+    """(a) to (d) of ``group_bound`` for ``n`` groups (count per profile) in k lanes."""
     work = sum(p.work * c for p, c in profs)
     rate = min(float(cpus), k * max(p.rate for p, _ in profs))
     chains = sorted((p.chain, c) for p, c in profs)
@@ -470,7 +470,8 @@ def _lanes_bound(profs: Sequence[tuple[Profile, int]], n: int, k: int, cpus: int
         need -= take
         if not need:
             break
-    return max(work / rate, chains[-1][0], queue)
+    lanes = sum(chain * c for chain, c in chains) / k
+    return max(work / rate, chains[-1][0], queue, lanes)
 
 
 def group_bound(groups: Sequence[Group], builders: Sequence[Builder], times: CellTimes,
@@ -491,9 +492,13 @@ def group_bound(groups: Sequence[Group], builders: Sequence[Builder], times: Cel
     (b) a group's phases run one after another, each at most at min(cap, CPUs): span >= the
         longest such chain in S;
     (c) k lanes hold |S| groups, so one lane holds at least ceil(|S| / k) of them in
-        sequence: span >= the sum of the ceil(|S| / k) shortest chains in S.
+        sequence: span >= the sum of the ceil(|S| / k) shortest chains in S;
+    (d) a lane takes at least the sum of its groups' chains, so the k lanes together take
+        at least the sum of all chains in S and the longest at least 1 / k of it: span >=
+        sum of chains / k. Where memory caps a group's jobs its chain is long, and this is
+        well above (a), which lets another lane use the CPUs it leaves.
 
-    span(b, S) >= LB(b, S) = min over the k b could choose of max(a, b, c), and the makespan
+    span(b, S) >= LB(b, S) = min over the k b could choose of max(a, b, c, d), and the makespan
     of any schedule >= max over builders of LB(b, S_b) >= the minimum of that over every
     assignment of whole groups to builders. That minimum is computed exactly, by dynamic
     programming over builders and the number of groups of each kind (groups with the same
@@ -527,6 +532,7 @@ def group_bound(groups: Sequence[Group], builders: Sequence[Builder], times: Cel
         pool[i:i + 2] = [(_merge(a, b), na + nb)]
     shapes = [k for k, _ in pool]
     memo: dict[tuple[int, tuple[int, ...]], float] = {}
+    alone: dict[tuple[int, tuple[int, ...]], float] = {}  # one builder's bound for a take
 
     def best(i: int, left: tuple[int, ...]) -> float:
         if i == len(builders):
@@ -538,7 +544,9 @@ def group_bound(groups: Sequence[Group], builders: Sequence[Builder], times: Cel
                   for n, per in zip(left, per_kind, strict=True)]
         found = math.inf
         for take in itertools.product(*ranges):
-            here = _builder_bound(per_kind, take, builders[i].cpus)
+            if (i, take) not in alone:
+                alone[(i, take)] = _builder_bound(per_kind, take, builders[i].cpus)
+            here = alone[(i, take)]
             if here >= found:
                 continue
             rest = best(i + 1, tuple(n - t for n, t in zip(left, take, strict=True)))
