@@ -4,8 +4,11 @@ Cells that share compiled objects (same package, version, torch, CUDA, arch set 
 any Python) form a group and go to one builder slot in sequence, so every cell after the first
 takes its kernels from the compile cache (docs/BENCHMARKS.md "Compile cache": a second Python
 version's compile is 10 % of the first for the bundled extension, 0-3 % for flash-attn's
-kernels; the 10 % is used). Groups go longest first (by CPU work) to the builder whose
-predicted end grows least.
+kernels; the 10 % is used). Groups go whole to builders (``assign``): longest first (by CPU
+work) to the builder whose predicted end grows least, then an iterated local search of moves
+and swaps; where the groups fall into few kinds, the exact best count of each kind per builder.
+Two lower bounds come with the schedule: ``lower_bound`` (fluid: work over all CPUs) and
+``group_bound`` (whole groups on memory-capped builders; the proof is in its docstring).
 
 A builder runs its groups in lanes side by side, as many as its memory allows (at most
 MAX_LANES): each lane's cells are planned with the builder's memory divided by the lanes (one
