@@ -245,13 +245,19 @@ def placeable(groups: list[Group], builders: tuple[Builder, ...], times: CellTim
 SHAPES = [(seed, 2 + seed % 4, 1 + seed % 3) for seed in range(36)]
 
 
+def placed_instance(seed: int, n_groups: int, n_builders: int) -> tuple[
+        list[Group], tuple[Builder, ...], FakeTimes]:
+    """An instance without the groups no builder takes (``schedule`` leaves them unplaced)."""
+    groups, builders, times = instance(seed, n_groups, n_builders)
+    groups = placeable(groups, builders, times)
+    assert groups
+    return groups, builders, times
+
+
 @pytest.mark.parametrize(("seed", "n_groups", "n_builders"), SHAPES)
 def test_the_whole_group_bound_never_exceeds_the_model_optimum(
         seed: int, n_groups: int, n_builders: int) -> None:
-    groups, builders, times = instance(seed, n_groups, n_builders)
-    groups = placeable(groups, builders, times)
-    if not groups:
-        return
+    groups, builders, times = placed_instance(seed, n_groups, n_builders)
     memo: dict[tuple[str, tuple[str, ...]], float] = {}
 
     def end(b: Builder, gs: list[Group]) -> float:
@@ -277,10 +283,7 @@ def test_the_whole_group_bound_never_exceeds_the_model_optimum(
 @pytest.mark.parametrize(("seed", "n_groups", "n_builders"), SHAPES)
 def test_assign_finds_the_best_whole_group_assignment(
         seed: int, n_groups: int, n_builders: int) -> None:
-    groups, builders, times = instance(seed, n_groups, n_builders)
-    groups = placeable(groups, builders, times)
-    if not groups:
-        return
+    groups, builders, times = placed_instance(seed, n_groups, n_builders)
 
     def makespan(a: dict[str, list[Group]]) -> float:
         return max(_lanes_end(b, a[b.name], times) for b in builders)
