@@ -9,6 +9,7 @@ import math
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,7 +167,8 @@ class FakeTimes(CellTimes):
         super().__init__(history())
         self.spec = spec
 
-    def compile(self, pc, memory: int, cpus: int) -> Phase | None:  # type: ignore[no-untyped-def, override]
+    def compile(self, pc: Any, memory: int, cpus: int) -> Phase | None:
+        """``pc``: a fake cell, "PACKAGE/GROUP/N"."""
         work, longest, job, grow = self.spec[pc.split("/")[0]]
         jobs = min(cpus, memory // job)
         if jobs < 1:
@@ -182,7 +184,7 @@ def instance(seed: int, n_groups: int, n_builders: int) -> tuple[
                 cpus=rng.choice((2, 4, 8, 16)),
                 platform="aarch64" if i and rng.random() < 0.25 else "x86_64")
         for i in range(n_builders))
-    spec = {}
+    spec: dict[str, tuple[float, float, int, float]] = {}
     groups = []
     for i in range(n_groups):
         name = f"p{i % max(2, n_groups - 1)}"  # some groups alike, as torch versions are
