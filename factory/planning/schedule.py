@@ -269,7 +269,10 @@ def _lanes(b: Builder, groups: Sequence[Group], times: CellTimes
                              for p in ps or ()) for key, ps in phases.items()}
             lanes: list[list[Group]] = [[] for _ in range(k)]
             filled = [0.0] * k
-            for g in sorted(groups, key=lambda g: -load[g.key]):
+            # ties by phases, not by input order: groups alike here are interchangeable, so
+            # the lanes' ends depend only on the multiset (what ``_Spans`` remembers)
+            for g in sorted(groups, key=lambda g: (-load[g.key], [
+                    (p.work, p.parallel, p.longest) for p in phases[g.key] or ()])):
                 i = filled.index(min(filled))
                 lanes[i].append(g)
                 filled[i] += load[g.key]

@@ -334,3 +334,15 @@ def test_the_replay_matrix_is_scheduled_within_15_percent_of_the_whole_group_bou
         assert found.makespan_seconds <= 1.15 * found.group_bound_seconds
         # memory binds on these builders: the fluid bound is far below what any schedule does
         assert found.group_bound_seconds > 1.3 * found.lower_bound_seconds
+
+
+def test_a_builders_end_depends_on_its_groups_not_their_order() -> None:
+    # assign remembers a builder's end by the groups it runs; five groups of equal work but
+    # other caps and memory (ties in the longest-first packing) once gave two ends
+    times = times_of({f"p{i}": (1000.0, longest, job * GIB, 0.0) for i, (longest, job) in
+                      enumerate(((100.0, 2), (20.0, 3), (100.0, 1), (600.0, 2), (20.0, 3)))})
+    groups = [Group(key=(f"p{i}", str(i), X86),  # type: ignore[arg-type]
+                    cells=tuple(f"p{i}/{i}/{j}" for j in range(1 + i % 2))) for i in range(5)]
+    b = Builder(name="b", memory_bytes=8 * GIB, cpus=4, platform="x86_64")
+    ends = {_lanes_end(b, list(order), times) for order in itertools.permutations(groups)}
+    assert len(ends) == 1
