@@ -33,6 +33,7 @@ first; every cell adds the measured 79 s of link, repair and verify.
 
     python benchmarks/replay_matrix.py          # the 48-cell matrix on 4 builders
     python benchmarks/replay_matrix.py --wide   # 96 cells (4 arch sets) on 6 builders
+    python benchmarks/replay_matrix.py --wide --exact   # and its best whole-group assignment
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ from factory.planning.schedule import (  # noqa: E402
     Builder,
     CellTimes,
     Group,
+    _exact,
     _lanes,
+    _Spans,
     group_cells,
     overhead,
     platform_of,
@@ -173,7 +176,7 @@ def best_whole_groups(groups: list[Group], times: CellTimes) -> float:
 
 
 def main(argv: list[str]) -> int:
-    wide = argv == ["--wide"]
+    wide = "--wide" in argv
     builders = WIDE_BUILDERS if wide else BUILDERS
     all_cells = cells(wide=wide)
     h = history()
@@ -198,6 +201,12 @@ def main(argv: list[str]) -> int:
     if not wide:  # too many assignments to enumerate for the wide matrix
         rows.append(("best assignment of whole groups (exhaustive)",
                      best_whole_groups(list(groups), times)))
+    elif "--exact" in argv:  # the scheduler's own search by kind, unbounded (half an hour)
+        spans = _Spans(groups, builders, times)
+        best = _exact(list(groups), builders, spans, budget=10**9)
+        assert best is not None
+        rows.append(("best assignment of whole groups (exact search by kind)",
+                     max(spans.end(n, gs) for n, gs in best.items())))
     rows += [("whole-group bound (`group_bound`)", bound),
              ("fluid bound (`lower_bound`: work / all CPUs, longest group)", fluid)]
     for name, span in rows:
