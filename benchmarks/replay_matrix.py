@@ -3,7 +3,9 @@
 Matrix: flash-attn 2.8.3.post2, torch 2.11/2.12/2.13/2.14, CUDA 13.0, Python 3.11/3.12/3.13,
 arch sets sm_90 and sm_100, two platforms (manylinux_2_28 and manylinux_2_36 images: their
 kernels are not shared, docs/BENCHMARKS.md "Compile cache"). Builders: 64/128/256/512 GiB with
-16/32/64/128 CPUs, all x86_64.
+16/32/64/128 CPUs, all x86_64. ``--wide``: arch sets sm_90, sm_100, sm_90+sm_100 and sm_80 (96
+cells; sm_80's object times are the nearest history entry's) and two more builders of 96 and
+192 GiB with 24 and 48 CPUs.
 
 Cell times come from one model for both policies (factory.planning.schedule.CellTimes): the
 planner's predicted compile at the slot's memory and CPUs from measured per-object times (sm_90:
@@ -11,19 +13,27 @@ the shipped history; sm_100: the 2026-11-29 H200 run's ninja log, added here), c
 included; a later Python version of a group compiles CACHED_FRACTION (10 %, measured) of the
 first; every cell adds the measured 79 s of link, repair and verify.
 
-  factory schedule  groups (same kernels, any Python) to builder slots, longest first, slots
-                    per builder chosen for the shortest makespan
+  factory schedule  groups (same kernels, any Python) to builders (factory.planning.schedule
+                    .assign: longest first, an iterated local search, and the exact best
+                    count of each kind of group per builder where the kinds are few), each
+                    builder's groups in the lane count that ends first
   today's nightly   one Actions job per cell in id order, max-parallel 8, static label per
                     package: flash-attn -> mem-256g, which only the 256 GiB builder carries
                     (labels name a builder's own size); each job has the whole builder; the
                     builder's local compile cache serves a later Python version only when the
                     same builder built the group's first cell before it
-  lower bound       max(all groups' CPU work / all CPUs, the longest group on its fastest
-                    builder): CPU work = the group's time on one CPU (cache effect included),
-                    which no schedule can shrink; and no group can finish faster than on the
-                    whole builder where it is fastest
+  whole-group bound factory.planning.schedule.group_bound: for whole groups, with each
+                    builder's rate limited by the jobs its memory allows (see its docstring
+                    for the proof); computed exactly here (no kinds merged)
+  fluid bound       factory.planning.schedule.lower_bound (the bound before it): max(all
+                    groups' CPU work / all CPUs, the longest group on its fastest builder)
+  best whole groups every way to give each builder a number of groups of each kind, each
+                    builder running its share as `factory schedule` runs it (an enumeration
+                    independent of the scheduler's own exact search)
 
-    python benchmarks/replay_matrix.py
+    python benchmarks/replay_matrix.py          # the 48-cell matrix on 4 builders
+    python benchmarks/replay_matrix.py --wide   # 96 cells (4 arch sets) on 6 builders
+    python benchmarks/replay_matrix.py --wide --exact   # and its best whole-group assignment
 """
 
 from __future__ import annotations
@@ -46,7 +56,9 @@ from factory.planning.schedule import (  # noqa: E402
     Builder,
     CellTimes,
     Group,
+    _exact,
     _lanes,
+    _Spans,
     group_cells,
     overhead,
     platform_of,
@@ -78,8 +90,15 @@ STATIC_LABEL = "mem-256g"  # factory.ci.RUNNER_LABELS["flash-attn"]
 MAX_PARALLEL = 8
 
 
-def cells() -> list[PlannedCell]:
-    base = list(load_matrix(text=MATRIX).cells)
+WIDE_ARCHS = 'archs = [["9.0"], ["10.0"], ["9.0", "10.0"], ["8.0"]]'
+WIDE_BUILDERS = BUILDERS + tuple(
+    Builder(name=f"builder-{m}g", memory_bytes=m * GIB, cpus=c, platform="x86_64")
+    for m, c in ((96, 24), (192, 48)))
+
+
+def cells(*, wide: bool = False) -> list[PlannedCell]:
+    text = MATRIX.replace('archs = [["9.0"], ["10.0"]]', WIDE_ARCHS) if wide else MATRIX
+    base = list(load_matrix(text=text).cells)
     return [dataclasses.replace(pc, wheel=pc.wheel.replace(platform_of(pc), plat))
             for plat in PLATFORMS for pc in base]
 
@@ -93,9 +112,10 @@ def history() -> MemoryHistory:
     return MemoryHistory(doc, path=None)
 
 
-def nightly(all_cells: list[PlannedCell], times: CellTimes) -> float:
+def nightly(all_cells: list[PlannedCell], times: CellTimes,
+            builders: tuple[Builder, ...] = BUILDERS) -> float:
     """Per-cell jobs in id order on the runners carrying the static label (one job each)."""
-    runners = [b for b in BUILDERS if STATIC_LABEL in b.labels]
+    runners = [b for b in builders if STATIC_LABEL in b.labels]
     free = {b.name: 0.0 for b in runners}
     seen: dict[str, set[tuple[str, ...]]] = {b.name: set() for b in runners}
     groups = {pc.cell.id + platform_of(pc): g.key for g in group_cells(all_cells)
@@ -155,33 +175,48 @@ def best_whole_groups(groups: list[Group], times: CellTimes) -> float:
     return best
 
 
-def main() -> int:
-    all_cells = cells()
+def main(argv: list[str]) -> int:
+    wide = "--wide" in argv
+    builders = WIDE_BUILDERS if wide else BUILDERS
+    all_cells = cells(wide=wide)
     h = history()
     times = CellTimes(h)
-    found = schedule(all_cells, BUILDERS, history=h)
-    today = nightly(all_cells, times)
+    found = schedule(all_cells, builders, history=h)
+    today = nightly(all_cells, times, builders)
     groups = group_cells(all_cells)
     print(f"{len(all_cells)} cells in {len(groups)} groups (same kernels, any Python); "
           f"builders: " + ", ".join(f"{b.name} ({b.memory_bytes // GIB} GiB, {b.cpus} CPUs)"
-                                    for b in BUILDERS))
+                                    for b in builders))
     print()
-    print("| policy | makespan h | vs today's nightly | vs lower bound |")
-    print("|---|---:|---:|---:|")
-    lb = found.lower_bound_seconds
-    whole = best_whole_groups(list(groups), times)
-    for name, span in (("today's nightly (per-cell jobs, id order, max-parallel 8, "
-                        f"label {STATIC_LABEL})", today),
-                       ("`factory schedule`", found.makespan_seconds),
-                       ("best assignment of whole groups (exhaustive)", whole),
-                       ("lower bound (work / all CPUs, longest group)", lb)):
-        print(f"| {name} | {span / 3600:.2f} | {today / span:.2f}x shorter | "
-              f"{100 * (span / lb - 1):+.1f} % |")
+    print("| policy | makespan h | min | vs today's nightly | vs whole-group bound "
+          "| vs fluid bound |")
+    print("|---|---:|---:|---:|---:|---:|")
+    fluid, bound = found.lower_bound_seconds, found.group_bound_seconds
+    searched = schedule(all_cells, builders, history=h, exact_spans=0)
+    rows = [("today's nightly (per-cell jobs, id order, max-parallel 8, "
+             f"label {STATIC_LABEL})", today),
+            ("`factory schedule`, greedy + local search alone (exact_spans=0)",
+             searched.makespan_seconds),
+            ("`factory schedule`", found.makespan_seconds)]
+    if not wide:  # too many assignments to enumerate for the wide matrix
+        rows.append(("best assignment of whole groups (exhaustive)",
+                     best_whole_groups(list(groups), times)))
+    elif "--exact" in argv:  # the scheduler's own search by kind, unbounded (half an hour)
+        spans = _Spans(groups, builders, times)
+        best = _exact(list(groups), builders, spans, budget=10**9)
+        assert best is not None
+        rows.append(("best assignment of whole groups (exact search by kind)",
+                     max(spans.end(n, gs) for n, gs in best.items())))
+    rows += [("whole-group bound (`group_bound`)", bound),
+             ("fluid bound (`lower_bound`: work / all CPUs, longest group)", fluid)]
+    for name, span in rows:
+        print(f"| {name} | {span / 3600:.3f} | {span / 60:.1f} | {today / span:.2f}x shorter "
+              f"| {100 * (span / bound - 1):+.2f} % | {100 * (span / fluid - 1):+.2f} % |")
     print()
     print("| builder | lanes (cells at once) | memory GiB per lane (CPUs shared) | cells "
           "| busy h |")
     print("|---|---:|---|---:|---:|")
-    for b in BUILDERS:
+    for b in builders:
         slots = [s for s in found.slots if s.builder == b.name]
         used = [s for s in slots if s.cells]
         if not slots:
@@ -193,4 +228,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))
