@@ -231,6 +231,115 @@ class PageCache:
         return page
 
 
+def page_answer(
+    page: CachedPage, vary: str, headers: Any
+) -> tuple[HTTPStatus, bytes, dict[str, str]]:
+    """Status, body and headers for a page: gzipped when the client asks and it is worth it,
+    304 when the client's copy is current."""
+    body, etag = page.body, page.etag
+    extra = {"Vary": vary, "Cache-Control": PAGE_CACHE_CONTROL}
+    if page.gzipped is not None and accepts_gzip(headers.get("Accept-Encoding")):
+        body, etag = page.gzipped, etag[:-1] + '-gzip"'  # one strong tag per encoding
+        extra["Content-Encoding"] = "gzip"
+    extra["ETag"] = etag
+    extra["Last-Modified"] = http_date(page.mtime)
+    if not_modified(headers, etag, page.mtime):
+        return HTTPStatus.NOT_MODIFIED, b"", extra
+    return HTTPStatus.OK, body, extra
+
+
+def file_validators(size: int, mtime_ns: int) -> dict[str, str]:
+    """The caching headers of a published file: it never changes, so size and mtime identify
+    the bytes, and clients and CDNs may keep it."""
+    return {
+        "Cache-Control": FILE_CACHE_CONTROL,
+        "ETag": f'"{size:x}-{mtime_ns:x}"',
+        "Last-Modified": http_date(mtime_ns / 1e9),
+        "Accept-Ranges": "bytes",
+    }
+
+
+# -- routing: which page or file a request target names ---------------------------------------
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Route:
+    kind: str  # 'page', 'file', 'redirect', 'not_found', 'not_acceptable'
+    key: str = ""  # the store key (page, file) or the Location (redirect)
+    ctype: str = ""  # pages: the Content-Type
+    vary: str = ""  # pages: the Vary header
+
+
+_NOT_FOUND = Route(kind="not_found")
+
+
+def route(target: str, accept: str | None) -> Route:
+    """Where a GET goes; the same for the threaded handler and the read loop."""
+    split = urlsplit(target)
+    raw_path = split.path
+    parts = [unquote(p) for p in raw_path.split("/")[1:]]
+    if raw_path == "/":
+        return _page_route("index", {"format": ["text/html"]}, accept)
+    if parts and parts[0] == "files":
+        return _file_route(parts[1:], "files", _FILE_SUFFIXES)
+    if parts[:2] == [WHEEL_VARIANTS, "files"]:
+        return _file_route(parts[2:], f"{WHEEL_VARIANTS}/files", (".whl", "-variants.json"))
+    query = parse_qs(split.query)
+    if parts and parts[-1] in {"index.html", "index.json"}:
+        return _page_file_route(parts)
+    if parts[:1] == [FINDER_KEY.split("/")[0]]:
+        if parts != FINDER_KEY.split("/")[:1] + [""]:
+            return Route(kind="redirect", key="/" + FINDER_KEY.rsplit("/", 1)[0] + "/")
+        return _page_route(FINDER_KEY.removesuffix(".html"), {"format": ["text/html"]}, accept)
+    if parts and (VARIANT_RE.match(parts[0]) or parts[0] == WHEEL_VARIANTS):
+        prefix, parts = parts[0] + "/", parts[1:]
+        if prefix == f"{WHEEL_VARIANTS}/":
+            query = {"format": ["text/html"]}  # that tree has HTML pages only
+    else:
+        prefix = ""
+    if not parts or parts[0] != "simple":
+        return _NOT_FOUND
+    rest = parts[1:]
+    if not rest:  # '/simple' without the slash
+        return Route(kind="redirect", key=f"/{prefix}simple/")
+    if rest == [""]:
+        return _page_route(f"{prefix}simple/index", query, accept)
+    name = rest[0]
+    normal = canonicalize_name(name)
+    if len(rest) > 2 or (len(rest) == 2 and rest[1]):
+        return _NOT_FOUND
+    if name != normal or len(rest) == 1:
+        if normal and re.fullmatch(r"[a-z0-9][a-z0-9-]*", normal):
+            return Route(kind="redirect", key=f"/{prefix}simple/{quote(normal)}/")
+        return _NOT_FOUND
+    return _page_route(f"{prefix}simple/{normal}/index", query, accept)
+
+
+def _page_route(base: str, query: dict[str, list[str]], accept: str | None) -> Route:
+    formats = query.get("format") or []
+    kind = negotiate(accept, formats[0] if formats else None)
+    if kind is None:
+        return Route(kind="not_acceptable")
+    if kind == "json":
+        ctype = JSON_TYPE
+    else:
+        ctype = HTML_TYPE if HTML_TYPE in (accept or "") else "text/html; charset=utf-8"
+    return Route(kind="page", key=f"{base}.{kind}", ctype=ctype, vary="Accept, Accept-Encoding")
+
+
+def _page_file_route(parts: list[str]) -> Route:
+    """'/simple/index.html', '/<variant>/simple/<project>/index.json': the file itself, as a
+    static host serves it (no negotiation)."""
+    if any(not p for p in parts) or (len(parts) > 1 and parts[0] == "files"):
+        return _NOT_FOUND
+    ctype = "text/html; charset=utf-8" if parts[-1].endswith(".html") else JSON_TYPE
+    return Route(kind="page", key="/".join(parts), ctype=ctype, vary="Accept-Encoding")
+
+
+def _file_route(parts: list[str], prefix: str, suffixes: tuple[str, ...]) -> Route:
+    if len(parts) != 2 or not parts[1].endswith(suffixes):
+        return _NOT_FOUND
+    return Route(kind="file", key=f"{prefix}/{parts[0]}/{parts[1]}")
+
+
 class IndexServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # resolvers arrive in bursts; the default backlog is 5
@@ -532,68 +641,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
 
     def _get(self) -> None:
-        split = urlsplit(self.path)
-        raw_path = split.path
-        parts = [unquote(p) for p in raw_path.split("/")[1:]]
-        if raw_path == "/":
-            return self._page("index", {"format": ["text/html"]})
-        if parts and parts[0] == "files":
-            return self._file(parts[1:])
-        if parts[:2] == [WHEEL_VARIANTS, "files"]:
-            return self._file(
-                parts[2:], prefix=f"{WHEEL_VARIANTS}/files", suffixes=(".whl", "-variants.json")
-            )
-        query = parse_qs(split.query)
-        if parts and parts[-1] in {"index.html", "index.json"}:
-            return self._page_file(parts)
-        if parts[:1] == [FINDER_KEY.split("/")[0]]:
-            if parts != FINDER_KEY.split("/")[:1] + [""]:
-                return self._redirect("/" + FINDER_KEY.rsplit("/", 1)[0] + "/")
-            return self._page(FINDER_KEY.removesuffix(".html"), {"format": ["text/html"]})
-        if parts and (VARIANT_RE.match(parts[0]) or parts[0] == WHEEL_VARIANTS):
-            prefix, parts = parts[0] + "/", parts[1:]
-            if prefix == f"{WHEEL_VARIANTS}/":
-                query = {"format": ["text/html"]}  # that tree has HTML pages only
-        else:
-            prefix = ""
-        if not parts or parts[0] != "simple":
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
-        rest = parts[1:]
-        if not rest:  # '/simple' without the slash
-            return self._redirect(f"/{prefix}simple/")
-        if rest == [""]:
-            return self._page(f"{prefix}simple/index", query)
-        name = rest[0]
-        normal = canonicalize_name(name)
-        if len(rest) > 2 or (len(rest) == 2 and rest[1]):
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
-        if name != normal or len(rest) == 1:
-            if normal and re.fullmatch(r"[a-z0-9][a-z0-9-]*", normal):
-                return self._redirect(f"/{prefix}simple/{quote(normal)}/")
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
-        self._page(f"{prefix}simple/{normal}/index", query)
-
-    def _page(self, base: str, query: dict[str, list[str]]) -> None:
-        formats = query.get("format") or []
-        kind = negotiate(self.headers.get("Accept"), formats[0] if formats else None)
-        if kind is None:
+        where = route(self.path, self.headers.get("Accept"))
+        if where.kind == "page":
+            return self._cached_page(where.key, where.ctype, vary=where.vary)
+        if where.kind == "file":
+            return self._file(where.key)
+        if where.kind == "redirect":
+            return self._redirect(where.key)
+        if where.kind == "not_acceptable":
             return self._text(
                 HTTPStatus.NOT_ACCEPTABLE, f"acceptable: {JSON_TYPE}, {HTML_TYPE}, text/html"
             )
-        accept = self.headers.get("Accept") or ""
-        if kind == "json":
-            ctype = JSON_TYPE
-        else:
-            ctype = HTML_TYPE if HTML_TYPE in accept else "text/html; charset=utf-8"
-        self._cached_page(f"{base}.{kind}", ctype, vary="Accept, Accept-Encoding")
-
-    def _page_file(self, parts: list[str]) -> None:
-        """'/simple/index.html', '/<variant>/simple/<project>/index.json': the file itself, as a
-        static host serves it (no negotiation)."""
-        if any(not p for p in parts) or (len(parts) > 1 and parts[0] == "files"):
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
-        ctype = "text/html; charset=utf-8" if parts[-1].endswith(".html") else JSON_TYPE
-        self._cached_page("/".join(parts), ctype, vary="Accept-Encoding")
+        return self._text(HTTPStatus.NOT_FOUND, "not found")  # and no fallback
 
     def _cached_page(self, key: str, ctype: str, *, vary: str) -> None:
         """A page with a strong ETag and Last-Modified (304 when the client has it), gzipped
@@ -601,16 +660,10 @@ class _Handler(BaseHTTPRequestHandler):
         page = self.server.pages.get(key)
         if page is None:
             return self._text(HTTPStatus.NOT_FOUND, "not found")  # and no fallback
-        body, etag = page.body, page.etag
-        extra = {"Vary": vary, "Cache-Control": PAGE_CACHE_CONTROL}
-        if page.gzipped is not None and accepts_gzip(self.headers.get("Accept-Encoding")):
-            body, etag = page.gzipped, etag[:-1] + '-gzip"'  # one strong tag per encoding
-            extra["Content-Encoding"] = "gzip"
-        extra["ETag"] = etag
-        extra["Last-Modified"] = http_date(page.mtime)
-        if not_modified(self.headers, etag, page.mtime):
+        status, body, extra = page_answer(page, vary, self.headers)
+        if status == HTTPStatus.NOT_MODIFIED:
             return self._not_modified(extra)
-        self._send(HTTPStatus.OK, body, ctype, extra)
+        self._send(status, body, ctype, extra)
 
     def _not_modified(self, headers: dict[str, str]) -> None:
         self.send_response(HTTPStatus.NOT_MODIFIED)
@@ -619,14 +672,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
         self.end_headers()
 
-    def _file(
-        self, parts: list[str], prefix: str = "files", suffixes: tuple[str, ...] = _FILE_SUFFIXES
-    ) -> None:
-        if len(parts) != 2 or not parts[1].endswith(suffixes):
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
+    def _file(self, key: str) -> None:
         try:
             # Never through a symlink: a link planted in the store is a 404, not /etc/passwd.
-            f = self.server.store.open_file(f"{prefix}/{parts[0]}/{parts[1]}")
+            f = self.server.store.open_file(key)
         except (StoreError, OSError):
             return self._text(HTTPStatus.NOT_FOUND, "not found")
         with f:
@@ -636,15 +685,8 @@ class _Handler(BaseHTTPRequestHandler):
         """A published file: validators, 304, one byte range (206), sendfile for the body."""
         st = os.fstat(f.fileno())
         size = st.st_size
-        # Published files never change, so size and mtime identify the bytes.
-        etag = f'"{size:x}-{st.st_mtime_ns:x}"'
-        headers = {
-            # Published files never change, so clients and CDNs may keep them.
-            "Cache-Control": FILE_CACHE_CONTROL,
-            "ETag": etag,
-            "Last-Modified": http_date(st.st_mtime),
-            "Accept-Ranges": "bytes",
-        }
+        headers = file_validators(size, st.st_mtime_ns)
+        etag = headers["ETag"]
         if not_modified(self.headers, etag, st.st_mtime):
             return self._not_modified(headers)
         wanted = parse_range(self.headers.get("Range"), size)
