@@ -18,6 +18,7 @@ import dataclasses
 import email.utils
 import gzip
 import hashlib
+import io
 import logging
 import os
 import queue
@@ -31,7 +32,7 @@ from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from packaging.utils import canonicalize_name
@@ -44,6 +45,7 @@ from factory.errors import (
 )
 from factory.index.htpasswd import Credentials
 from factory.index.pages import FINDER_KEY, HTML_TYPE, JSON_TYPE
+from factory.index.server_loop import Answer, Headers, ReadLoop, header_lines
 from factory.index.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL, WHEEL_VARIANTS
 from factory.index.store.local import LocalStore
 from factory.index.upload import UploadError, receive
@@ -192,27 +194,47 @@ class CachedPage:
     body: bytes
     etag: str  # strong: a hash of the bytes
     mtime: float
+    mtime_ns: int
     gzipped: bytes | None  # None: not worth it
 
 
-class PageCache:
-    """Index pages in memory, re-read when the file changes (its stat differs): each page is
-    hashed and compressed once per version, not once per request."""
+Stamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
 
-    def __init__(self, store: LocalStore, limit: int = 4096) -> None:
+
+def _stamp(st: os.stat_result) -> Stamp:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class PageCache:
+    """Index pages (and other small files) in memory, re-read when the file changes (its stat
+    differs): each page is hashed and compressed once per version, not once per request.
+
+    A hit costs one ``lstat``: a new version of a page is a new inode (written aside, then
+    renamed over), so the same inode, size and mtime are the same bytes. Those bytes were read
+    through the store's no-follow open, so a hit never serves a file reached through a link;
+    a miss (a link planted in place of the page included) goes through that open again."""
+
+    def __init__(self, store: LocalStore, limit: int = 4096, *, compress: bool = True) -> None:
         self.store = store
         self.limit = limit
-        self._pages: dict[str, tuple[tuple[int, int, int], CachedPage]] = {}
+        self.compress = compress
+        self._pages: dict[str, tuple[Stamp, CachedPage]] = {}
         self._lock = threading.Lock()
 
     def get(self, key: str) -> CachedPage | None:
+        with self._lock:
+            hit = self._pages.get(key)
+        if hit is not None:
+            try:
+                if _stamp(os.lstat(self.store.path(key))) == hit[0]:
+                    return hit[1]
+            except (StoreError, OSError):
+                pass
         try:
             # Never through a symlink, like the files: a link planted among the pages is a 404.
             with self.store.open_file(key) as f:
                 st = os.fstat(f.fileno())
-                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-                with self._lock:
-                    hit = self._pages.get(key)
+                stamp = _stamp(st)
                 if hit is not None and hit[0] == stamp:
                     return hit[1]
                 body = f.read()
@@ -222,7 +244,12 @@ class PageCache:
             body=body,
             etag='"' + hashlib.sha256(body).hexdigest()[:32] + '"',
             mtime=st.st_mtime,
-            gzipped=gzip.compress(body, 6, mtime=0) if len(body) >= _GZIP_MIN else None,
+            mtime_ns=st.st_mtime_ns,
+            gzipped=(
+                gzip.compress(body, 6, mtime=0)
+                if self.compress and len(body) >= _GZIP_MIN
+                else None
+            ),
         )
         with self._lock:
             if len(self._pages) >= self.limit:
@@ -359,22 +386,120 @@ class IndexServer(ThreadingHTTPServer):
         self._busy_logged = 0.0
         threading.Thread(target=self._turn_away, name="factory-busy", daemon=True).start()
         self.pages = PageCache(self.store)
+        self.small_files = PageCache(
+            self.store, compress=False
+        )  # PEP 658 metadata (immutable, small)
+        self._handed: dict[socket.socket, bytes] = {}  # what the loop read before a hand-off
         super().__init__((config.host, config.port), _Handler)
+        self._loop = ReadLoop(self, self.socket, idle_timeout=_Handler.timeout)
 
-    # -- the connection cap ---------------------------------------------------------------
-    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
-        if not self._slots.acquire(blocking=False):
-            self.stats.add(busy=1)
-            try:
-                self._turned_away.put_nowait(request)
-            except queue.Full:  # a flood: no answer at all is all that is affordable
-                self.close_request(request)
-            return
+    # -- the read loop (server_loop.py) and the threads it hands connections to -------------
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._loop.run(poll_interval)
+
+    def shutdown(self) -> None:
+        self._loop.stop()
+
+    def admit(self, sock: socket.socket) -> bool:
+        """A slot for a new connection, or its 503 (the connection cap)."""
+        if self._slots.acquire(blocking=False):
+            return True
+        self.stats.add(busy=1)
         try:
-            super().process_request(request, client_address)
+            self._turned_away.put_nowait(sock)
+        except queue.Full:  # a flood: no answer at all is all that is affordable
+            self.close_request(sock)
+        return False
+
+    def release(self, sock: socket.socket) -> None:
+        self.close_request(sock)
+        self._slots.release()
+
+    def hand_off(self, sock: socket.socket, address: tuple[str, int], data: bytes) -> None:
+        """The connection to a thread of its own, from the bytes the loop already read."""
+        self._handed[sock] = data
+        try:
+            super().process_request(sock, address)
         except BaseException:
-            self._slots.release()
+            self._handed.pop(sock, None)
+            self.release(sock)
             raise
+
+    def _answered(
+        self, client: str, method: str, target: str, head: bytes, body: bytes = b""
+    ) -> Answer:
+        status = int(head[9:12])
+        self.stats.add(requests=1, bytes_sent=len(body))
+        _log_line(client, method, target, status)
+        return Answer(head=head, body=body)
+
+    def answer(self, method: str, target: str, headers: Headers, client: str) -> Answer | None:
+        """The whole response to a plain read of a page or file, or None: the handler's."""
+        if self.config.read_auth or "?" in target or "#" in target:
+            return None
+        if any(name in headers for name in _HANDLER_HEADERS):
+            return None
+        where = route(target, headers.get("Accept"))
+        if where.kind == "page":
+            page = self.pages.get(where.key)
+            if page is None:
+                return None
+            status, body, extra = page_answer(page, where.vary, headers)
+            if status == HTTPStatus.NOT_MODIFIED:
+                extra.pop("Content-Encoding", None)
+                return self._answered(client, method, target, _head(status, extra))
+            head = _head(
+                status, {"Content-Type": where.ctype, "Content-Length": str(len(body)), **extra}
+            )
+            return self._answered(client, method, target, head, b"" if method == "HEAD" else body)
+        if where.kind != "file":
+            return None
+        if where.key.endswith(_CACHED_FILES):  # small and read per candidate: from memory
+            cached = self.small_files.get(where.key)
+            if cached is None:
+                return None
+            size, mtime_ns = len(cached.body), cached.mtime_ns
+            return self._file_answer(client, method, target, headers, size, mtime_ns, cached.body)
+        try:
+            f = self.store.open_file(where.key)  # never through a symlink
+        except (StoreError, OSError):
+            return None
+        st = os.fstat(f.fileno())
+        return self._file_answer(client, method, target, headers, st.st_size, st.st_mtime_ns, f)
+
+    def _file_answer(
+        self,
+        client: str,
+        method: str,
+        target: str,
+        headers: Headers,
+        size: int,
+        mtime_ns: int,
+        content: bytes | BinaryIO,
+    ) -> Answer:
+        """A published file from memory (bytes) or from disk (an open file, sent with
+        sendfile), with the handler's validators; 304 when the client has it."""
+        validators = file_validators(size, mtime_ns)
+        if not_modified(headers, validators["ETag"], mtime_ns / 1e9):
+            status, fields = HTTPStatus.NOT_MODIFIED, validators
+        else:
+            status = HTTPStatus.OK
+            fields = {
+                "Content-Type": "application/octet-stream",
+                "Content-Length": str(size),
+                **validators,
+            }
+        sending = status == HTTPStatus.OK and method != "HEAD" and size > 0
+        if not isinstance(content, bytes) and not sending:
+            content.close()
+        self.stats.add(requests=1, bytes_sent=size if sending else 0)
+        _log_line(client, method, target, status)
+        head = _head(status, fields)
+        if not sending:
+            return Answer(head=head)
+        if isinstance(content, bytes):
+            return Answer(head=head, body=content)
+        return Answer(head=head, file=content, count=size)
 
     def process_request_thread(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
         try:
@@ -476,6 +601,7 @@ class IndexServer(ThreadingHTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
+        self._loop.close()
         self._turned_away.put(None)  # blocks only until the turn-away thread takes one
 
     def handle_error(self, request: object, client_address: object) -> None:
@@ -489,6 +615,62 @@ class IndexServer(ThreadingHTTPServer):
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}/"
+
+
+# Requests with these go to the threaded handler: a body, ranges, an expectation.
+_CACHED_FILES = (".whl.metadata",)  # served from memory by the read loop
+_HANDLER_HEADERS = ("content-length", "transfer-encoding", "expect", "range", "if-range")
+_SERVER_HEADER = ""  # 'Server: ...' as the handler sends it; set below the handler
+
+
+def _head(status: HTTPStatus, headers: dict[str, str]) -> bytes:
+    """A response head as the handler's send_response/send_header/end_headers write it."""
+    return (
+        f"HTTP/1.1 {status.value} {status.phrase}\r\n{_SERVER_HEADER}"
+        f"Date: {_date_now()}\r\n".encode("latin-1")
+        + header_lines(headers)
+        + b"\r\n"
+    )
+
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def _date_now() -> str:
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, http_date(now))
+    return _date_cache[1]
+
+
+def _log_line(client: str, command: str, target: str, code: int) -> None:
+    """The handler's log_request line (no query: it may hold a token)."""
+    log.info('%s "%s %s" %s', client, command, urlsplit(target).path[:200], code)
+
+
+class _Prefixed(io.RawIOBase):
+    """A socket's reader that returns ``prefix`` first (what the read loop had read)."""
+
+    def __init__(self, prefix: bytes, raw: Any) -> None:
+        self._prefix = memoryview(prefix)
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        if self._prefix:
+            n = min(len(buffer), len(self._prefix))
+            buffer[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        got: int | None = self._raw.readinto(buffer)  # None: never (a blocking socket)
+        return got
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -517,9 +699,17 @@ class _Handler(BaseHTTPRequestHandler):
     # -- the request line and the connection (malformed input gets a 4xx, never a traceback) --
     default_request_version = "HTTP/1.0"  # so that a refused HTTP/0.9 line gets a status line
 
+    def setup(self) -> None:
+        super().setup()
+        # The read loop handed this connection over: read first what it already had.
+        self._already = self.server._handed.pop(self.connection, b"")
+        if self._already:
+            raw = _Prefixed(self._already, self.connection.makefile("rb", buffering=0))
+            self.rfile = io.BufferedReader(raw)
+
     def handle(self) -> None:
         try:
-            first = self.connection.recv(1, socket.MSG_PEEK)
+            first = self._already[:1] or self.connection.recv(1, socket.MSG_PEEK)
         except (TimeoutError, OSError):
             return
         if first == _TLS_HANDSHAKE:
@@ -808,6 +998,9 @@ class _Handler(BaseHTTPRequestHandler):
         state = "published" if report.published else "unchanged"
         log.info("upload %s: %s", filename, state)
         return HTTPStatus.OK, f"{state} {filename}"
+
+
+_SERVER_HEADER = f"Server: {_Handler.server_version} {_Handler.sys_version}\r\n"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
