@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import selectors
 import socket
@@ -25,6 +26,8 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import BinaryIO, Protocol
+
+log = logging.getLogger("factory.index.server")
 
 MAX_HEAD = 64 * 1024  # a longer head is the threaded handler's (414, 431)
 _MAX_HEADERS = 100  # as the stdlib's http.client
@@ -105,13 +108,7 @@ class ReadLoop:
                         with contextlib.suppress(OSError):
                             self._wake_r.recv(4096)
                     else:
-                        conn = key.data
-                        if conn.sock not in self._conns:
-                            continue  # closed or handed off earlier in this round
-                        if mask & selectors.EVENT_WRITE:
-                            self._flush(sel, conn)
-                        elif mask & selectors.EVENT_READ:
-                            self._read(sel, conn)
+                        self._ready(sel, key.data, mask)
                 now = time.monotonic()
                 if now >= next_sweep:
                     next_sweep = now + 1.0
@@ -123,6 +120,19 @@ class ReadLoop:
             sel.close()
             self._stop = False
             self._done.set()
+
+    def _ready(self, sel: selectors.BaseSelector, conn: _Conn, mask: int) -> None:
+        if conn.sock not in self._conns:
+            return  # closed or handed off earlier in this round
+        try:
+            if mask & selectors.EVENT_WRITE:
+                self._flush(sel, conn)
+                self._serve(sel, conn)  # requests that came while the answer went out
+            elif mask & selectors.EVENT_READ:
+                self._read(sel, conn)
+        except Exception as exc:  # one connection's trouble never stops the loop
+            log.warning("%s: connection ended: %s: %s", conn.address[0], type(exc).__name__, exc)
+            self._close(sel, conn)
 
     def stop(self) -> None:
         """Ask ``run`` to return and wait until it has (as ``BaseServer.shutdown``)."""
@@ -190,7 +200,13 @@ class ReadLoop:
 
     def _serve(self, sel: selectors.BaseSelector, conn: _Conn) -> None:
         """Answer the complete requests in the buffer, in order, while the answers go out."""
-        while conn.inbuf and conn.state == "open" and not conn.out and conn.file is None:
+        while (
+            conn.sock in self._conns
+            and conn.inbuf
+            and conn.state == "open"
+            and not conn.out
+            and conn.file is None
+        ):
             buf = conn.inbuf
             end = buf.find(b"\r\n\r\n")
             if end < 0 or end >= MAX_HEAD:
@@ -250,8 +266,6 @@ class ReadLoop:
             sel.modify(sock, selectors.EVENT_READ, conn)
             return
         sel.modify(sock, selectors.EVENT_READ, conn)
-        if conn.inbuf:
-            self._serve(sel, conn)  # a pipelined request already read
 
 
 def _parse_head(head: bytes) -> tuple[str, str, Headers] | None:
