@@ -16,9 +16,10 @@ together, and sends ``--requests`` requests of one mix:
   from ours; from pypiserver, which has none, the wheel itself (what pip downloads there);
 * downloads: the wheels themselves (64 KB each), from both.
 
-Per server and mix: requests, errors (anything but a 200, or no answer within 60 s), p50, p95 and
-p99 latency, throughput and the load average when the mix ended. Loopback only; bounded in
-count (clients x requests) and time.
+Per server and mix: requests, errors (anything but a 200, or no answer within 60 s), p50, p95
+and p99 latency, throughput, the server's CPU time per request (all its threads, from /proc:
+the one figure the other load on the machine barely moves) and the load average when the mix
+ended. Loopback only; bounded in count (clients x requests) and time.
 
 The client is in the same process and on the same cores as the publishers, and, on a small
 machine, as the server: a latency includes the wait of the client thread for its own process's
@@ -289,6 +290,15 @@ class Publishers:
                     self.failed.append(why)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux), 0 where /proc is absent."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def env_for(name: str, tmp: Path) -> dict[str, str]:
     """pypiserver imports passlib, whose bcrypt backend check fails with bcrypt 5 (which this
     project installs): give pypiserver's process a ``bcrypt`` that is absent, so passlib
@@ -408,7 +418,10 @@ def main() -> int:
                 for mix, reqs in mixes(wheels, ours=ours).items():
                     target = tmp / "store" if ours else tmp / "wheels"
                     with Publishers(args.publishers, tmp / "pub", target, ours) as pubs:
+                        cpu = cpu_seconds(proc.pid)
                         r = load(port, reqs, args.clients, args.requests)
+                        cpu = cpu_seconds(proc.pid) - cpu
+                    r["server_us"] = cpu / r["requests"] * 1e6  # CPU per request, all its threads
                     r["published"] = pubs.published - pubs.at_start  # during the load
                     r["publish_failures"] = len(pubs.failed)
                     r["first_publish_failure"] = pubs.failed[0] if pubs.failed else ""  # type: ignore[assignment]
@@ -424,11 +437,11 @@ def main() -> int:
     print()
     print(
         "| server                        | mix       | requests | errors | p50 ms | p95 ms "
-        "| p99 ms | max ms | req/s | published | load |"
+        "| p99 ms | max ms | req/s | server CPU us/req | published | load |"
     )
     print(
         "|-------------------------------|-----------|---------:|-------:|-------:|-------:"
-        "|-------:|-------:|------:|----------:|-----:|"
+        "|-------:|-------:|------:|------------------:|----------:|-----:|"
     )
     fmt: Callable[[float], str] = lambda v: f"{v:6.1f}"  # noqa: E731
     for name, mix, r in rows:
@@ -436,7 +449,8 @@ def main() -> int:
         print(
             f"| {name:29} | {mix:9} | {int(r['requests']):8d} | {int(r['errors']):6d} "
             f"| {fmt(r['p50_ms'])} | {fmt(r['p95_ms'])} | {fmt(r['p99_ms'])} "
-            f"| {r['max_ms']:6.0f} | {r['rps']:5.0f} | {int(r['published'])}{failures} "
+            f"| {r['max_ms']:6.0f} | {r['rps']:5.0f} | {r['server_us']:17.0f} "
+            f"| {int(r['published'])}{failures} "
             f"| {r['load']:4.1f} |"
         )
     for name, mix, r in rows:

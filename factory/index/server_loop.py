@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import selectors
 import socket
 import threading
@@ -30,6 +31,7 @@ from typing import BinaryIO, Protocol
 log = logging.getLogger("factory.index.server")
 
 MAX_HEAD = 64 * 1024  # a longer head is the threaded handler's (414, 431)
+_TARGET = re.compile(rb"/[\x21-\x7e]*")  # an absolute path, printable ASCII only
 _MAX_HEADERS = 100  # as the stdlib's http.client
 _ACCEPT_BATCH = 64  # connections accepted per wake-up before serving the others
 _LINGER_SECONDS = 2.0  # after 'Connection: close': drop what the client still sends, this long
@@ -292,7 +294,7 @@ def _request_line(line: bytes) -> tuple[str, str] | None:
     if len(words) != 3 or words[2] != b"HTTP/1.1\r" or words[0] not in (b"GET", b"HEAD"):
         return None
     target = words[1]
-    if not target.startswith(b"/") or not all(0x21 <= c <= 0x7E for c in target):
+    if not _TARGET.fullmatch(target):
         return None
     return words[0].decode(), target.decode("ascii")
 
