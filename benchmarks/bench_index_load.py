@@ -3,6 +3,7 @@ publishers write.
 
     python benchmarks/bench_index_load.py [--clients 200] [--requests 10] [--variants 12]
         [--publishers 8] [--client threads|loop] [--pin] [--servers factory,pypiserver]
+        [--workers 1]
 
 One store holds ``--variants`` variants of two projects (small wheels: the load is in the
 requests, not the bytes). ``factory serve`` and ``pypi-server run --disable-fallback`` (PyPI's
@@ -291,12 +292,15 @@ class Publishers:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (Linux), 0 where /proc is absent."""
+    """User + system CPU so far of a process and its children (the server's workers; Linux),
+    0 where /proc is absent."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(int(child)) for child in children)
 
 
 def env_for(name: str, tmp: Path) -> dict[str, str]:
@@ -351,6 +355,7 @@ def main() -> int:
         "--pin", action="store_true", help="the server on the last CPU, the rest on the others"
     )
     parser.add_argument("--servers", default="factory,pypiserver", help="comma-separated")
+    parser.add_argument("--workers", type=int, default=1, help="factory serve --workers")
     args = parser.parse_args()
     load = run_load if args.client == "threads" else run_load_loop
     cpus = sorted(os.sched_getaffinity(0))
@@ -385,6 +390,7 @@ def main() -> int:
                     str(tmp / "store"),
                     "--port",
                     str(ours_port),
+                    *(["--workers", str(args.workers)] if args.workers != 1 else []),
                 ],
                 ours_port,
             ),
@@ -433,6 +439,7 @@ def main() -> int:
         f"{args.clients} concurrent clients x {args.requests} requests each, per server and mix,"
         f" while {args.publishers} publishers write; client: {args.client}"
         + (f"; server on CPU {cpus[-1]}, the rest on {cpus[:-1]}" if args.pin else "")
+        + f"; factory serve --workers {args.workers}"
     )
     print()
     print(

@@ -24,6 +24,7 @@ import os
 import queue
 import re
 import selectors
+import signal
 import socket
 import sys
 import threading
@@ -384,7 +385,7 @@ class IndexServer(ThreadingHTTPServer):
         # Connections past the cap get their 503 from one thread, never from the accept loop.
         self._turned_away: queue.Queue[socket.socket | None] = queue.Queue(maxsize=4096)
         self._busy_logged = 0.0
-        threading.Thread(target=self._turn_away, name="factory-busy", daemon=True).start()
+        self._threads_in: int | None = None  # the process whose turn-away thread runs
         self.pages = PageCache(self.store)
         self.small_files = PageCache(
             self.store, compress=False
@@ -392,9 +393,17 @@ class IndexServer(ThreadingHTTPServer):
         self._handed: dict[socket.socket, bytes] = {}  # what the loop read before a hand-off
         super().__init__((config.host, config.port), _Handler)
         self._loop = ReadLoop(self, self.socket, idle_timeout=_Handler.timeout)
+        self._made_in = os.getpid()
 
     # -- the read loop (server_loop.py) and the threads it hands connections to -------------
     def serve_forever(self, poll_interval: float = 0.5) -> None:
+        if os.getpid() != self._made_in:  # a worker forked by serve_workers: its own loop,
+            self._loop = ReadLoop(  # which ends when the process that forked it is gone
+                self, self.socket, idle_timeout=_Handler.timeout, parent=self._made_in
+            )
+        if self._threads_in != os.getpid():  # threads do not survive a fork: start them here
+            self._threads_in = os.getpid()
+            threading.Thread(target=self._turn_away, name="factory-busy", daemon=True).start()
         self._loop.run(poll_interval)
 
     def shutdown(self) -> None:
@@ -602,7 +611,8 @@ class IndexServer(ThreadingHTTPServer):
     def server_close(self) -> None:
         super().server_close()
         self._loop.close()
-        self._turned_away.put(None)  # blocks only until the turn-away thread takes one
+        if self._threads_in == os.getpid():
+            self._turned_away.put(None)  # blocks only until the turn-away thread takes one
 
     def handle_error(self, request: object, client_address: object) -> None:
         """One line, never a traceback: whatever escaped a handler (a reset, a timeout)."""
@@ -1019,6 +1029,40 @@ def make_server(config: ServerConfig) -> IndexServer:
         return IndexServer(config)
     except OSError as exc:
         raise UsageError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from None
+
+
+def serve_workers(server: IndexServer, workers: int) -> None:
+    """Serve from ``workers`` processes sharing the server's listening socket, until
+    interrupted or terminated. One process answers reads from one thread (the GIL): on a
+    machine with more than one core, more processes answer more at once, and each is a task
+    of its own to the scheduler. A worker ends within a second of the first process."""
+    children: list[int] = []
+    if workers > 1:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so the finally below runs
+    try:
+        for _ in range(workers - 1):
+            pid = os.fork()
+            if pid == 0:  # a worker: serve until the first process is gone
+                code = 0
+                try:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    server.serve_forever()
+                except KeyboardInterrupt:
+                    pass
+                except BaseException as exc:
+                    log.error("worker %d ended: %s: %s", os.getpid(), type(exc).__name__, exc)
+                    code = 1
+                finally:
+                    os._exit(code)
+            children.append(pid)
+        server.serve_forever()
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
 @contextlib.contextmanager

@@ -82,10 +82,18 @@ class _Conn:
 
 
 class ReadLoop:
-    def __init__(self, server: Server, listener: socket.socket, *, idle_timeout: float) -> None:
+    def __init__(
+        self,
+        server: Server,
+        listener: socket.socket,
+        *,
+        idle_timeout: float,
+        parent: int | None = None,  # a worker process: the pid it stops without
+    ) -> None:
         self.server = server
         self.listener = listener
         self.idle_timeout = idle_timeout
+        self.parent = parent
         self._stop = False
         self._done = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -114,6 +122,8 @@ class ReadLoop:
                 now = time.monotonic()
                 if now >= next_sweep:
                     next_sweep = now + 1.0
+                    if self.parent is not None and os.getppid() != self.parent:
+                        break  # a worker whose first process is gone
                     for conn in [c for c in self._conns.values() if c.deadline < now]:
                         self._close(sel, conn)  # idle keep-alive, a stalled head or reader
         finally:
