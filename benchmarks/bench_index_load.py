@@ -3,7 +3,7 @@ publishers write.
 
     python benchmarks/bench_index_load.py [--clients 200] [--requests 10] [--variants 12]
         [--publishers 8] [--client threads|loop] [--pin] [--servers factory,pypiserver]
-        [--workers 1]
+        [--workers 1] [--same-session]
 
 One store holds ``--variants`` variants of two projects (small wheels: the load is in the
 requests, not the bytes). ``factory serve`` and ``pypi-server run --disable-fallback`` (PyPI's
@@ -29,6 +29,11 @@ each with one request outstanding) but drives them all from one thread with non-
 sockets, so 200 client threads no longer compete with the server for the cores. ``--pin`` runs
 the server on the last CPU and everything else (clients, publishers) on the others, as when the
 clients and the CI jobs that publish are other machines.
+
+Each server runs in a session of its own, as a service manager or a terminal starts one: with
+the kernel's autogroup scheduling (Debian's default), CPU is shared between sessions first, so a
+server in this process's session (``--same-session``, how this benchmark ran until 2026-12-01)
+competes thread for thread with the 200 client threads and the publishers.
 
 While each load runs, ``--publishers`` threads publish new wheels of the served projects, one
 after another, the way each server is published to: ``factory publish`` processes into the
@@ -356,6 +361,11 @@ def main() -> int:
     )
     parser.add_argument("--servers", default="factory,pypiserver", help="comma-separated")
     parser.add_argument("--workers", type=int, default=1, help="factory serve --workers")
+    parser.add_argument(
+        "--same-session",
+        action="store_true",
+        help="start the servers in this process's session (as this benchmark did before)",
+    )
     args = parser.parse_args()
     load = run_load if args.client == "threads" else run_load_loop
     cpus = sorted(os.sched_getaffinity(0))
@@ -417,7 +427,11 @@ def main() -> int:
                 continue
             ours = name == "factory serve"
             proc = subprocess.Popen(
-                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env_for(name, tmp)
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env_for(name, tmp),
+                start_new_session=not args.same_session,
             )
             try:
                 wait_up(f"http://127.0.0.1:{port}/simple/")
@@ -440,6 +454,7 @@ def main() -> int:
         f" while {args.publishers} publishers write; client: {args.client}"
         + (f"; server on CPU {cpus[-1]}, the rest on {cpus[:-1]}" if args.pin else "")
         + f"; factory serve --workers {args.workers}"
+        + ("; servers in this session" if args.same_session else "; servers in their own session")
     )
     print()
     print(
