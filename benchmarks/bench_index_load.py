@@ -2,7 +2,8 @@
 publishers write.
 
     python benchmarks/bench_index_load.py [--clients 200] [--requests 10] [--variants 12]
-        [--publishers 8]
+        [--publishers 8] [--client threads|loop] [--pin] [--servers factory,pypiserver]
+        [--workers 1] [--same-session]
 
 One store holds ``--variants`` variants of two projects (small wheels: the load is in the
 requests, not the bytes). ``factory serve`` and ``pypi-server run --disable-fallback`` (PyPI's
@@ -13,10 +14,26 @@ together, and sends ``--requests`` requests of one mix:
 * pages: the root page, a project page as HTML, the same page asking for PEP 691 JSON
   (pypiserver answers HTML to that: it has no JSON), in turn;
 * metadata: what a resolver fetches per candidate after the page: the PEP 658 ``.metadata`` file
-  from ours; from pypiserver, which has none, the wheel itself (what pip downloads there).
+  from ours; from pypiserver, which has none, the wheel itself (what pip downloads there);
+* downloads: the wheels themselves (64 KB each), from both.
 
-Per server and mix: requests, errors (anything but a 200, or no answer within 60 s), p50 and
-p99 latency and throughput. Loopback only; bounded in count (clients x requests) and time.
+Per server and mix: requests, errors (anything but a 200, or no answer within 60 s), p50, p95
+and p99 latency, throughput, the server's CPU time per request (all its threads, from /proc:
+the one figure the other load on the machine barely moves) and the load average when the mix
+ended. Loopback only; bounded in count (clients x requests) and time.
+
+The client is in the same process and on the same cores as the publishers, and, on a small
+machine, as the server: a latency includes the wait of the client thread for its own process's
+GIL and for a core. ``--client loop`` keeps the same number of connections (one per client,
+each with one request outstanding) but drives them all from one thread with non-blocking
+sockets, so 200 client threads no longer compete with the server for the cores. ``--pin`` runs
+the server on the last CPU and everything else (clients, publishers) on the others, as when the
+clients and the CI jobs that publish are other machines.
+
+Each server runs in a session of its own, as a service manager or a terminal starts one: with
+the kernel's autogroup scheduling (Debian's default), CPU is shared between sessions first, so a
+server in this process's session (``--same-session``, how this benchmark ran until 2026-12-01)
+competes thread for thread with the 200 client threads and the publishers.
 
 While each load runs, ``--publishers`` threads publish new wheels of the served projects, one
 after another, the way each server is published to: ``factory publish`` processes into the
@@ -29,6 +46,8 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import os
+import selectors
 import shutil
 import socket
 import statistics
@@ -115,18 +134,98 @@ def run_load(port: int, requests: list[Request], clients: int, per_client: int) 
     started = time.perf_counter()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - started
+    return summary(latencies, errors, time.perf_counter() - started)
+
+
+def summary(latencies: list[float], errors: list[str], wall: float) -> dict[str, float]:
     latencies.sort()
     q = statistics.quantiles(latencies, n=100, method="inclusive")
     return {
         "requests": len(latencies),
         "errors": len(errors),
         "p50_ms": q[49] * 1000,
+        "p95_ms": q[94] * 1000,
         "p99_ms": q[98] * 1000,
         "max_ms": latencies[-1] * 1000,
         "rps": len(latencies) / wall,
+        "load": os.getloadavg()[0],
         "first_error": errors[0] if errors else "",  # type: ignore[dict-item]
     }
+
+
+class _LoopClient:
+    """One connection of ``run_load_loop``: a request out, its answer read, the next."""
+
+    def __init__(self, port: int, index: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.index, self.sent, self.buf, self.t0 = index, 0, b"", 0.0
+
+    def send(self, request: Request) -> None:
+        path, headers = request
+        lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.sock.setblocking(True)
+        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: bench\r\n{lines}\r\n".encode())
+        self.sock.setblocking(False)
+        self.t0 = time.perf_counter()
+        self.sent += 1
+        self.buf = b""
+
+    def answer(self) -> tuple[int, bool] | None:
+        """(status, the server closes) once the whole answer is in, else None."""
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        head = self.buf[:end].decode("latin-1").lower().split("\r\n")
+        fields = dict(line.split(": ", 1) for line in head[1:] if ": " in line)
+        if len(self.buf) < end + 4 + int(fields.get("content-length", "0")):
+            return None
+        return int(head[0].split()[1]), fields.get("connection") == "close"
+
+
+def run_load_loop(
+    port: int, requests: list[Request], clients: int, per_client: int
+) -> dict[str, float]:
+    """As ``run_load`` (``clients`` keep-alive connections, one request outstanding on each),
+    driven from one thread with non-blocking sockets instead of one thread per client."""
+    sel = selectors.DefaultSelector()
+    conns = [_LoopClient(port, i) for i in range(clients)]
+    latencies: list[float] = []
+    errors: list[str] = []
+    started = time.perf_counter()
+    for c in conns:
+        c.send(requests[c.index % len(requests)])
+        sel.register(c.sock, selectors.EVENT_READ, c)
+    left = clients
+    while left:
+        ready = sel.select(timeout=60)
+        if not ready:
+            errors.extend(["TimeoutError"] * left)
+            break
+        for key, _ in ready:
+            c = key.data
+            try:
+                data = c.sock.recv(1 << 20)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                data = b""
+                errors.append(type(exc).__name__)
+            c.buf += data
+            got = c.answer() if data else (0, True)
+            if got is None:
+                continue
+            latencies.append(time.perf_counter() - c.t0)
+            status, closing = got
+            if status != 200:
+                errors.append(f"{status} {requests[(c.index + c.sent - 1) % len(requests)][0]}")
+            if c.sent == per_client or closing:
+                sel.unregister(c.sock)
+                c.sock.close()
+                left -= 1
+                continue
+            c.send(requests[(c.index + c.sent) % len(requests)])
+    return summary(latencies, errors, time.perf_counter() - started)
 
 
 class Publishers:
@@ -197,6 +296,18 @@ class Publishers:
                     self.failed.append(why)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU so far of a process and its children (the server's workers; Linux),
+    0 where /proc is absent."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(int(child)) for child in children)
+
+
 def env_for(name: str, tmp: Path) -> dict[str, str]:
     """pypiserver imports passlib, whose bcrypt backend check fails with bcrypt 5 (which this
     project installs): give pypiserver's process a ``bcrypt`` that is absent, so passlib
@@ -219,15 +330,18 @@ def mixes(wheels: list[Path], ours: bool) -> dict[str, list[Request]]:
     json_ = {"Accept": f"{JSON_TYPE}, text/html;q=0.1"}
     pages: list[Request] = [("/simple/", html)]
     files: list[Request] = []
+    downloads: list[Request] = []
     for project in PROJECTS:
         pages += [(f"/simple/{project}/", html), (f"/simple/{project}/", json_)]
     for w in wheels:
         project = w.name.split("-")[0].replace("_", "-")
         if ours:
             files.append((f"/files/{project}/{quote(w.name)}.metadata", {}))
+            downloads.append((f"/files/{project}/{quote(w.name)}", {}))
         else:
             files.append((f"/packages/{quote(w.name)}", {}))
-    return {"pages": pages, "metadata": files}
+            downloads.append((f"/packages/{quote(w.name)}", {}))
+    return {"pages": pages, "metadata": files, "downloads": downloads}
 
 
 def main() -> int:
@@ -236,7 +350,31 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=10, help="per client and mix")
     parser.add_argument("--variants", type=int, default=12)
     parser.add_argument("--publishers", type=int, default=8, help="publishing during the load")
+    parser.add_argument(
+        "--client",
+        choices=("threads", "loop"),
+        default="threads",
+        help="one thread per client (default) or one thread for all the connections",
+    )
+    parser.add_argument(
+        "--pin", action="store_true", help="the server on the last CPU, the rest on the others"
+    )
+    parser.add_argument("--servers", default="factory,pypiserver", help="comma-separated")
+    parser.add_argument("--workers", type=int, default=1, help="factory serve --workers")
+    parser.add_argument(
+        "--same-session",
+        action="store_true",
+        help="start the servers in this process's session (as this benchmark did before)",
+    )
     args = parser.parse_args()
+    load = run_load if args.client == "threads" else run_load_loop
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpus: list[str] = []
+    if args.pin:
+        if len(cpus) < 2:
+            raise SystemExit("--pin needs at least 2 CPUs")
+        os.sched_setaffinity(0, cpus[:-1])  # this process, its client threads, the publishers
+        server_cpus = ["taskset", "-c", str(cpus[-1])]
     pypi_server = shutil.which("pypi-server")
     if pypi_server is None:
         raise SystemExit("pypi-server not found: pip install -e '.[bench]'")
@@ -253,6 +391,7 @@ def main() -> int:
         commands = {
             "factory serve": (
                 [
+                    *server_cpus,
                     sys.executable,
                     "-m",
                     "factory",
@@ -261,11 +400,13 @@ def main() -> int:
                     str(tmp / "store"),
                     "--port",
                     str(ours_port),
+                    *(["--workers", str(args.workers)] if args.workers != 1 else []),
                 ],
                 ours_port,
             ),
             "pypiserver --disable-fallback": (
                 [
+                    *server_cpus,
                     pypi_server,
                     "run",
                     "-p",
@@ -278,18 +419,29 @@ def main() -> int:
                 theirs_port,
             ),
         }
+        wanted = {"factory": "factory serve", "pypiserver": "pypiserver --disable-fallback"}
+        chosen = {wanted[n.strip()] for n in args.servers.split(",")}
         rows: list[tuple[str, str, dict[str, float]]] = []
         for name, (cmd, port) in commands.items():
+            if name not in chosen:
+                continue
             ours = name == "factory serve"
             proc = subprocess.Popen(
-                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env_for(name, tmp)
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env_for(name, tmp),
+                start_new_session=not args.same_session,
             )
             try:
                 wait_up(f"http://127.0.0.1:{port}/simple/")
                 for mix, reqs in mixes(wheels, ours=ours).items():
                     target = tmp / "store" if ours else tmp / "wheels"
                     with Publishers(args.publishers, tmp / "pub", target, ours) as pubs:
-                        r = run_load(port, reqs, args.clients, args.requests)
+                        cpu = cpu_seconds(proc.pid)
+                        r = load(port, reqs, args.clients, args.requests)
+                        cpu = cpu_seconds(proc.pid) - cpu
+                    r["server_us"] = cpu / r["requests"] * 1e6  # CPU per request, all its threads
                     r["published"] = pubs.published - pubs.at_start  # during the load
                     r["publish_failures"] = len(pubs.failed)
                     r["first_publish_failure"] = pubs.failed[0] if pubs.failed else ""  # type: ignore[assignment]
@@ -299,24 +451,29 @@ def main() -> int:
                 proc.wait(timeout=30)
     print(
         f"{args.clients} concurrent clients x {args.requests} requests each, per server and mix,"
-        f" while {args.publishers} publishers write"
+        f" while {args.publishers} publishers write; client: {args.client}"
+        + (f"; server on CPU {cpus[-1]}, the rest on {cpus[:-1]}" if args.pin else "")
+        + f"; factory serve --workers {args.workers}"
+        + ("; servers in this session" if args.same_session else "; servers in their own session")
     )
     print()
     print(
-        "| server                        | mix      | requests | errors | p50 ms | p99 ms "
-        "| max ms | req/s | published |"
+        "| server                        | mix       | requests | errors | p50 ms | p95 ms "
+        "| p99 ms | max ms | req/s | server CPU us/req | published | load |"
     )
     print(
-        "|-------------------------------|----------|---------:|-------:|-------:|-------:"
-        "|-------:|------:|----------:|"
+        "|-------------------------------|-----------|---------:|-------:|-------:|-------:"
+        "|-------:|-------:|------:|------------------:|----------:|-----:|"
     )
     fmt: Callable[[float], str] = lambda v: f"{v:6.1f}"  # noqa: E731
     for name, mix, r in rows:
         failures = f" ({int(r['publish_failures'])} failed)" if r["publish_failures"] else ""
         print(
-            f"| {name:29} | {mix:8} | {int(r['requests']):8d} | {int(r['errors']):6d} "
-            f"| {fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} | {r['max_ms']:6.0f} | {r['rps']:5.0f} "
-            f"| {int(r['published'])}{failures} |"
+            f"| {name:29} | {mix:9} | {int(r['requests']):8d} | {int(r['errors']):6d} "
+            f"| {fmt(r['p50_ms'])} | {fmt(r['p95_ms'])} | {fmt(r['p99_ms'])} "
+            f"| {r['max_ms']:6.0f} | {r['rps']:5.0f} | {r['server_us']:17.0f} "
+            f"| {int(r['published'])}{failures} "
+            f"| {r['load']:4.1f} |"
         )
     for name, mix, r in rows:
         if r["errors"]:

@@ -1,5 +1,5 @@
 """factory serve [--store STORE] [--host H] [--port P] [--htpasswd FILE] [--read-auth]
-[--max-upload SIZE] [--max-connections N] [--max-unpacked SIZE] [--max-ratio N]"""
+[--max-upload SIZE] [--max-connections N] [--workers N] [--max-unpacked SIZE] [--max-ratio N]"""
 
 from __future__ import annotations
 
@@ -42,17 +42,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="concurrent connections; past this a 503 (default 512)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes answering on the port (default 1; up to one per core helps under load);"
+        " --max-connections is shared among them",
+    )
     add_wheel_limit_args(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from factory.index import rebuild_index
-    from factory.index.server import ServerConfig, make_server
+    from factory.index.server import ServerConfig, make_server, serve_workers
     from factory.logger import configure
     from factory.units import parse_size
 
     if args.max_connections < 1:
         raise UsageError(f"--max-connections must be at least 1, not {args.max_connections}")
+    if not 1 <= args.workers <= args.max_connections:
+        raise UsageError(
+            f"--workers must be 1 to --max-connections ({args.max_connections}), not {args.workers}"
+        )
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be 0-65535 (0: any free port), not {args.port}")
     spec = store_from_args(args)
@@ -75,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             htpasswd=args.htpasswd,
             read_auth=args.read_auth,
             max_upload=parse_size(args.max_upload, what="--max-upload"),
-            max_connections=args.max_connections,
+            max_connections=-(-args.max_connections // args.workers),  # each worker's share
             wheel_limits=wheel_limits_from_args(args),
         )
     )
@@ -93,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        server.serve_forever()
+        serve_workers(server, args.workers)
     except KeyboardInterrupt:
         pass
     finally:

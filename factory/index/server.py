@@ -18,11 +18,13 @@ import dataclasses
 import email.utils
 import gzip
 import hashlib
+import io
 import logging
 import os
 import queue
 import re
 import selectors
+import signal
 import socket
 import sys
 import threading
@@ -31,7 +33,7 @@ from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from packaging.utils import canonicalize_name
@@ -44,6 +46,7 @@ from factory.errors import (
 )
 from factory.index.htpasswd import Credentials
 from factory.index.pages import FINDER_KEY, HTML_TYPE, JSON_TYPE
+from factory.index.server_loop import Answer, Headers, ReadLoop, header_lines
 from factory.index.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL, WHEEL_VARIANTS
 from factory.index.store.local import LocalStore
 from factory.index.upload import UploadError, receive
@@ -192,27 +195,47 @@ class CachedPage:
     body: bytes
     etag: str  # strong: a hash of the bytes
     mtime: float
+    mtime_ns: int
     gzipped: bytes | None  # None: not worth it
 
 
-class PageCache:
-    """Index pages in memory, re-read when the file changes (its stat differs): each page is
-    hashed and compressed once per version, not once per request."""
+Stamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
 
-    def __init__(self, store: LocalStore, limit: int = 4096) -> None:
+
+def _stamp(st: os.stat_result) -> Stamp:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class PageCache:
+    """Index pages (and other small files) in memory, re-read when the file changes (its stat
+    differs): each page is hashed and compressed once per version, not once per request.
+
+    A hit costs one ``lstat``: a new version of a page is a new inode (written aside, then
+    renamed over), so the same inode, size and mtime are the same bytes. Those bytes were read
+    through the store's no-follow open, so a hit never serves a file reached through a link;
+    a miss (a link planted in place of the page included) goes through that open again."""
+
+    def __init__(self, store: LocalStore, limit: int = 4096, *, compress: bool = True) -> None:
         self.store = store
         self.limit = limit
-        self._pages: dict[str, tuple[tuple[int, int, int], CachedPage]] = {}
+        self.compress = compress
+        self._pages: dict[str, tuple[Stamp, CachedPage]] = {}
         self._lock = threading.Lock()
 
     def get(self, key: str) -> CachedPage | None:
+        with self._lock:
+            hit = self._pages.get(key)
+        if hit is not None:
+            try:
+                if _stamp(os.lstat(self.store.path(key))) == hit[0]:
+                    return hit[1]
+            except (StoreError, OSError):
+                pass
         try:
             # Never through a symlink, like the files: a link planted among the pages is a 404.
             with self.store.open_file(key) as f:
                 st = os.fstat(f.fileno())
-                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-                with self._lock:
-                    hit = self._pages.get(key)
+                stamp = _stamp(st)
                 if hit is not None and hit[0] == stamp:
                     return hit[1]
                 body = f.read()
@@ -222,13 +245,127 @@ class PageCache:
             body=body,
             etag='"' + hashlib.sha256(body).hexdigest()[:32] + '"',
             mtime=st.st_mtime,
-            gzipped=gzip.compress(body, 6, mtime=0) if len(body) >= _GZIP_MIN else None,
+            mtime_ns=st.st_mtime_ns,
+            gzipped=(
+                gzip.compress(body, 6, mtime=0)
+                if self.compress and len(body) >= _GZIP_MIN
+                else None
+            ),
         )
         with self._lock:
             if len(self._pages) >= self.limit:
                 self._pages.clear()
             self._pages[key] = (stamp, page)
         return page
+
+
+def page_answer(
+    page: CachedPage, vary: str, headers: Any
+) -> tuple[HTTPStatus, bytes, dict[str, str]]:
+    """Status, body and headers for a page: gzipped when the client asks and it is worth it,
+    304 when the client's copy is current."""
+    body, etag = page.body, page.etag
+    extra = {"Vary": vary, "Cache-Control": PAGE_CACHE_CONTROL}
+    if page.gzipped is not None and accepts_gzip(headers.get("Accept-Encoding")):
+        body, etag = page.gzipped, etag[:-1] + '-gzip"'  # one strong tag per encoding
+        extra["Content-Encoding"] = "gzip"
+    extra["ETag"] = etag
+    extra["Last-Modified"] = http_date(page.mtime)
+    if not_modified(headers, etag, page.mtime):
+        return HTTPStatus.NOT_MODIFIED, b"", extra
+    return HTTPStatus.OK, body, extra
+
+
+def file_validators(size: int, mtime_ns: int) -> dict[str, str]:
+    """The caching headers of a published file: it never changes, so size and mtime identify
+    the bytes, and clients and CDNs may keep it."""
+    return {
+        "Cache-Control": FILE_CACHE_CONTROL,
+        "ETag": f'"{size:x}-{mtime_ns:x}"',
+        "Last-Modified": http_date(mtime_ns / 1e9),
+        "Accept-Ranges": "bytes",
+    }
+
+
+# -- routing: which page or file a request target names ---------------------------------------
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Route:
+    kind: str  # 'page', 'file', 'redirect', 'not_found', 'not_acceptable'
+    key: str = ""  # the store key (page, file) or the Location (redirect)
+    ctype: str = ""  # pages: the Content-Type
+    vary: str = ""  # pages: the Vary header
+
+
+_NOT_FOUND = Route(kind="not_found")
+
+
+def route(target: str, accept: str | None) -> Route:
+    """Where a GET goes; the same for the threaded handler and the read loop."""
+    split = urlsplit(target)
+    raw_path = split.path
+    parts = [unquote(p) for p in raw_path.split("/")[1:]]
+    if raw_path == "/":
+        return _page_route("index", {"format": ["text/html"]}, accept)
+    if parts and parts[0] == "files":
+        return _file_route(parts[1:], "files", _FILE_SUFFIXES)
+    if parts[:2] == [WHEEL_VARIANTS, "files"]:
+        return _file_route(parts[2:], f"{WHEEL_VARIANTS}/files", (".whl", "-variants.json"))
+    query = parse_qs(split.query)
+    if parts and parts[-1] in {"index.html", "index.json"}:
+        return _page_file_route(parts)
+    if parts[:1] == [FINDER_KEY.split("/")[0]]:
+        if parts != FINDER_KEY.split("/")[:1] + [""]:
+            return Route(kind="redirect", key="/" + FINDER_KEY.rsplit("/", 1)[0] + "/")
+        return _page_route(FINDER_KEY.removesuffix(".html"), {"format": ["text/html"]}, accept)
+    if parts and (VARIANT_RE.match(parts[0]) or parts[0] == WHEEL_VARIANTS):
+        prefix, parts = parts[0] + "/", parts[1:]
+        if prefix == f"{WHEEL_VARIANTS}/":
+            query = {"format": ["text/html"]}  # that tree has HTML pages only
+    else:
+        prefix = ""
+    if not parts or parts[0] != "simple":
+        return _NOT_FOUND
+    rest = parts[1:]
+    if not rest:  # '/simple' without the slash
+        return Route(kind="redirect", key=f"/{prefix}simple/")
+    if rest == [""]:
+        return _page_route(f"{prefix}simple/index", query, accept)
+    name = rest[0]
+    normal = canonicalize_name(name)
+    if len(rest) > 2 or (len(rest) == 2 and rest[1]):
+        return _NOT_FOUND
+    if name != normal or len(rest) == 1:
+        if normal and re.fullmatch(r"[a-z0-9][a-z0-9-]*", normal):
+            return Route(kind="redirect", key=f"/{prefix}simple/{quote(normal)}/")
+        return _NOT_FOUND
+    return _page_route(f"{prefix}simple/{normal}/index", query, accept)
+
+
+def _page_route(base: str, query: dict[str, list[str]], accept: str | None) -> Route:
+    formats = query.get("format") or []
+    kind = negotiate(accept, formats[0] if formats else None)
+    if kind is None:
+        return Route(kind="not_acceptable")
+    if kind == "json":
+        ctype = JSON_TYPE
+    else:
+        ctype = HTML_TYPE if HTML_TYPE in (accept or "") else "text/html; charset=utf-8"
+    return Route(kind="page", key=f"{base}.{kind}", ctype=ctype, vary="Accept, Accept-Encoding")
+
+
+def _page_file_route(parts: list[str]) -> Route:
+    """'/simple/index.html', '/<variant>/simple/<project>/index.json': the file itself, as a
+    static host serves it (no negotiation)."""
+    if any(not p for p in parts) or (len(parts) > 1 and parts[0] == "files"):
+        return _NOT_FOUND
+    ctype = "text/html; charset=utf-8" if parts[-1].endswith(".html") else JSON_TYPE
+    return Route(kind="page", key="/".join(parts), ctype=ctype, vary="Accept-Encoding")
+
+
+def _file_route(parts: list[str], prefix: str, suffixes: tuple[str, ...]) -> Route:
+    if len(parts) != 2 or not parts[1].endswith(suffixes):
+        return _NOT_FOUND
+    return Route(kind="file", key=f"{prefix}/{parts[0]}/{parts[1]}")
 
 
 class IndexServer(ThreadingHTTPServer):
@@ -248,24 +385,130 @@ class IndexServer(ThreadingHTTPServer):
         # Connections past the cap get their 503 from one thread, never from the accept loop.
         self._turned_away: queue.Queue[socket.socket | None] = queue.Queue(maxsize=4096)
         self._busy_logged = 0.0
-        threading.Thread(target=self._turn_away, name="factory-busy", daemon=True).start()
+        self._threads_in: int | None = None  # the process whose turn-away thread runs
         self.pages = PageCache(self.store)
+        self.small_files = PageCache(
+            self.store, compress=False
+        )  # PEP 658 metadata (immutable, small)
+        self._handed: dict[socket.socket, bytes] = {}  # what the loop read before a hand-off
         super().__init__((config.host, config.port), _Handler)
+        self._loop = ReadLoop(self, self.socket, idle_timeout=_Handler.timeout)
+        self._made_in = os.getpid()
 
-    # -- the connection cap ---------------------------------------------------------------
-    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
-        if not self._slots.acquire(blocking=False):
-            self.stats.add(busy=1)
-            try:
-                self._turned_away.put_nowait(request)
-            except queue.Full:  # a flood: no answer at all is all that is affordable
-                self.close_request(request)
-            return
+    # -- the read loop (server_loop.py) and the threads it hands connections to -------------
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        if os.getpid() != self._made_in:  # a worker forked by serve_workers: its own loop,
+            self._loop = ReadLoop(  # which ends when the process that forked it is gone
+                self, self.socket, idle_timeout=_Handler.timeout, parent=self._made_in
+            )
+        if self._threads_in != os.getpid():  # threads do not survive a fork: start them here
+            self._threads_in = os.getpid()
+            threading.Thread(target=self._turn_away, name="factory-busy", daemon=True).start()
+        self._loop.run(poll_interval)
+
+    def shutdown(self) -> None:
+        self._loop.stop()
+
+    def admit(self, sock: socket.socket) -> bool:
+        """A slot for a new connection, or its 503 (the connection cap)."""
+        if self._slots.acquire(blocking=False):
+            return True
+        self.stats.add(busy=1)
         try:
-            super().process_request(request, client_address)
+            self._turned_away.put_nowait(sock)
+        except queue.Full:  # a flood: no answer at all is all that is affordable
+            self.close_request(sock)
+        return False
+
+    def release(self, sock: socket.socket) -> None:
+        self.close_request(sock)
+        self._slots.release()
+
+    def hand_off(self, sock: socket.socket, address: tuple[str, int], data: bytes) -> None:
+        """The connection to a thread of its own, from the bytes the loop already read."""
+        self._handed[sock] = data
+        try:
+            super().process_request(sock, address)
         except BaseException:
-            self._slots.release()
+            self._handed.pop(sock, None)
+            self.release(sock)
             raise
+
+    def _answered(
+        self, client: str, method: str, target: str, head: bytes, body: bytes = b""
+    ) -> Answer:
+        status = int(head[9:12])
+        self.stats.add(requests=1, bytes_sent=len(body))
+        _log_line(client, method, target, status)
+        return Answer(head=head, body=body)
+
+    def answer(self, method: str, target: str, headers: Headers, client: str) -> Answer | None:
+        """The whole response to a plain read of a page or file, or None: the handler's."""
+        if self.config.read_auth or "?" in target or "#" in target:
+            return None
+        if any(name in headers for name in _HANDLER_HEADERS):
+            return None
+        where = route(target, headers.get("Accept"))
+        if where.kind == "page":
+            page = self.pages.get(where.key)
+            if page is None:
+                return None
+            status, body, extra = page_answer(page, where.vary, headers)
+            if status == HTTPStatus.NOT_MODIFIED:
+                extra.pop("Content-Encoding", None)
+                return self._answered(client, method, target, _head(status, extra))
+            head = _head(
+                status, {"Content-Type": where.ctype, "Content-Length": str(len(body)), **extra}
+            )
+            return self._answered(client, method, target, head, b"" if method == "HEAD" else body)
+        if where.kind != "file":
+            return None
+        if where.key.endswith(_CACHED_FILES):  # small and read per candidate: from memory
+            cached = self.small_files.get(where.key)
+            if cached is None:
+                return None
+            size, mtime_ns = len(cached.body), cached.mtime_ns
+            return self._file_answer(client, method, target, headers, size, mtime_ns, cached.body)
+        try:
+            f = self.store.open_file(where.key)  # never through a symlink
+        except (StoreError, OSError):
+            return None
+        st = os.fstat(f.fileno())
+        return self._file_answer(client, method, target, headers, st.st_size, st.st_mtime_ns, f)
+
+    def _file_answer(
+        self,
+        client: str,
+        method: str,
+        target: str,
+        headers: Headers,
+        size: int,
+        mtime_ns: int,
+        content: bytes | BinaryIO,
+    ) -> Answer:
+        """A published file from memory (bytes) or from disk (an open file, sent with
+        sendfile), with the handler's validators; 304 when the client has it."""
+        validators = file_validators(size, mtime_ns)
+        if not_modified(headers, validators["ETag"], mtime_ns / 1e9):
+            status, fields = HTTPStatus.NOT_MODIFIED, validators
+        else:
+            status = HTTPStatus.OK
+            fields = {
+                "Content-Type": "application/octet-stream",
+                "Content-Length": str(size),
+                **validators,
+            }
+        sending = status == HTTPStatus.OK and method != "HEAD" and size > 0
+        if not isinstance(content, bytes) and not sending:
+            content.close()
+        self.stats.add(requests=1, bytes_sent=size if sending else 0)
+        _log_line(client, method, target, status)
+        head = _head(status, fields)
+        if not sending:
+            return Answer(head=head)
+        if isinstance(content, bytes):
+            return Answer(head=head, body=content)
+        return Answer(head=head, file=content, count=size)
 
     def process_request_thread(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
         try:
@@ -367,7 +610,9 @@ class IndexServer(ThreadingHTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
-        self._turned_away.put(None)  # blocks only until the turn-away thread takes one
+        self._loop.close()
+        if self._threads_in == os.getpid():
+            self._turned_away.put(None)  # blocks only until the turn-away thread takes one
 
     def handle_error(self, request: object, client_address: object) -> None:
         """One line, never a traceback: whatever escaped a handler (a reset, a timeout)."""
@@ -380,6 +625,62 @@ class IndexServer(ThreadingHTTPServer):
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}/"
+
+
+# Requests with these go to the threaded handler: a body, ranges, an expectation.
+_CACHED_FILES = (".whl.metadata",)  # served from memory by the read loop
+_HANDLER_HEADERS = ("content-length", "transfer-encoding", "expect", "range", "if-range")
+_SERVER_HEADER = ""  # 'Server: ...' as the handler sends it; set below the handler
+
+
+def _head(status: HTTPStatus, headers: dict[str, str]) -> bytes:
+    """A response head as the handler's send_response/send_header/end_headers write it."""
+    return (
+        f"HTTP/1.1 {status.value} {status.phrase}\r\n{_SERVER_HEADER}"
+        f"Date: {_date_now()}\r\n".encode("latin-1")
+        + header_lines(headers)
+        + b"\r\n"
+    )
+
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def _date_now() -> str:
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, http_date(now))
+    return _date_cache[1]
+
+
+def _log_line(client: str, command: str, target: str, code: int) -> None:
+    """The handler's log_request line (no query: it may hold a token)."""
+    log.info('%s "%s %s" %s', client, command, urlsplit(target).path[:200], code)
+
+
+class _Prefixed(io.RawIOBase):
+    """A socket's reader that returns ``prefix`` first (what the read loop had read)."""
+
+    def __init__(self, prefix: bytes, raw: Any) -> None:
+        self._prefix = memoryview(prefix)
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        if self._prefix:
+            n = min(len(buffer), len(self._prefix))
+            buffer[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        got: int | None = self._raw.readinto(buffer)  # None: never (a blocking socket)
+        return got
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -408,9 +709,17 @@ class _Handler(BaseHTTPRequestHandler):
     # -- the request line and the connection (malformed input gets a 4xx, never a traceback) --
     default_request_version = "HTTP/1.0"  # so that a refused HTTP/0.9 line gets a status line
 
+    def setup(self) -> None:
+        super().setup()
+        # The read loop handed this connection over: read first what it already had.
+        self._already = self.server._handed.pop(self.connection, b"")
+        if self._already:
+            raw = _Prefixed(self._already, self.connection.makefile("rb", buffering=0))
+            self.rfile = io.BufferedReader(raw)
+
     def handle(self) -> None:
         try:
-            first = self.connection.recv(1, socket.MSG_PEEK)
+            first = self._already[:1] or self.connection.recv(1, socket.MSG_PEEK)
         except (TimeoutError, OSError):
             return
         if first == _TLS_HANDSHAKE:
@@ -532,68 +841,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
 
     def _get(self) -> None:
-        split = urlsplit(self.path)
-        raw_path = split.path
-        parts = [unquote(p) for p in raw_path.split("/")[1:]]
-        if raw_path == "/":
-            return self._page("index", {"format": ["text/html"]})
-        if parts and parts[0] == "files":
-            return self._file(parts[1:])
-        if parts[:2] == [WHEEL_VARIANTS, "files"]:
-            return self._file(
-                parts[2:], prefix=f"{WHEEL_VARIANTS}/files", suffixes=(".whl", "-variants.json")
-            )
-        query = parse_qs(split.query)
-        if parts and parts[-1] in {"index.html", "index.json"}:
-            return self._page_file(parts)
-        if parts[:1] == [FINDER_KEY.split("/")[0]]:
-            if parts != FINDER_KEY.split("/")[:1] + [""]:
-                return self._redirect("/" + FINDER_KEY.rsplit("/", 1)[0] + "/")
-            return self._page(FINDER_KEY.removesuffix(".html"), {"format": ["text/html"]})
-        if parts and (VARIANT_RE.match(parts[0]) or parts[0] == WHEEL_VARIANTS):
-            prefix, parts = parts[0] + "/", parts[1:]
-            if prefix == f"{WHEEL_VARIANTS}/":
-                query = {"format": ["text/html"]}  # that tree has HTML pages only
-        else:
-            prefix = ""
-        if not parts or parts[0] != "simple":
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
-        rest = parts[1:]
-        if not rest:  # '/simple' without the slash
-            return self._redirect(f"/{prefix}simple/")
-        if rest == [""]:
-            return self._page(f"{prefix}simple/index", query)
-        name = rest[0]
-        normal = canonicalize_name(name)
-        if len(rest) > 2 or (len(rest) == 2 and rest[1]):
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
-        if name != normal or len(rest) == 1:
-            if normal and re.fullmatch(r"[a-z0-9][a-z0-9-]*", normal):
-                return self._redirect(f"/{prefix}simple/{quote(normal)}/")
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
-        self._page(f"{prefix}simple/{normal}/index", query)
-
-    def _page(self, base: str, query: dict[str, list[str]]) -> None:
-        formats = query.get("format") or []
-        kind = negotiate(self.headers.get("Accept"), formats[0] if formats else None)
-        if kind is None:
+        where = route(self.path, self.headers.get("Accept"))
+        if where.kind == "page":
+            return self._cached_page(where.key, where.ctype, vary=where.vary)
+        if where.kind == "file":
+            return self._file(where.key)
+        if where.kind == "redirect":
+            return self._redirect(where.key)
+        if where.kind == "not_acceptable":
             return self._text(
                 HTTPStatus.NOT_ACCEPTABLE, f"acceptable: {JSON_TYPE}, {HTML_TYPE}, text/html"
             )
-        accept = self.headers.get("Accept") or ""
-        if kind == "json":
-            ctype = JSON_TYPE
-        else:
-            ctype = HTML_TYPE if HTML_TYPE in accept else "text/html; charset=utf-8"
-        self._cached_page(f"{base}.{kind}", ctype, vary="Accept, Accept-Encoding")
-
-    def _page_file(self, parts: list[str]) -> None:
-        """'/simple/index.html', '/<variant>/simple/<project>/index.json': the file itself, as a
-        static host serves it (no negotiation)."""
-        if any(not p for p in parts) or (len(parts) > 1 and parts[0] == "files"):
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
-        ctype = "text/html; charset=utf-8" if parts[-1].endswith(".html") else JSON_TYPE
-        self._cached_page("/".join(parts), ctype, vary="Accept-Encoding")
+        return self._text(HTTPStatus.NOT_FOUND, "not found")  # and no fallback
 
     def _cached_page(self, key: str, ctype: str, *, vary: str) -> None:
         """A page with a strong ETag and Last-Modified (304 when the client has it), gzipped
@@ -601,16 +860,10 @@ class _Handler(BaseHTTPRequestHandler):
         page = self.server.pages.get(key)
         if page is None:
             return self._text(HTTPStatus.NOT_FOUND, "not found")  # and no fallback
-        body, etag = page.body, page.etag
-        extra = {"Vary": vary, "Cache-Control": PAGE_CACHE_CONTROL}
-        if page.gzipped is not None and accepts_gzip(self.headers.get("Accept-Encoding")):
-            body, etag = page.gzipped, etag[:-1] + '-gzip"'  # one strong tag per encoding
-            extra["Content-Encoding"] = "gzip"
-        extra["ETag"] = etag
-        extra["Last-Modified"] = http_date(page.mtime)
-        if not_modified(self.headers, etag, page.mtime):
+        status, body, extra = page_answer(page, vary, self.headers)
+        if status == HTTPStatus.NOT_MODIFIED:
             return self._not_modified(extra)
-        self._send(HTTPStatus.OK, body, ctype, extra)
+        self._send(status, body, ctype, extra)
 
     def _not_modified(self, headers: dict[str, str]) -> None:
         self.send_response(HTTPStatus.NOT_MODIFIED)
@@ -619,14 +872,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
         self.end_headers()
 
-    def _file(
-        self, parts: list[str], prefix: str = "files", suffixes: tuple[str, ...] = _FILE_SUFFIXES
-    ) -> None:
-        if len(parts) != 2 or not parts[1].endswith(suffixes):
-            return self._text(HTTPStatus.NOT_FOUND, "not found")
+    def _file(self, key: str) -> None:
         try:
             # Never through a symlink: a link planted in the store is a 404, not /etc/passwd.
-            f = self.server.store.open_file(f"{prefix}/{parts[0]}/{parts[1]}")
+            f = self.server.store.open_file(key)
         except (StoreError, OSError):
             return self._text(HTTPStatus.NOT_FOUND, "not found")
         with f:
@@ -636,15 +885,8 @@ class _Handler(BaseHTTPRequestHandler):
         """A published file: validators, 304, one byte range (206), sendfile for the body."""
         st = os.fstat(f.fileno())
         size = st.st_size
-        # Published files never change, so size and mtime identify the bytes.
-        etag = f'"{size:x}-{st.st_mtime_ns:x}"'
-        headers = {
-            # Published files never change, so clients and CDNs may keep them.
-            "Cache-Control": FILE_CACHE_CONTROL,
-            "ETag": etag,
-            "Last-Modified": http_date(st.st_mtime),
-            "Accept-Ranges": "bytes",
-        }
+        headers = file_validators(size, st.st_mtime_ns)
+        etag = headers["ETag"]
         if not_modified(self.headers, etag, st.st_mtime):
             return self._not_modified(headers)
         wanted = parse_range(self.headers.get("Range"), size)
@@ -768,6 +1010,9 @@ class _Handler(BaseHTTPRequestHandler):
         return HTTPStatus.OK, f"{state} {filename}"
 
 
+_SERVER_HEADER = f"Server: {_Handler.server_version} {_Handler.sys_version}\r\n"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunningServer:
     url: str  # 'http://127.0.0.1:PORT/'
@@ -784,6 +1029,40 @@ def make_server(config: ServerConfig) -> IndexServer:
         return IndexServer(config)
     except OSError as exc:
         raise UsageError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}") from None
+
+
+def serve_workers(server: IndexServer, workers: int) -> None:
+    """Serve from ``workers`` processes sharing the server's listening socket, until
+    interrupted or terminated. One process answers reads from one thread (the GIL): on a
+    machine with more than one core, more processes answer more at once, and each is a task
+    of its own to the scheduler. A worker ends within a second of the first process."""
+    children: list[int] = []
+    if workers > 1:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so the finally below runs
+    try:
+        for _ in range(workers - 1):
+            pid = os.fork()
+            if pid == 0:  # a worker: serve until the first process is gone
+                code = 0
+                try:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    server.serve_forever()
+                except KeyboardInterrupt:
+                    pass
+                except BaseException as exc:
+                    log.error("worker %d ended: %s: %s", os.getpid(), type(exc).__name__, exc)
+                    code = 1
+                finally:
+                    os._exit(code)
+            children.append(pid)
+        server.serve_forever()
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ import logging
 import shutil
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -291,3 +292,30 @@ def test_factory_serve_command(populated: Path) -> None:
         for stream in (proc.stdout, proc.stderr):
             if stream:
                 stream.close()
+
+
+@pytest.mark.integration
+def test_factory_serve_workers_share_the_port_and_end_with_it(populated: Path) -> None:
+    proc = subprocess.Popen(
+        cli("serve", "--store", str(populated), "--port", "0", "--workers", "2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split(" at ", 1)[1].split()[0]
+        workers = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not workers.read_text().split():
+            time.sleep(0.05)
+        [worker] = [int(pid) for pid in workers.read_text().split()]
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(lambda _: _get(url)[0], range(40)))
+        assert statuses == [200] * 40
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0  # the first process ends its workers on SIGTERM
+        if proc.stdout:
+            proc.stdout.close()
+    assert not Path(f"/proc/{worker}").exists()  # waited for, not left serving the port

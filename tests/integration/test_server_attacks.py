@@ -154,6 +154,60 @@ def test_fuzzed_request_lines_always_get_an_answer_and_no_traceback(
     assert "Traceback" not in caplog.text
 
 
+def _responses(data: bytes, heads: tuple[int, ...] = ()) -> list[tuple[int, dict[str, str], bytes]]:
+    """Split what came back on one connection into (status, headers, body), in order;
+    ``heads``: the positions of answers to HEAD (no body)."""
+    out: list[tuple[int, dict[str, str], bytes]] = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = dict(line.split(": ", 1) for line in lines[1:])
+        bodiless = lines[0].split()[1] == "304" or len(out) in heads
+        length = 0 if bodiless else int(headers.get("Content-Length", 0))
+        out.append((int(lines[0].split()[1]), headers, rest[:length]))
+        data = rest[length:]
+    return out
+
+
+@pytest.mark.integration
+def test_pipelined_reads_then_a_request_for_the_handler_on_one_connection(
+    server: RunningServer, populated: Path
+) -> None:
+    wheel = next((populated / "files" / "fa-demo").glob("*.whl")).name
+    sent = (
+        b"GET /simple/ HTTP/1.1\r\nHost: x\r\n\r\n"
+        + f"GET /files/fa-demo/{wheel}.metadata HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        + f"HEAD /files/fa-demo/{wheel} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        + b"GET /simple/FA_Demo/ HTTP/1.1\r\nHost: x\r\n\r\n"  # a redirect: the handler's
+        + b"GET /simple/fa-demo/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    answers = _responses(_raw(server.url, sent), heads=(2,))  # closed after the last one
+    assert [status for status, _, _ in answers] == [200, 200, 200, 301, 200]
+    assert answers[0][2] == (populated / "simple" / "index.html").read_bytes()
+    metadata = populated / "files" / "fa-demo" / f"{wheel}.metadata"
+    assert answers[1][2] == metadata.read_bytes()
+    size = (populated / "files" / "fa-demo" / wheel).stat().st_size
+    assert answers[2][1]["Content-Length"] == str(size) and answers[2][2] == b""
+    assert answers[3][1]["Location"] == "/simple/fa-demo/"
+    assert answers[4][2] == (populated / "simple" / "fa-demo" / "index.html").read_bytes()
+
+
+@pytest.mark.integration
+def test_the_read_loop_and_the_handler_answer_a_read_alike(
+    server: RunningServer, populated: Path
+) -> None:
+    """HTTP/1.1 reads are the loop's, HTTP/1.0 ones the handler's: the same headers."""
+    wheel = next((populated / "files" / "fa-demo").glob("*.whl")).name
+    for path in ["/simple/fa-demo/", f"/files/fa-demo/{wheel}.metadata", f"/files/fa-demo/{wheel}"]:
+        seen = []
+        for version in ["HTTP/1.1", "HTTP/1.0"]:
+            request = f"GET {path} {version}\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n"
+            [(status, headers, body)] = _responses(_raw(server.url, request.encode()))
+            headers.pop("Date")
+            seen.append((status, headers, body))
+        assert seen[0] == seen[1], path
+
+
 @pytest.mark.integration
 def test_connections_past_the_cap_get_a_503(populated: Path) -> None:
     with running_server(populated, max_connections=4) as server:
