@@ -153,11 +153,14 @@ def summary(latencies: list[float], errors: list[str], wall: float) -> dict[str,
     }
 
 
+CONNECT_TIMEOUT = 10  # seconds; a server whose accept queue is full leaves a connect hanging
+
+
 class _LoopClient:
     """One connection of ``run_load_loop``: a request out, its answer read, the next."""
 
     def __init__(self, port: int, index: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=CONNECT_TIMEOUT)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.index, self.sent, self.buf, self.t0 = index, 0, b"", 0.0
 
@@ -189,14 +192,22 @@ def run_load_loop(
     """As ``run_load`` (``clients`` keep-alive connections, one request outstanding on each),
     driven from one thread with non-blocking sockets instead of one thread per client."""
     sel = selectors.DefaultSelector()
-    conns = [_LoopClient(port, i) for i in range(clients)]
     latencies: list[float] = []
     errors: list[str] = []
     started = time.perf_counter()
+    conns: list[_LoopClient] = []
+    for i in range(clients):
+        try:
+            conns.append(_LoopClient(port, i))
+        except OSError as exc:
+            # the server accepts no more (pypiserver's accept queue): every request of this and
+            # the remaining clients is an error, without waiting out one timeout per client
+            errors.extend([f"connect: {type(exc).__name__}"] * per_client * (clients - i))
+            break
     for c in conns:
         c.send(requests[c.index % len(requests)])
         sel.register(c.sock, selectors.EVENT_READ, c)
-    left = clients
+    left = len(conns)
     while left:
         ready = sel.select(timeout=60)
         if not ready:
