@@ -24,6 +24,7 @@ refuses at a lane's memory cannot go there.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import random
@@ -39,6 +40,7 @@ from factory.matrix.tags import wheel_platform
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import plan_for
 from factory.planning.replay import contention_factor
+from factory.toolchain.cross import can_build
 from factory.units import format_size, parse_size
 
 CACHED_FRACTION = 0.10  # a later Python version's compile against the first's (measured)
@@ -58,10 +60,13 @@ class Builder:
 
     def builds(self, plat: str) -> bool:
         """Cells for its own CPU, and the ones it cross-builds (factory.toolchain.cross)."""
-        from factory.toolchain.cross import can_build
+        return can_build(builder=self.platform, target=_machine(plat))
 
-        machine = wheel_platform([plat])
-        return can_build(builder=self.platform, target=machine)
+
+@functools.lru_cache(maxsize=None)
+def _machine(plat: str) -> str:
+    """The CPU a wheel's platform tag names, parsed once per tag: the search asks per move."""
+    return wheel_platform([plat])
 
 
 def load_builders(path: Path) -> tuple[Builder, ...]:
