@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import FLASH_ATTN_MATRIX
 from wheel_fixtures import make_wheel
 
 from factory.errors import ConfigError, WheelError
@@ -22,21 +23,14 @@ from factory.toolchain.wheelhouse import platform_tags, wheelhouse_dir
 from factory.wheels.finalize import analyse_wheel
 from factory.wheels.verify import check_cpu, elf_machine
 
-BASE = """
-[axes]
-torch = ["2.14.1"]
-cuda = ["13.0"]
-archs = [["10.0"]]
-python = ["3.11"]
-{extra}
-[packages.flash-attn]
-recipe = "flash-attn"
-versions = ["2.8.3.post2"]
-"""
+
+def _matrix(extra: str = "") -> str:
+    """conftest's one flash-attn cell, with ``extra`` after its [axes] (more axes, rules)."""
+    return FLASH_ATTN_MATRIX.replace("\n[packages.", f"\n{extra}\n[packages.", 1)
 
 
 def _cells(extra: str = "") -> dict[str, PlannedCell]:
-    return {pc.cell.id: pc for pc in load_matrix(text=BASE.format(extra=extra)).cells}
+    return {pc.cell.id: pc for pc in load_matrix(text=_matrix(extra)).cells}
 
 
 def test_x86_64_cells_keep_their_ids_and_keys() -> None:
@@ -67,7 +61,7 @@ def test_aarch64_cells_have_their_own_id_key_and_tag_but_share_the_variant() -> 
 def test_platform_in_rules() -> None:
     only_arm = _cells('platform = ["x86_64", "aarch64"]\n[[exclude]]\nplatform = "x86_64"')
     assert list(only_arm) == ["flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311-aarch64"]
-    text = BASE.format(extra="") + (
+    text = _matrix() + (
         '[[include]]\npackage = "flash-attn"\ntorch = "2.14.1"\ncuda = "13.0"\narchs = ["10.0"]\n'
         'python = "3.11"\nplatform = "aarch64"\n'
     )
@@ -81,7 +75,7 @@ def test_platform_in_rules() -> None:
 @pytest.mark.parametrize("value", ['["riscv64"]', '["x86_64", "sparc"]', "[2]"])
 def test_unknown_platform_is_one_line(value: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_matrix(text=BASE.format(extra=f"platform = {value}"))
+        load_matrix(text=_matrix(f"platform = {value}"))
     assert "\n" not in exc.value.message and "axes.platform" in exc.value.message
 
 
