@@ -234,14 +234,20 @@ def elf_machine(header: bytes) -> int | None:
     return int.from_bytes(header[18:20], order)
 
 
+def tag_cpus(info: WheelInfo) -> set[str]:
+    """The CPUs the wheel's platform tags name ('aarch64'); WheelError for a tag naming none."""
+    from factory.matrix.tags import platform_of_plat
+
+    return {platform_of_plat(p) for p in info.platforms}
+
+
 def check_cpu(info: WheelInfo) -> Check:
     """Every ELF file in the wheel is for the CPU its platform tag names (a cross build that
     fell back to the builder's own compiler produces x86-64 objects in an aarch64 wheel)."""
-    from factory.matrix.tags import platform_of_plat
     from factory.toolchain.cross import CPU_PLATFORMS
 
     try:
-        cpus = {platform_of_plat(p) for p in info.platforms}
+        cpus = tag_cpus(info)
     except WheelError as exc:
         return Check(name="cpu", ok=False, detail=exc.message)
     if len(cpus) != 1 or not cpus <= set(CPU_PLATFORMS):
@@ -473,11 +479,10 @@ def check_import(
     """Install into a clean environment, offline, and import. A wheel for another CPU than this
     host's is installed for its platform (host pip, ``--target``) and imported by the target's
     Python under qemu-user (``sysroots``: where the target root filesystems are kept)."""
-    from factory.matrix.tags import platform_of_plat
     from factory.toolchain.cross import builder_platform
 
     try:
-        cpus = {platform_of_plat(p) for p in info.platforms}
+        cpus = tag_cpus(info)
     except WheelError:
         cpus = set()
     if len(cpus) == 1 and cpus != {builder_platform()}:
