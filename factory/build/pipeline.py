@@ -86,7 +86,7 @@ def cell_work_dir(matrix: Matrix, pc: PlannedCell) -> Path:
 def sysroots_dir(matrix: Matrix) -> Path:
     """Where the glibc sysroots and their tarballs live, and the target root filesystems of
     emulated import checks (next to the toolkits: shared by work dirs)."""
-    return matrix.settings.work_dir.parent / "sysroots"
+    return matrix.settings.sysroots_dir
 
 
 def toolkits_dir(matrix: Matrix) -> Path:

@@ -76,14 +76,14 @@ def run(args: argparse.Namespace) -> int:
         _check_name(args.name)
     start = time.monotonic()
     if args.image_command == "sysroot":
+        from factory.matrix.cell import parse_platform
+        from factory.matrix.settings import sysroots_beside
         from factory.toolchain.images import rootfs_tarball
         from factory.toolchain.sysroot import SUITE, ensure_sysroot, tarball_path
 
-        from factory.matrix.cell import parse_platform
-
         platform = parse_platform(args.platform)
         work_dir = args.work_dir or _settings().work_dir
-        cache = work_dir.parent / "sysroots"
+        cache = sysroots_beside(work_dir)
         made = ensure_sysroot(cache, tarball=args.tarball, platform=platform,
                               rootfs=rootfs_tarball(work_dir, SUITE))
         print(f"sysroot {made.root} ready ({time.monotonic() - start:.0f} s); "

@@ -126,6 +126,11 @@ class Settings:
         )
 
     @property
+    def sysroots_dir(self) -> Path:
+        """glibc sysroots and the target root filesystems of emulated import checks."""
+        return sysroots_beside(self.work_dir)
+
+    @property
     def toolkits_dir(self) -> Path:
         """CUDA toolkits made here (PyPI wheels, NVIDIA's redist archives): beside the work dir."""
         return self.work_dir.parent / "toolkits"
@@ -140,6 +145,11 @@ class Settings:
                 if parse_python(version) == want:
                     return image
         return self.base_image
+
+
+def sysroots_beside(work_dir: Path) -> Path:
+    """Where sysroots live for a work dir: next to it, shared by every work dir beside it."""
+    return work_dir.parent / "sysroots"
 
 
 def default_settings(root: Path | None = None) -> Settings:

@@ -63,7 +63,7 @@ class Builder:
         return can_build(builder=self.platform, target=_machine(plat))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _machine(plat: str) -> str:
     """The CPU a wheel's platform tag names, parsed once per tag: the search asks per move."""
     return wheel_platform([plat])

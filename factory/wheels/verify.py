@@ -579,6 +579,7 @@ def check_import_emulated(
     """The import check of a wheel for another CPU: host pip installs it and its deps from the
     (target's) wheelhouse for the target's platform tags into a clean directory, then the
     target's Python imports it under qemu-user. No GPU and no target machine needed."""
+    from factory.matrix.settings import default_settings
     from factory.toolchain.cross import ensure_target_sysroot, find_qemu, pip_for_platform
     from factory.toolchain.wheelhouse import glibc_minor_of, platform_tags
 
@@ -595,7 +596,7 @@ def check_import_emulated(
     modules = _modules(info)
     if not modules:
         return Check(name="import", ok=False, detail="the wheel has no importable top-level module")
-    sysroot = ensure_target_sysroot(sysroots or Path(".cache/factory/sysroots"), target=target,
+    sysroot = ensure_target_sysroot(sysroots or default_settings().sysroots_dir, target=target,
                                     python=python)
     t0 = time.monotonic()
     plats = platform_tags(glibc_minor_of(info.platforms[0]), target)
