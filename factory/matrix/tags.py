@@ -69,19 +69,26 @@ def variant_name(*, cuda: str, torch_minor: str, archs: Iterable[int] | None) ->
     return name
 
 
+# One reading of a Linux platform tag: its family and glibc part ('manylinux_2_28', 'manylinux2014',
+# 'linux') and the CPU after it.
+_PLAT_RE = re.compile(
+    r"(?P<base>(?P<family>manylinux|musllinux|linux)"
+    r"(?:_(?P<major>\d+)_(?P<minor>\d+)|(?P<legacy>1|2010|2014))?)_(?P<machine>[a-z0-9_]+)"
+)
+_LEGACY_GLIBC = {"1": (2, 5), "2010": (2, 12), "2014": (2, 17)}
+_MACHINES = ("x86_64", "aarch64", "i686", "ppc64le", "s390x", "armv7l")
+
+
 def platform_tag_parts(platform_tag: str) -> tuple[tuple[int, int] | None, str]:
-    """('manylinux_2_28_x86_64') -> ((2, 28), 'x86_64'); legacy aliases included."""
-    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", platform_tag)
-    if m:
-        return (int(m.group(1)), int(m.group(2))), m.group(3)
-    m = re.fullmatch(r"(manylinux1|manylinux2010|manylinux2014)_(\w+)", platform_tag)
-    if m:
-        return legacy[m.group(1)], m.group(2)
-    m = re.fullmatch(r"linux_(\w+)", platform_tag)
-    if m:
-        return None, m.group(1)
-    return None, "any" if platform_tag == "any" else platform_tag
+    """('manylinux_2_28_x86_64') -> ((2, 28), 'x86_64'); legacy aliases included; no glibc for
+    'linux_*' and musllinux; a tag that is not Linux comes back whole as the machine."""
+    m = _PLAT_RE.fullmatch(platform_tag)
+    if not m:
+        return None, platform_tag
+    glibc = None
+    if m["family"] == "manylinux":
+        glibc = (int(m["major"]), int(m["minor"])) if m["major"] else _LEGACY_GLIBC[m["legacy"]]
+    return glibc, m["machine"]
 
 
 def wheel_platform(platform_tags: Iterable[str]) -> str:
@@ -138,28 +145,23 @@ def parse_local(local: str) -> LocalTag:
     )
 
 
-_PLAT_MACHINE_RE = re.compile(
-    r"^(?P<base>(?:many|musl)?linux(?:_\d+_\d+|1|2010|2014)?)"
-    r"_(?P<machine>x86_64|aarch64|i686|ppc64le|s390x|armv7l)$"
-)
+def _known_machine(plat: str) -> re.Match[str]:
+    m = _PLAT_RE.fullmatch(plat)
+    if not m or m["machine"] not in _MACHINES:
+        raise WheelError(f"platform tag {plat!r} names no CPU this factory knows")
+    return m
 
 
 def plat_for_platform(plat: str, platform: str) -> str:
     """The same platform tag for another CPU: ('manylinux_2_36_x86_64', 'aarch64') ->
     'manylinux_2_36_aarch64'. The glibc floor is the build environment's; only the machine
     changes."""
-    m = _PLAT_MACHINE_RE.match(plat)
-    if not m:
-        raise WheelError(f"platform tag {plat!r} names no CPU this factory knows")
-    return f"{m.group('base')}_{platform}"
+    return f"{_known_machine(plat)['base']}_{platform}"
 
 
 def platform_of_plat(plat: str) -> str:
     """'manylinux_2_28_aarch64' -> 'aarch64'."""
-    m = _PLAT_MACHINE_RE.match(plat)
-    if not m:
-        raise WheelError(f"platform tag {plat!r} names no CPU this factory knows")
-    return m.group("machine")
+    return _known_machine(plat)["machine"]
 
 
 def torch_pin(torch_minor: str) -> str:
@@ -224,9 +226,7 @@ def cell_from_wheel_filename(
         if f"{tv.major}.{tv.minor}" != lt.torch_minor:
             raise WheelError(f"{filename}: tagged for torch {lt.torch_minor}, not torch {torch}")
     interps = sorted({t.interpreter for t in tags})
-    plats = sorted(
-        {platform_of_plat(t.platform) for t in tags if _PLAT_MACHINE_RE.match(t.platform)}
-    )
+    plats = sorted({m for m in (platform_tag_parts(t.platform)[1] for t in tags) if m in _MACHINES})
     if len(interps) != 1 or not re.fullmatch(r"cp3\d+", interps[0]):
         raise WheelError(
             f"{filename}: expected one CPython tag like cp311, got {'.'.join(interps)}"

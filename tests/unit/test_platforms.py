@@ -15,7 +15,12 @@ from wheel_fixtures import make_wheel
 from factory.errors import ConfigError, WheelError
 from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell, load_matrix
-from factory.matrix.tags import cell_from_wheel_filename, plat_for_platform, platform_of_plat
+from factory.matrix.tags import (
+    cell_from_wheel_filename,
+    plat_for_platform,
+    platform_of_plat,
+    platform_tag_parts,
+)
 from factory.runners.base import BuildJob
 from factory.runners.docker import DockerRunner
 from factory.toolchain.cross import cross_image_name, inside_cross, target_runtime_requirement
@@ -85,6 +90,27 @@ def test_plat_tags_per_cpu() -> None:
     assert platform_of_plat("manylinux_2_28_aarch64") == "aarch64"
     with pytest.raises(WheelError):
         platform_of_plat("win_amd64")
+    with pytest.raises(WheelError):
+        platform_of_plat("linux_riscv64")
+
+
+@pytest.mark.parametrize(
+    ("tag", "parts"),
+    [
+        ("manylinux_2_28_x86_64", ((2, 28), "x86_64")),
+        ("manylinux2014_aarch64", ((2, 17), "aarch64")),
+        ("manylinux1_x86_64", ((2, 5), "x86_64")),
+        ("linux_aarch64", (None, "aarch64")),
+        ("musllinux_1_2_x86_64", (None, "x86_64")),  # a musl floor is no glibc floor
+        ("any", (None, "any")),
+        ("win_amd64", (None, "win_amd64")),
+    ],
+)
+def test_one_reading_of_a_platform_tag(tag: str, parts: tuple) -> None:
+    assert platform_tag_parts(tag) == parts
+
+
+def test_platform_tags_per_cpu() -> None:
     arm = platform_tags(28, "aarch64")
     assert arm[0] == "manylinux_2_28_aarch64" and "manylinux2014_aarch64" in arm
     assert not any("x86_64" in t or "manylinux1" in t for t in arm)
