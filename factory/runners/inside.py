@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -489,6 +490,16 @@ def _prepare_interpreter(
     return 0, python, path_prefix
 
 
+def _toolkit_root(cuda_home: str | None) -> Path:
+    """The CUDA toolkit torch's build will use, found the way torch.utils.cpp_extension finds it:
+    the job's CUDA home, else CUDA_HOME / CUDA_PATH, else the nvcc on PATH, else /usr/local/cuda."""
+    home = cuda_home or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        return Path(home)
+    nvcc = shutil.which("nvcc")
+    return Path(nvcc).parent.parent if nvcc else Path("/usr/local/cuda")
+
+
 def _prepare_target(
     cross: dict[str, Any], python: str, log: Log, report: dict[str, Any],
     cuda_home: str | None = None,
@@ -520,7 +531,7 @@ def _prepare_target(
     # CUDA 13 keeps thrust/cub/libcu++ in include/cccl, which nvcc adds from nvcc.profile for
     # its own target directory; with a cross -ccbin a system toolkit's nvcc did not (seen on the
     # GPU machine: torch's headers stop at thrust/complex.h), so it is named here
-    cccl = Path(cuda_home or "/usr/local/cuda") / "include" / "cccl"
+    cccl = _toolkit_root(cuda_home) / "include" / "cccl"
     if cccl.is_dir():
         includes.append(cccl)
     libs = [target / "torch" / "lib"]

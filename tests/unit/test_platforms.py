@@ -224,6 +224,45 @@ def test_inside_unpacks_the_target_and_points_the_compilers_at_it(tmp_path: Path
         )
 
 
+@pytest.mark.parametrize("found_by", ["job", "CUDA_HOME", "nvcc on PATH"])
+def test_inside_names_the_cccl_headers_of_the_toolkit_torch_will_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found_by: str
+) -> None:
+    """CUDA 13's thrust/cub live in include/cccl; a cross build names that folder of the toolkit
+    torch's build finds (the job's, CUDA_HOME, the nvcc on PATH), not a guessed /usr/local/cuda."""
+    import factory.runners.inside as inside
+
+    kit = tmp_path / "kit"
+    (kit / "include" / "cccl").mkdir(parents=True)
+    (kit / "bin").mkdir()
+    (kit / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (kit / "bin" / "nvcc").chmod(0o755)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    if found_by == "CUDA_HOME":
+        monkeypatch.setenv("CUDA_HOME", str(kit))
+    elif found_by == "nvcc on PATH":
+        monkeypatch.setenv("PATH", f"{kit / 'bin'}:/usr/bin:/bin")
+    target = tmp_path / "target"
+
+    def fake_run_step(argv: list[str], **_: object) -> int:
+        for d in ("torch/include", "torch/lib"):
+            (target / d).mkdir(parents=True)
+        return 0
+
+    cross = inside_cross(
+        target="aarch64", python="3.11", target_dir=str(target), wheelhouse="/wh",
+        requirements=("torch==2.14.1",), pip_platforms=["manylinux_2_28_aarch64"],
+    )
+    monkeypatch.setattr(inside, "run_step", fake_run_step)
+    code, env = inside._prepare_target(
+        cross, "python3", inside.Log(str(tmp_path / "log")), {},
+        cuda_home=str(kit) if found_by == "job" else None,
+    )
+    assert code == 0 and f"-I{kit}/include/cccl" in env["CXXFLAGS"].split()
+
+
 def _elf(machine: int) -> bytes:
     header = bytearray(64)
     header[:6] = b"\x7fELF\x02\x01"
