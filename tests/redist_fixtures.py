@@ -36,25 +36,28 @@ def _archive(component: str, version: str) -> bytes:
 
 
 def make_mirror(
-    root: Path, label: str = "12.8.1", *, corrupt: str | None = None, drop: str | None = None
+    root: Path,
+    label: str = "12.8.1",
+    *,
+    corrupt: str | None = None,
+    drop: str | None = None,
+    platforms: tuple[str, ...] = ("linux-x86_64",),
 ) -> Path:
     manifest: dict[str, Any] = {"release_label": label, "release_product": "cuda"}
     for component in (*redist.COMPONENTS, *redist.HEADER_ONLY):
         if component == drop:
             continue
         version = "12.8.93"
-        rel = f"{component}/linux-x86_64/{component}-linux-x86_64-{version}-archive.tar.xz"
-        data = _archive(component, version)
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data + (b"x" if component == corrupt else b""))
-        manifest[component] = {
-            "name": component,
-            "version": version,
-            "linux-x86_64": {
+        manifest[component] = {"name": component, "version": version}
+        for plat in platforms:
+            rel = f"{component}/{plat}/{component}-{plat}-{version}-archive.tar.xz"
+            data = _archive(component, version)
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(data + (b"x" if component == corrupt else b""))
+            manifest[component][plat] = {
                 "relative_path": rel,
                 "sha256": hashlib.sha256(data).hexdigest(),
                 "size": str(len(data)),
-            },
-        }
+            }
     (root / f"redistrib_{label}.json").write_text(json.dumps(manifest))
     return root

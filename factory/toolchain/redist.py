@@ -29,12 +29,14 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import ToolchainError
+from factory.toolchain.cross import builder_platform
 from factory.toolchain.toolkit import HEADER_EXTRAS, STAMP
 
 _log = logging.getLogger(__name__)
 
 REDIST_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
-PLATFORM = "linux-x86_64"
+# NVIDIA's name for the CPU the toolkit runs on (the builder's): Arm servers, Grace too, are "sbsa".
+REDIST_PLATFORMS = {"x86_64": "linux-x86_64", "aarch64": "linux-sbsa"}
 # What torch's extension builder needs: nvcc (with cicc, ptxas, crt, nvvm, fatbinary, nvlink),
 # the runtime, CCCL (cuda_fp16.h needs <nv/target>), NVRTC and NVTX headers torch includes, and,
 # header-only, the math libraries ATen/cuda/CUDAContext.h includes.
@@ -107,8 +109,10 @@ def _manifest_labels(source: str) -> list[str]:
     return sorted(names, key=Version)
 
 
-def find_release(cuda: str, source: str = REDIST_URL) -> Release:
-    """The newest ``redistrib_<cuda>.*.json`` in ``source`` (a URL or a mirror dir), parsed."""
+def find_release(cuda: str, source: str = REDIST_URL, *, builder: str | None = None) -> Release:
+    """The newest ``redistrib_<cuda>.*.json`` in ``source`` (a URL or a mirror dir), parsed, with
+    the archives for the ``builder``'s CPU (default: this machine's)."""
+    platform = REDIST_PLATFORMS[builder or builder_platform()]
     try:
         want = Version(cuda).release[:2]
     except InvalidVersion:
@@ -127,10 +131,10 @@ def find_release(cuda: str, source: str = REDIST_URL) -> Release:
     archives = []
     for component in (*COMPONENTS, *HEADER_ONLY):
         entry = manifest.get(component) if isinstance(manifest, dict) else None
-        plat = entry.get(PLATFORM) if isinstance(entry, dict) else None
+        plat = entry.get(platform) if isinstance(entry, dict) else None
         if not isinstance(plat, dict) or not plat.get("relative_path") or not plat.get("sha256"):
             raise ToolchainError(
-                f"redistrib_{label}.json in {source} has no {component} for {PLATFORM}"
+                f"redistrib_{label}.json in {source} has no {component} for {platform}"
             )
         archives.append(
             Archive(

@@ -82,3 +82,15 @@ def test_a_toolkit_over_http(
         "12.8", tmp_path / "toolkits", source=served_mirror, echo=lambda _: None
     )
     assert (home / "bin" / "nvcc").is_file() and (home / "include" / "cuda_cccl.h").is_file()
+
+
+def test_the_archives_are_those_of_the_builders_cpu(tmp_path: Path) -> None:
+    """The toolkit runs on the builder: an aarch64 builder (Grace) takes NVIDIA's linux-sbsa
+    archives, an x86_64 one linux-x86_64; a manifest without the builder's CPU is one line."""
+    both = make_mirror(tmp_path / "both", platforms=("linux-x86_64", "linux-sbsa"))
+    for builder, plat in (("x86_64", "linux-x86_64"), ("aarch64", "linux-sbsa")):
+        release = redist.find_release("12.8", str(both), builder=builder)
+        assert {a.relative_path.split("/")[1] for a in release.archives} == {plat}
+    x86_only = make_mirror(tmp_path / "x86")
+    with pytest.raises(ToolchainError, match="has no cuda_nvcc for linux-sbsa$"):
+        redist.find_release("12.8", str(x86_only), builder="aarch64")
