@@ -34,9 +34,14 @@ from factory.errors import EngineError
 from factory.process import run_command
 from factory.runners.base import INSIDE, BuildJob, LineCallback, RunResult
 from factory.runners.oom import was_oom_killed
+from factory.toolchain.cross import builder_platform
 from factory.toolchain.sysroot import sysroot_env
 
-DEFAULT_IMAGE = "quay.io/pypa/manylinux_2_28_x86_64"
+def default_image() -> str:
+    """cibuildwheel's own manylinux_2_28 image for this builder's CPU."""
+    return f"quay.io/pypa/manylinux_2_28_{builder_platform()}"
+
+
 WHEELHOUSE = "/factory/wheelhouse"
 CUDA = "/factory/cuda"
 CACHE = "/factory/cache"
@@ -50,8 +55,8 @@ helper=/opt/python/cp39-cp39/bin/python
 """
 
 
-def build_identifier(python: str) -> str:
-    return "cp" + python.replace(".", "") + "-manylinux_x86_64"
+def build_identifier(python: str, machine: str) -> str:
+    return "cp" + python.replace(".", "") + f"-manylinux_{machine}"
 
 
 def _mem_arg(n: int) -> str:
@@ -61,7 +66,15 @@ def _mem_arg(n: int) -> str:
 def cibuildwheel_environment(
     job: BuildJob, *, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The CIBW_* variables for one job (the whole configuration: no pyproject edits)."""
+    """The CIBW_* variables for one job (the whole configuration: no pyproject edits). Native
+    builds only: cibuildwheel builds for the CPU its containers run on."""
+    machine = builder_platform()
+    if job.cross_target is not None:
+        raise EngineError(
+            f"the cibuildwheel runner builds only for this builder's CPU ({machine}), "
+            f"not {job.cross_target}",
+            tip="cross-build the cell with --runner docker",
+        )
     create = ["--network=none"]
     if job.memory_limit_bytes:
         create += [
@@ -96,9 +109,9 @@ def cibuildwheel_environment(
     else:
         inner["TORCH_NO_COMPILER_WRAPPER"] = "1"
     env = {
-        "CIBW_BUILD": build_identifier(job.python),
-        "CIBW_ARCHS_LINUX": "x86_64",
-        "CIBW_MANYLINUX_X86_64_IMAGE": cibuildwheel_image(job.image or DEFAULT_IMAGE),
+        "CIBW_BUILD": build_identifier(job.python, machine),
+        "CIBW_ARCHS_LINUX": machine,
+        f"CIBW_MANYLINUX_{machine.upper()}_IMAGE": cibuildwheel_image(job.image or default_image()),
         "CIBW_CONTAINER_ENGINE": "docker; create_args: " + " ".join(shlex.quote(a) for a in create),
         "CIBW_ENVIRONMENT": " ".join(
             f"{k}={shlex.quote(v) if '$' not in v else _dq(v)}" for k, v in sorted(inner.items())
@@ -188,7 +201,7 @@ class CibuildwheelRunner:
     def prepare(self, job: BuildJob) -> None:
         """A factory image: the builder image, then its ``-cibw`` twin with cibuildwheel's
         interpreter layout (an official manylinux image is cibuildwheel's to get)."""
-        image = job.image or DEFAULT_IMAGE
+        image = job.image or default_image()
         if cibuildwheel_image(image) != image:
             from factory.toolchain.python_image import ensure_builder_image
 

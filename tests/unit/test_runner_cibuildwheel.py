@@ -96,3 +96,24 @@ def test_unknown_runner_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="known: docker, local, cibuildwheel"):
         get_runner("podman")
 
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_native_builds_follow_the_builders_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, machine: str
+) -> None:
+    """On a Grace (aarch64) builder cibuildwheel builds aarch64 in its aarch64 image; a cross job
+    (an aarch64 cell on an x86_64 builder) is refused in one line, not built for the wrong CPU."""
+    import factory.runners.cibuildwheel as cibw
+    from factory.errors import EngineError
+
+    monkeypatch.setattr(cibw, "builder_platform", lambda: machine)
+    env = cibuildwheel_environment(dataclasses.replace(_job(tmp_path), image=None))
+    assert env["CIBW_BUILD"] == f"cp312-manylinux_{machine}"
+    assert env["CIBW_ARCHS_LINUX"] == machine
+    assert env[f"CIBW_MANYLINUX_{machine.upper()}_IMAGE"] == cibuildwheel_image(
+        f"quay.io/pypa/manylinux_2_28_{machine}"
+    )
+    other = "aarch64" if machine == "x86_64" else "x86_64"
+    with pytest.raises(EngineError, match=f"only for this builder's CPU \\({machine}\\), not {other}"):
+        cibuildwheel_environment(dataclasses.replace(_job(tmp_path), cross_target=other))
