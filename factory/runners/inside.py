@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -496,7 +495,7 @@ def _toolkit_root(cuda_home: str | None) -> Path:
     home = cuda_home or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if home:
         return Path(home)
-    nvcc = shutil.which("nvcc")
+    nvcc = _which("nvcc", os.environ.get("PATH", ""))
     return Path(nvcc).parent.parent if nvcc else Path("/usr/local/cuda")
 
 
