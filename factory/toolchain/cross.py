@@ -41,6 +41,7 @@ class CpuPlatform:
     elf_machine: int  # e_machine in the ELF header
     elf_name: str  # as readelf prints it
     docker_platform: str  # "linux/arm64"
+    cuda_redist: str  # NVIDIA's redist archives for toolkits that run on it: "linux-sbsa"
 
 
 CPU_PLATFORMS = {
@@ -51,6 +52,7 @@ CPU_PLATFORMS = {
         elf_machine=62,
         elf_name="X86-64",
         docker_platform="linux/amd64",
+        cuda_redist="linux-x86_64",
     ),
     "aarch64": CpuPlatform(
         name="aarch64",
@@ -59,6 +61,7 @@ CPU_PLATFORMS = {
         elf_machine=183,
         elf_name="AArch64",
         docker_platform="linux/arm64",
+        cuda_redist="linux-sbsa",  # Arm servers, Grace too
     ),
 }
 assert set(CPU_PLATFORMS) == set(PLATFORMS)

@@ -29,14 +29,12 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import ToolchainError
-from factory.toolchain.cross import builder_platform
+from factory.toolchain.cross import CPU_PLATFORMS, builder_platform
 from factory.toolchain.toolkit import HEADER_EXTRAS, STAMP
 
 _log = logging.getLogger(__name__)
 
 REDIST_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
-# NVIDIA's name for the CPU the toolkit runs on (the builder's): Arm servers, Grace too, are "sbsa".
-REDIST_PLATFORMS = {"x86_64": "linux-x86_64", "aarch64": "linux-sbsa"}
 # What torch's extension builder needs: nvcc (with cicc, ptxas, crt, nvvm, fatbinary, nvlink),
 # the runtime, CCCL (cuda_fp16.h needs <nv/target>), NVRTC and NVTX headers torch includes, and,
 # header-only, the math libraries ATen/cuda/CUDAContext.h includes.
@@ -112,7 +110,7 @@ def _manifest_labels(source: str) -> list[str]:
 def find_release(cuda: str, source: str = REDIST_URL, *, builder: str | None = None) -> Release:
     """The newest ``redistrib_<cuda>.*.json`` in ``source`` (a URL or a mirror dir), parsed, with
     the archives for the ``builder``'s CPU (default: this machine's)."""
-    platform = REDIST_PLATFORMS[builder or builder_platform()]
+    platform = CPU_PLATFORMS[builder or builder_platform()].cuda_redist
     try:
         want = Version(cuda).release[:2]
     except InvalidVersion:
