@@ -34,7 +34,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from factory.build.pipeline import (  # noqa: E402
-    build_image, cell_venv, cell_work_dir, sysroots_dir, toolkits_dir)
+    build_image,
+    cell_venv,
+    cell_work_dir,
+    sysroots_dir,
+    toolkits_dir,
+)
 from factory.matrix.load import load_matrix  # noqa: E402
 from factory.runners.base import INSIDE  # noqa: E402
 from factory.toolchain.sysroot import sysroot_dir  # noqa: E402
@@ -102,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--matrix", type=Path, default=REPO / "matrix.toml")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=FLAGS",
                     help="also compile with FLAGS added to nvcc (repeatable)")
-    ap.add_argument("--keep", type=Path, help="keep the objects here and compare each variant's cubins with the as-built ones")
+    ap.add_argument("--keep", type=Path,
+                    help="keep the objects here; compare each variant's cubins with the as-built")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     variants = [("as built", "")]

@@ -37,11 +37,6 @@ from factory.runners.oom import was_oom_killed
 from factory.toolchain.cross import builder_platform
 from factory.toolchain.sysroot import sysroot_env
 
-def default_image() -> str:
-    """cibuildwheel's own manylinux_2_28 image for this builder's CPU."""
-    return f"quay.io/pypa/manylinux_2_28_{builder_platform()}"
-
-
 WHEELHOUSE = "/factory/wheelhouse"
 CUDA = "/factory/cuda"
 CACHE = "/factory/cache"
@@ -53,6 +48,11 @@ mkdir -p /opt/python/cp39-cp39/bin
 helper=/opt/python/cp39-cp39/bin/python
 [ -e $helper ] || ln -s "$(command -v python3)" $helper
 """
+
+
+def default_image() -> str:
+    """cibuildwheel's own manylinux_2_28 image for this builder's CPU."""
+    return f"quay.io/pypa/manylinux_2_28_{builder_platform()}"
 
 
 def build_identifier(python: str, machine: str) -> str:

@@ -115,5 +115,6 @@ def test_native_builds_follow_the_builders_cpu(
         f"quay.io/pypa/manylinux_2_28_{machine}"
     )
     other = "aarch64" if machine == "x86_64" else "x86_64"
-    with pytest.raises(EngineError, match=f"only for this builder's CPU \\({machine}\\), not {other}"):
+    refused = f"only for this builder's CPU \\({machine}\\), not {other}"
+    with pytest.raises(EngineError, match=refused):
         cibuildwheel_environment(dataclasses.replace(_job(tmp_path), cross_target=other))
