@@ -1,9 +1,10 @@
 """``factory index verify``: every link on every page resolves, and every hash matches.
 
 Checked: each project page (HTML and JSON) links only to files that exist, with the entry's
-sha256 and the ``.metadata`` file's sha256; with ``deep`` the wheels are re-hashed too (a
-tampered file is found). And the other way round: every committed wheel appears on its
-combined page and on its variant page, and every project page is linked from its root.
+sha256, the ``.metadata`` file's sha256 and the store's yank state (a ``.yank.json`` and its
+reason, PEP 592); with ``deep`` the wheels are re-hashed too (a tampered file is found). And
+the other way round: every committed wheel appears on its combined page and on its variant
+page, and every project page is linked from its root.
 Symlinks in the store are problems; temp files of writers (live or killed) are reported.
 """
 
@@ -75,7 +76,7 @@ def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
                 continue
         else:
             continue
-        for link in page_links:
+        for link in page_links or ():
             problems += checker.problems(key, link)
             if link.problem:
                 problems.append(link.problem)
@@ -107,6 +108,7 @@ class _Link:
     target: str | None  # the store key it resolves to; None if it leaves the store
     sha256: str | None
     metadata_sha256: str | None
+    yanked: str | None = None  # the reason the page shows (PEP 592), None when not yanked
     problem: str | None = None  # something wrong with the link itself
 
 
@@ -120,6 +122,7 @@ def _html_links(key: str, data: bytes) -> list[_Link]:
                 target=_target_key(key, href),
                 sha256=href.split("#sha256=", 1)[1] if "#sha256=" in href else None,
                 metadata_sha256=(a.get("data-core-metadata") or "").removeprefix("sha256="),
+                yanked=a.get("data-yanked"),
                 problem=f"{key}: the two metadata attributes differ for {href}" if differ else None,
             )
         )
@@ -137,9 +140,17 @@ def _json_links(key: str, data: bytes) -> list[_Link] | None:
             target=_target_key(key, str(f.get("url", ""))),
             sha256=f.get("hashes", {}).get("sha256"),
             metadata_sha256=(f.get("core-metadata") or {}).get("sha256"),
+            yanked=_json_yank(f.get("yanked")),
         )
         for f in files
     ]
+
+
+def _json_yank(value: object) -> str | None:
+    """PEP 691's ``yanked``: false, true (no reason) or the reason."""
+    if value is True:
+        return ""
+    return value if isinstance(value, str) else None
 
 
 class _LinkChecker:
@@ -177,6 +188,8 @@ class _LinkChecker:
             problems.append(
                 f"{entry.filename}: its bytes do not match sha256 {entry.sha256} (tampered?)"
             )
+        if link.yanked != entry.yanked:
+            problems.append(_yank_problem(page, entry, link.yanked))
         if link.metadata_sha256 != self._hash(self._metadata_hash, target, METADATA_SUFFIX):
             problems.append(
                 f"{page}: core metadata of {entry.filename} does not match "
@@ -192,6 +205,22 @@ class _LinkChecker:
                 name = self._by_key[target].filename
                 self.floors[name] = _floor(name, data, self.floor_problems)
         return cache[target]
+
+
+def _yank_problem(page: str, entry: WheelEntry, shown: str | None) -> str:
+    """A page whose yank state is not the store's (a writer wrote from a stale listing):
+    installers skip a file that is not yanked, or offer one that is."""
+    if entry.yanked is None:
+        return (
+            f"{page}: shows {entry.filename} as yanked ({shown!r}), but the store has no yank "
+            "record for it ('factory index rebuild' rewrites the page)"
+        )
+    if shown is None:
+        return (
+            f"{page}: shows {entry.filename} as not yanked, but the store yanked it "
+            f"({entry.yanked!r}; 'factory index rebuild' rewrites the page)"
+        )
+    return f"{page}: shows {entry.filename} yanked for {shown!r}, the store for {entry.yanked!r}"
 
 
 def _floor(filename: str, data: bytes, problems: list[str]) -> dict[str, object]:
