@@ -381,15 +381,18 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
     store = _shared_store(opts)
     if store is not None and not opts.dry_run:
         from factory.errors import StoreError
-        from factory.planning.shared_history import merge_into
+        from factory.planning.shared_history import BadRecord, merge_into
 
+        bad_records: list[BadRecord] = []
         try:
-            merged = merge_into(history, store)
+            merged = merge_into(history, store, bad_records)
             if merged:
                 log.detail(f"memory history: {merged} record(s) of other builds merged from "
                            "the store")
         except StoreError as exc:
             log.detail(f"memory history: store records not merged ({exc.message})")
+        for bad in bad_records:  # read from a shared store: untrusted, never fatal
+            log.detail(f"memory history: skipped {bad.key}: {bad.problem}")
     plan = _resolve_plan(pc, opts, history)
     for reason in plan.reasons:
         log.detail(f"plan: {reason}")
@@ -418,7 +421,7 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
                 log.detail("published by another builder; nothing to build")
                 return dataclasses.replace(skipped, seconds=time.monotonic() - t0)
             return _build_locked(matrix, pc, opts, log, plan=plan, history=history,
-                                 work=work, t0=t0, floor=floor)
+                                 work=work, t0=t0, floor=floor, lease=mine)
 
 
 def _share_records(opts: BuildOptions) -> Any:
@@ -456,7 +459,11 @@ def _cell_lock(work: Path, log: Log) -> Iterator[None]:
 
 
 def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, *, plan: Any,
-                  history: Any, work: Path, t0: float, floor: Any) -> BuildOutcome:
+                  history: Any, work: Path, t0: float, floor: Any,
+                  lease: Any = None) -> BuildOutcome:
+    """The build itself. ``lease`` (a ``factory.build.lease.Hold``, when builders share a
+    store): once it is lost the build stops before it publishes (LeaseLost), and the
+    publish renews it first with a conditional write."""
     from factory.runners import get_runner
 
     runner = get_runner(opts.runner, **opts.runner_options)
@@ -471,6 +478,8 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                                                history=history, work=work, src=src,
                                                cuda_home=cuda_home, sysroot=sysroot,
                                                epoch=epoch)
+    if lease is not None:
+        lease.check()  # taken over while we compiled: the new holder builds it
     wheel = _finish_wheel(matrix, pc, opts, log, result.wheel, work=work, epoch=epoch)
     reached = wheel_floor(wheel)
     log.step(f"glibc floor reached: {reached.why()}; tagged {pc.wheel.rsplit('-', 1)[-1][:-4]}")
@@ -480,19 +489,30 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     seconds = time.monotonic() - t0
     _write_provenance(matrix, pc, plan, wheel, attempts, result, seconds, opts,
                       floor={**floor.as_dict(), "reached": reached.as_dict()})
-    if opts.publish:
-        from factory.index.publish import publish
-        from factory.index.store import open_store
-
-        log.step(f"publish to {opts.store or matrix.settings.store}")
-        report = publish(open_store(opts.store or matrix.settings.store), [wheel])
-        if report.unchanged:
-            # a reproducible rebuild (--force) of a published cell: the same bytes, nothing to do
-            log.detail(f"unchanged: the store already has {wheel.name} with these exact bytes")
-            return BuildOutcome(cell_id=pc.cell.id, status="unchanged", wheel=wheel,
-                                attempts=tuple(attempts), seconds=seconds)
-    return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
+    if not opts.publish:
+        return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel,
+                            attempts=tuple(attempts), seconds=seconds)
+    status = publish_built(opts.store or matrix.settings.store, wheel, log, lease=lease)
+    return BuildOutcome(cell_id=pc.cell.id, status=status, wheel=wheel, attempts=tuple(attempts),
                         seconds=seconds)
+
+
+def publish_built(store: str, wheel: Path, log: Log, *, lease: Any = None) -> str:
+    """Publish a verified wheel (and its provenance beside it): 'built', or 'unchanged' when
+    the store has these exact bytes. With a ``lease`` (factory.build.lease.Hold) the lease is
+    renewed first with a conditional write, and a lost one (LeaseLost) publishes nothing."""
+    from factory.index.publish import publish
+    from factory.index.store import open_store
+
+    log.step(f"publish to {store}")
+    if lease is not None:
+        lease.confirm()
+    report = publish(open_store(store), [wheel])
+    if report.unchanged:
+        # a reproducible rebuild (--force) of a published cell: the same bytes, nothing to do
+        log.detail(f"unchanged: the store already has {wheel.name} with these exact bytes")
+        return "unchanged"
+    return "built"
 
 
 def _sysroot(matrix: Matrix, pc: PlannedCell, floor: Any, log: Log) -> Path | None:

@@ -6,6 +6,8 @@ reason, PEP 592); with ``deep`` the wheels are re-hashed too (a tampered file is
 the other way round: every committed wheel appears on its combined page and on its variant
 page, and every project page is linked from its root.
 Symlinks in the store are problems; temp files of writers (live or killed) are reported.
+What builders share through the store is checked too: a history record or a lease object
+that does not parse is named (builders skip such a record and take such a lease over).
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 from urllib.parse import unquote, urljoin
 
+from factory.build.lease import LEASE_PREFIX, check_lease
 from factory.index import pages
 from factory.index.links import parse_anchors
 from factory.index.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
+from factory.planning.shared_history import read_records
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -84,6 +89,7 @@ def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
             links += 1
     problems += _missing_from_pages(store, entries, linked, roots, page_keys)
     problems += checker.floor_problems
+    problems += _shared_object_problems(store)
     temps = []
     for stray in store.strays():
         if stray.kind == "symlink":
@@ -239,6 +245,19 @@ def _floor(filename: str, data: bytes, problems: list[str]) -> dict[str, object]
     if not check.ok:
         problems.append(f"{filename}: {check.detail}")
     return {"wheel": filename, "ok": check.ok, **floor.as_dict()}
+
+
+def _shared_object_problems(store: Store) -> list[str]:
+    """History records and lease objects that are not what builders write."""
+    _, bad = read_records(store)
+    problems = [f"{b.key}: {b.problem} (builders skip it; remove it)" for b in bad]
+    keys = sorted(o.key for o in store.list(f"{LEASE_PREFIX}/", sizes=False))
+    now = time.time()
+    for key, data in zip(keys, store.read_many(keys), strict=True):
+        problem = check_lease(key, data, now=now) if data is not None else None
+        if problem is not None:
+            problems.append(problem)
+    return problems
 
 
 def _missing_from_pages(
