@@ -5,6 +5,7 @@ requests, secrets only through env)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,54 @@ def test_nightly_schedules_missing_cells_one_job_per_builder() -> None:
     assert set(index["needs"]) == {"schedule", "build"}
     assert index["concurrency"]["group"] == "factory-index"
     assert 'factory index rebuild --store "$FACTORY_STORE"' in " ".join(s.get("run", "") for s in index["steps"])
+
+
+def _run_job(steps: list[dict[str, Any]], fake_bin: Path) -> tuple[bool, list[str]]:
+    """The job's run steps in order as a runner takes them: bash -e each (GitHub's default
+    shell), a failed step skips the later ones unless it has continue-on-error, and
+    ``if: steps.ID.outcome == 'failure'`` runs a step only when that step failed. Returns
+    whether the job failed and the name of each step that ran."""
+    outcomes: dict[str, str] = {}
+    failed, ran = False, []
+    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+           "FACTORY_STORE": "s3://bucket/x", "KEEP": "3"}
+    for step in steps:
+        if "run" not in step:
+            continue
+        condition = str(step.get("if", ""))
+        if condition:
+            ident = condition.split("steps.", 1)[1].split(".", 1)[0]
+            if outcomes.get(ident) != "failure":
+                continue
+        elif failed:
+            continue
+        ran.append(step["name"])
+        proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True,
+                              text=True, timeout=60)
+        outcomes[step.get("id", step["name"])] = "success" if proc.returncode == 0 else "failure"
+        if proc.returncode != 0 and not step.get("continue-on-error"):
+            failed = True
+    return failed, ran
+
+
+def test_nightly_rebuilds_the_index_even_when_retention_fails(tmp_path: Path) -> None:
+    """retain fails (exit 11): the rebuild and the verify still run, and the job fails after."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "factory").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n[ "$1" = retain ] && exit 11\nexit 0\n'
+    )
+    (fake / "factory").chmod(0o755)
+    steps = _load("nightly.yml")["jobs"]["index"]["steps"]
+    failed, _ = _run_job([s for s in steps if "install" not in s.get("name", "")], fake)
+    commands = [line.split()[0:2] for line in calls.read_text().splitlines()]
+    assert commands == [["retain", "--store"], ["index", "rebuild"], ["index", "verify"]]
+    assert failed, "the job must fail when retention failed"
+    calls.unlink()
+    (fake / "factory").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexit 0\n')
+    failed, _ = _run_job([s for s in steps if "install" not in s.get("name", "")], fake)
+    assert not failed and len(calls.read_text().splitlines()) == 3
 
 
 def test_builder_slots_prints_one_line_per_slot() -> None:
