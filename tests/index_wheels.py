@@ -33,10 +33,13 @@ def make_wheel(
     extra_members: dict[str, bytes] | None = None,
     skip_record: bool = False,
     filename: str | None = None,
+    wheel_version: str = "1.0",
+    dist_info: str | None = None,
 ) -> Path:
-    """Write a pure-python wheel; ``payload_bytes`` of random data make it as big as wanted."""
+    """Write a pure-python wheel; ``payload_bytes`` of random data make it as big as wanted.
+    ``wheel_version`` and ``dist_info`` (the directory's name) make wheels pip refuses."""
     module = re.sub(r"[-_.]+", "_", name).lower()
-    dist_info = f"{module}-{version}.dist-info"
+    dist_info = dist_info or f"{module}-{version}.dist-info"
     meta = [
         "Metadata-Version: 2.1",
         f"Name: {metadata_name or name}",
@@ -49,7 +52,8 @@ def make_wheel(
         f"{module}/__init__.py": f"__version__ = {version!r}\n".encode(),
         f"{dist_info}/METADATA": ("\n".join(meta) + "\n\n").encode(),
         f"{dist_info}/WHEEL": (
-            f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: {tag}\n"
+            f"Wheel-Version: {wheel_version}\nGenerator: tests\nRoot-Is-Purelib: true\n"
+            f"Tag: {tag}\n"
         ).encode(),
     }
     if payload_bytes:
@@ -83,3 +87,30 @@ def variant_wheel(
     local = f"{version}+cu{maj}{mnr}torch{torch_minor}" + (f"sm{archs}" if archs else "")
     requires = [f"torch=={torch_minor}.*", *kwargs.pop("requires", ())]  # type: ignore[misc]
     return make_wheel(directory, name, local, requires=requires, **kwargs)  # type: ignore[arg-type]
+
+
+# Wheels pip itself refuses to install (pip's parse_wheel, pip/_internal/utils/wheel.py): the
+# strict checks refuse them too, at publish and upload. case -> (maker, the refusal's words).
+PIP_REFUSED = {
+    "Wheel-Version 2.0": (
+        lambda d: make_wheel(d, "demo", "1.0", wheel_version="2.0"),
+        "Wheel-Version 2.0 is a major version pip does not install",
+    ),
+    "Wheel-Version not numbers": (
+        lambda d: make_wheel(d, "demo", "1.0", wheel_version="1.0a"),
+        "invalid Wheel-Version '1.0a'",
+    ),
+    "dist-info of another project": (
+        lambda d: make_wheel(d, "demo", "1.0", dist_info="other-1.0.dist-info"),
+        "does not start with the project name 'demo'",
+    ),
+}
+# ... and wheels it installs that look close to those (a newer minor Wheel-Version is a
+# warning; a .dist-info whose canonical name starts with the project's is accepted).
+PIP_ACCEPTED = {
+    "Wheel-Version 1.9": lambda d: make_wheel(d, "demo", "1.0", wheel_version="1.9"),
+    "Wheel-Version 1": lambda d: make_wheel(d, "demo", "1.0", wheel_version="1"),
+    "dist-info with a longer name": lambda d: make_wheel(
+        d, "demo", "1.0", dist_info="Demo_Plugins-1.0.dist-info"
+    ),
+}

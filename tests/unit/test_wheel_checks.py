@@ -11,7 +11,7 @@ from pathlib import Path
 
 import index_fixtures
 import pytest
-from index_wheels import make_wheel
+from index_wheels import PIP_ACCEPTED, PIP_REFUSED, make_wheel
 
 from factory.errors import WheelError
 from factory.index.publish import publish
@@ -156,6 +156,9 @@ REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
         lambda t: _dup(make_wheel(t / "j", "demo", "1.0")),
         "in the zip twice",
     ),
+    # What pip refuses to install: tests/integration/test_wheel_checks_cli.py runs pip on them.
+    **{case: (lambda t, make=make, case=case: make(t / case.replace(" ", "-")), words)
+       for case, (make, words) in PIP_REFUSED.items()},
 }
 
 
@@ -176,6 +179,11 @@ def test_refused(case: str, tmp_path: Path) -> None:
     with pytest.raises(WheelError):
         publish(LocalStore(store_dir), [wheel])
     assert not (store_dir / "files").exists()
+
+
+@pytest.mark.parametrize("case", sorted(PIP_ACCEPTED))
+def test_what_pip_installs_passes(case: str, tmp_path: Path) -> None:
+    check_wheel(PIP_ACCEPTED[case](tmp_path))
 
 
 def test_a_correct_wheel_passes(tmp_path: Path) -> None:
