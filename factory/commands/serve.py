@@ -48,7 +48,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1,
         metavar="N",
         help="processes answering on the port (default 1; up to one per core helps under load);"
-        " --max-connections is shared among them",
+        " --max-connections holds for all of them together",
     )
     add_wheel_limit_args(parser)
 
@@ -75,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
         )
     from factory.index.store import open_existing_store
 
-    store = open_existing_store(spec)
+    store = open_existing_store(spec)  # missing or unreadable: one line, exit 11
     root = Path(spec)
+    configure(timestamps=True)  # the request log, each line with its time (and start warnings)
     if not (root / "simple").is_dir():
         rebuild_index(store)  # an empty or never-indexed store still gets its pages
     server = make_server(
@@ -87,11 +88,10 @@ def run(args: argparse.Namespace) -> int:
             htpasswd=args.htpasswd,
             read_auth=args.read_auth,
             max_upload=parse_size(args.max_upload, what="--max-upload"),
-            max_connections=-(-args.max_connections // args.workers),  # each worker's share
+            max_connections=args.max_connections,  # for all workers together
             wheel_limits=wheel_limits_from_args(args),
         )
     )
-    configure(timestamps=True)  # the request log, each line with its time
     uploads = (
         f"with credentials from {args.htpasswd}" if args.htpasswd else "disabled (no --htpasswd)"
     )

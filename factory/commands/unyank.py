@@ -14,9 +14,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.index.publish import unyank
-    from factory.index.store import open_store
+    from factory.index.store import open_existing_store
 
-    store = open_store(store_from_args(args))
+    store = open_existing_store(store_from_args(args))
     if unyank(store, args.filename):
         print(f"unyanked {args.filename}")
     else:
