@@ -363,7 +363,7 @@ def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOpti
 def _already_published(pc: PlannedCell, opts: BuildOptions) -> bool:
     if not opts.store or opts.force:
         return False
-    from factory.index.store import open_store
+    from factory.store import open_store
 
     return pc.content_key in open_store(opts.store).published_content_keys()
 
@@ -434,7 +434,7 @@ def _shared_store(opts: BuildOptions) -> Any:
     """The store builders share (leases, history records): the one a build publishes to."""
     if not (opts.store and opts.publish):
         return None
-    from factory.index.store import open_store
+    from factory.store import open_store
 
     return open_store(opts.store)
 
@@ -482,7 +482,7 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                       floor={**floor.as_dict(), "reached": reached.as_dict()})
     if opts.publish:
         from factory.index.publish import publish
-        from factory.index.store import open_store
+        from factory.store import open_store
 
         log.step(f"publish to {opts.store or matrix.settings.store}")
         report = publish(open_store(opts.store or matrix.settings.store), [wheel])

@@ -55,7 +55,7 @@ class SyncResult:
 
 
 def client_for(remote: RemoteCache) -> Any:
-    from factory.index.store.s3 import s3_client
+    from factory.store.s3 import s3_client
 
     # best effort: a remote that is down costs a build seconds, not minutes
     return s3_client(endpoint=remote.endpoint, region=remote.region, max_attempts=3,
@@ -115,7 +115,7 @@ def _remote_keys(remote: RemoteCache, client: Any) -> Iterator[tuple[str, int]]:
 
 
 def _s3_error(remote: RemoteCache, what: str, exc: Exception) -> StoreError:
-    from factory.index.store.s3 import error_code
+    from factory.store.s3 import error_code
 
     code = error_code(exc)
     return StoreError(

@@ -35,7 +35,7 @@ def _running_builds(cache_dir: Path) -> list[str]:
     other builders, without --cache or with another cache dir, do not hold it and are ignored."""
     try:
         from factory.runners.docker import LABEL
-        from factory.runners.engine import docker_client
+        from factory.engine import docker_client
 
         client = docker_client(timeout=10)
         running = client.containers.list(filters={"label": LABEL, "status": "running"})

@@ -33,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.index import rebuild_index, verify_index
-    from factory.index.store import open_existing_store
+    from factory.store import open_existing_store
     from factory.index.publish import TEMP_GRACE
 
     store = open_existing_store(store_from_args(args))

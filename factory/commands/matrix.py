@@ -28,7 +28,7 @@ def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
     matrix = matrix_from_args(args)
     cells = matrix.cells_of(args.package)
     if args.missing:
-        from factory.index.store import open_existing_store
+        from factory.store import open_existing_store
 
         store = open_existing_store(store_from_args(args))
         published = store.published_content_keys()

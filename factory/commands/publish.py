@@ -29,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.index.publish import publish
-    from factory.index.store import open_store
+    from factory.store import open_store
 
     store = open_store(store_from_args(args))
     report = publish(store, args.wheels, limits=wheel_limits_from_args(args))

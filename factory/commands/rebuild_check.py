@@ -34,7 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.build.pipeline import BuildOptions, build_cell
-    from factory.index.store import file_key, open_existing_store
+    from factory.store import file_key, open_existing_store
     from factory.planning.budget import requested_budget
     from factory.wheels.compare import compare_wheels
 

@@ -19,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.index.retention import KEEP, retain
-    from factory.index.store import open_existing_store
+    from factory.store import open_existing_store
 
     store = open_existing_store(store_from_args(args))
     actions, counts = retain(store, keep=args.keep, force=args.force, dry_run=args.dry_run)

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             "factory serve serves a local store",
             tip="put a static host or CDN in front of the bucket (docs/INDEX.md)",
         )
-    from factory.index.store import open_existing_store
+    from factory.store import open_existing_store
 
     store = open_existing_store(spec)
     root = Path(spec)

@@ -35,7 +35,7 @@ def _from_file(path: Path) -> Manifest | None:
 def _lookup(args: argparse.Namespace) -> list[tuple[Manifest, str | None]]:
     from packaging.utils import parse_wheel_filename
 
-    from factory.index.store import open_store
+    from factory.store import open_store
 
     target = str(args.target)
     local = _from_file(Path(target))

@@ -14,7 +14,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.index.publish import unyank
-    from factory.index.store import open_store
+    from factory.store import open_store
 
     store = open_store(store_from_args(args))
     if unyank(store, args.filename):

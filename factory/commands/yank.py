@@ -15,7 +15,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from factory.index.publish import yank
-    from factory.index.store import open_existing_store
+    from factory.store import open_existing_store
 
     store = open_existing_store(store_from_args(args))
     if yank(store, args.filename, args.reason):

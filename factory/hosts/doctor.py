@@ -36,7 +36,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.errors import StoreError, UsageError, WheelError
 from factory.wheels.floor import glibc_text
-from factory.index.links import Anchor, parse_anchors
+from factory.links import Anchor, parse_anchors
 from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local
 from factory.matrix.tags import platform_tag_parts as _manylinux
 from factory.recipes import default_archs_for

@@ -113,7 +113,7 @@ def check_buildable_here(pc: PlannedCell, runner: str) -> None:
     if runner != "docker":
         reason = f"the {runner} runner cannot use a builder image"
     else:
-        from factory.runners.engine import docker_client, image_exists
+        from factory.engine import docker_client, image_exists
         from factory.errors import EngineError
 
         try:
@@ -143,7 +143,7 @@ def request(
     build: BuildFn | None = None,
     log: Any = None,
 ) -> RequestResult:
-    from factory.index.store import open_store
+    from factory.store import open_store
 
     url = index_url_for(store_spec, index_url)  # before any work: an S3 store needs --index-url
     pc = matrix.find(cell.id)

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
-from factory.index.store.base import FILES, WheelEntry
+from factory.store.base import FILES, WheelEntry
 from factory.matrix.tags import variant_of_filename
 
 API_VERSION = "1.1"

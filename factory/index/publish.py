@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from factory.errors import ConflictError, StoreError, WheelError
-from factory.index.store.base import (
+from factory.store.base import (
     ENTRY_SUFFIX,
     METADATA_SUFFIX,
     PROVENANCE_SUFFIX,

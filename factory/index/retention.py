@@ -80,7 +80,7 @@ def delete_build(store: Any, key: str) -> None:
     file), then the wheel (so a concurrent 'index rebuild' cannot re-commit it), then the
     pages, then the side files."""
     from factory.index.writer import update_index
-    from factory.index.store.base import ENTRY_SUFFIX, METADATA_SUFFIX, YANK_SUFFIX, WheelEntry
+    from factory.store.base import ENTRY_SUFFIX, METADATA_SUFFIX, YANK_SUFFIX, WheelEntry
 
     entry_data = store.read(key + ENTRY_SUFFIX)
     store.delete(key + ENTRY_SUFFIX)

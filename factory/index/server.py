@@ -47,8 +47,8 @@ from factory.errors import (
 from factory.index.htpasswd import Credentials
 from factory.index.pages import FINDER_KEY, HTML_TYPE, JSON_TYPE
 from factory.index.server_loop import Answer, Headers, ReadLoop, header_lines
-from factory.index.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL, WHEEL_VARIANTS
-from factory.index.store.local import LocalStore
+from factory.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL, WHEEL_VARIANTS
+from factory.store.local import LocalStore
 from factory.index.upload import UploadError, receive
 from factory.matrix.tags import VARIANT_RE
 from factory.wheels.checks import DEFAULT_LIMITS, WheelLimits

@@ -17,8 +17,8 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin
 
 from factory.index import pages
-from factory.index.links import parse_anchors
-from factory.index.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
+from factory.links import parse_anchors
+from factory.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -33,7 +33,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from factory.errors import StoreError, WheelError
-from factory.index.store.base import WHEEL_VARIANTS, Store, WheelEntry, check_key
+from factory.store.base import WHEEL_VARIANTS, Store, WheelEntry, check_key
 from factory.matrix.tags import local_tag_of_filename
 
 TREE = WHEEL_VARIANTS

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from factory.errors import UsageError
 from factory.units import parse_size
-from factory.runners import cgroup
+from factory.planning import cgroup
 
 if TYPE_CHECKING:
     from factory.matrix.settings import Settings

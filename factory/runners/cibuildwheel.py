@@ -145,7 +145,7 @@ def ensure_cibuildwheel_image(image: str, python: str) -> str:
         return image
     from docker.errors import APIError, ImageNotFound
 
-    from factory.runners.engine import docker_client
+    from factory.engine import docker_client
 
     client = docker_client()
     nodot = python.replace(".", "")

@@ -30,7 +30,7 @@ from typing import Any
 
 from factory.build.compile_cache import inside_config
 from factory.errors import EngineError
-from factory.runners import cgroup
+from factory.planning import cgroup
 from factory.runners.base import (
     INSIDE,
     BuildJob,
@@ -40,7 +40,7 @@ from factory.runners.base import (
     read_report,
     result_from_report,
 )
-from factory.runners.engine import docker_client, image_exists
+from factory.engine import docker_client, image_exists
 from factory.runners.oom import was_oom_killed
 from factory.toolchain.sysroot import sysroot_env
 

@@ -121,7 +121,7 @@ def ensure_cross_image(base: str, *, target: str, python: str, client: Any | Non
     network on installs the packages, then is committed). Returns its name."""
     from docker.errors import APIError, ImageNotFound
 
-    from factory.runners.engine import docker_client
+    from factory.engine import docker_client
 
     client = client or docker_client()
     name = cross_image_name(base, target)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from factory.runners.engine import docker_client
+from factory.engine import docker_client
 from factory.errors import EngineError
 from factory.process import find_program, run_command
 

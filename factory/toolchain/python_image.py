@@ -17,7 +17,7 @@ import logging
 import re
 import time
 
-from factory.runners.engine import docker_client
+from factory.engine import docker_client
 from factory.errors import EngineError, ToolchainError
 
 _log = logging.getLogger(__name__)

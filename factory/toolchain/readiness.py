@@ -56,7 +56,7 @@ class ReadinessChecker:
 
     def _image_here(self, image: str) -> bool | None:
         if self._client is None and self._engine_error is None:
-            from factory.runners.engine import docker_client
+            from factory.engine import docker_client
 
             try:
                 self._client = docker_client(timeout=10)
@@ -64,7 +64,7 @@ class ReadinessChecker:
                 self._engine_error = exc.message
         if self._client is None:
             return None
-        from factory.runners.engine import image_exists
+        from factory.engine import image_exists
 
         return bool(image_exists(self._client, image))
 

@@ -220,7 +220,7 @@ def make_cuda_image(home: Path, cuda: str, *, base: str, name: str) -> str:
     """Build ``name`` from ``base`` plus the toolkit in ``home`` (no network, no registry)."""
     from docker.errors import APIError, BuildError
 
-    from factory.runners.engine import docker_client
+    from factory.engine import docker_client
 
     client = docker_client()
     with tempfile.TemporaryDirectory(prefix=".image-", dir=home.parent) as tmp:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 
 from factory.errors import BuildError, CellError, ConfigError
-from factory.index.links import parse_anchors
+from factory.links import parse_anchors
 from factory.matrix.cell import DEFAULT_PLATFORM
 from factory.process import run_command
 

@@ -40,7 +40,7 @@ from factory.hosts.doctor import Choice, Gpu, HostInfo, diagnose, glibc_version
 from factory.hosts.snippets import render_snippet
 from factory.index.publish import publish, yank
 from factory.index.server import running_server
-from factory.index.store import LocalStore, open_store
+from factory.store import LocalStore, open_store
 
 moto_endpoint = index_fixtures.moto_endpoint
 pytestmark = pytest.mark.integration

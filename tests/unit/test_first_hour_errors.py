@@ -156,7 +156,7 @@ def test_an_s3_endpoint_that_is_down_is_named_with_a_tip(
 
 
 def test_s3_clients_connect_with_a_short_timeout() -> None:
-    from factory.index.store.s3 import CONNECT_TIMEOUT_S, s3_client
+    from factory.store.s3 import CONNECT_TIMEOUT_S, s3_client
 
     assert (
         s3_client(endpoint="http://127.0.0.1:9").meta.config.connect_timeout

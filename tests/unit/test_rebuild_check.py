@@ -123,7 +123,7 @@ def test_cache_clear_minds_only_builds_that_use_this_cache(
     from types import SimpleNamespace
 
     from factory.commands import cache
-    from factory.runners import engine
+    from factory import engine
 
     ours, other = tmp_path / "cache", tmp_path / "other-cache"
     containers = [

@@ -145,7 +145,7 @@ def test_bad_requests_are_usage_errors(tmp_path: Path) -> None:
 def test_yanked_only_build_is_reported(setup: tuple[Path, Path, list[PlannedCell]]) -> None:
     matrix, store, cells = setup
     from factory.index.publish import yank
-    from factory.index.store import open_store
+    from factory.store import open_store
 
     yank(open_store(str(store)), cells[5].wheel, "bad kernels")
     r = factory_cli("request", *_args(cells[5]), "--matrix", str(matrix), "--store", str(store))

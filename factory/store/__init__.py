@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from factory.errors import StoreError
-from factory.index.store.base import Store, StoreObject, WheelEntry, file_key
-from factory.index.store.local import LocalStore
+from factory.store.base import Store, StoreObject, WheelEntry, file_key
+from factory.store.local import LocalStore
 
 
 def open_store(spec: str) -> Store:
     """``spec`` is a directory path or ``s3://bucket/prefix``; nothing is created yet."""
     if spec.startswith("s3://"):
-        from factory.index.store.s3 import S3Store
+        from factory.store.s3 import S3Store
 
         bucket, _, prefix = spec[len("s3://") :].partition("/")
         if not bucket:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import StoreError
-from factory.index.store.base import (
+from factory.store.base import (
     StoreBase,
     StoreObject,
     cache_control,
