@@ -41,15 +41,12 @@ import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from factory.errors import ConfigError
+from factory.matrix.settings import DEFAULT_CACHE_SIZE, Settings
 from factory.units import parse_size
 
-if TYPE_CHECKING:
-    from factory.matrix.settings import Settings
-
-DEFAULT_SIZE = "20G"
 # Inside every build container the cache is mounted here (factory.runners.base.INSIDE["cache"])
 # and the run dir here (INSIDE["run"]); kept as literals so this module imports nothing heavy.
 INSIDE_CACHE = "/factory/cache"
@@ -113,15 +110,6 @@ CXX_WRAPPER = _CACHED_COMPILER.replace("@WHAT@", "the C++ compiler").replace(
 )
 
 
-def sccache_size(n: int) -> str:
-    """Bytes in sccache's notation (``SCCACHE_CACHE_SIZE``): digits and the largest of K, M, G, T
-    that divides them."""
-    for exponent in (4, 3, 2, 1):
-        if n % 1024**exponent == 0:
-            return f"{n // 1024**exponent}{' KMGT'[exponent]}"
-    return str(n)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RemoteCache:
     """The remote cache under the store's own bucket and prefix. Factory builds reach it from the
@@ -173,7 +161,7 @@ class CacheSettings:
     """``[settings.compile-cache]`` of the matrix, resolved."""
 
     dir: Path  # on the builder; every build container mounts it
-    size: str = DEFAULT_SIZE
+    size: str = DEFAULT_CACHE_SIZE
     remote: RemoteCache | None = None
 
     def as_dict(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from factory.units import format_size
 from factory.matrix.load import Matrix, PlannedCell
 from factory.wheels.floor import lower_floor_tip, wheel_floor
 from factory.planning.budget import BudgetRequest
+from factory.runners import runner_kind
 
 MAX_ATTEMPTS = 4
 # Fault injection for tests: the first attempt is OOM-killed once this many objects are done.
@@ -121,13 +122,11 @@ def target_wheelhouse(matrix: Matrix, pc: PlannedCell) -> Path:
 def floor_plan(matrix: Matrix, pc: PlannedCell, runner: str) -> Any:
     """How the build keeps the cell's glibc floor (factory.toolchain.sysroot.FloorPlan); raises
     ToolchainError, before anything compiles, when no environment of the factory reaches it."""
-    from factory.hosts.doctor import glibc_version
-    from factory.toolchain.images import plat_for_image
+    from factory.matrix.manylinux import host_glibc, parse_manylinux, plat_for_image
     from factory.toolchain.sysroot import plan_floor
-    from factory.wheels.floor import parse_manylinux
 
-    if runner == "local":
-        builder, where = glibc_version() or (0, 0), "this host"
+    if runner_kind(runner).host_glibc:
+        builder, where = host_glibc() or (0, 0), "this host"
     else:
         image = build_image(matrix, pc)
         builder, where = parse_manylinux(plat_for_image(image))[0] or (0, 0), f"image {image}"
@@ -166,7 +165,7 @@ def _tree_signature(root: Path) -> str:
 def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Path:
     """A writable source tree in ``work/src``. Kept between runs of the same source so a
     resumed build finds its finished objects; replaced when the source changed."""
-    from factory.toolchain.wheelhouse import fetch_sdist
+    from factory.toolchain.sdist import fetch_sdist
 
     src = work / "src"
     if pc.source == "pypi":
@@ -213,7 +212,7 @@ def source_date_epoch(matrix: Matrix, pc: PlannedCell) -> int:
     source (on any builder, any day) stamp the same times into the wheel: an sdist's newest
     member, a directory's last git commit touching it, else 1980-01-01."""
     if pc.source == "pypi":
-        from factory.toolchain.wheelhouse import fetch_sdist
+        from factory.toolchain.sdist import fetch_sdist
 
         sdist = fetch_sdist(pc.cell.package, pc.cell.version, pc.sha256,
                             matrix.settings.wheelhouse / "sdists")
@@ -277,7 +276,7 @@ def _cache_settings(matrix: Matrix, opts: BuildOptions) -> Any:
 def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
          attempt: int, opts: BuildOptions, sysroot: Path | None = None,
          epoch: int | None = None) -> Any:
-    from factory.build.compile_cache import DEFAULT_SIZE
+    from factory.matrix.settings import DEFAULT_CACHE_SIZE
     from factory.runners.base import BuildJob
     from factory.matrix.tags import local_tag
 
@@ -307,7 +306,7 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         # one log per run and attempt: a later run never overwrites an earlier one's log
         log_path=work / "logs" / f"{opts.run_stamp}-attempt-{attempt}.log",
         cache_dir=cache.dir if cache else None,
-        cache_size=cache.size if cache else DEFAULT_SIZE,
+        cache_size=cache.size if cache else DEFAULT_CACHE_SIZE,
         timeout=None,
         venv_root=matrix.settings.venv_dir,
         sysroot=sysroot,

@@ -38,7 +38,7 @@ def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
 
 def run(args: argparse.Namespace) -> int:
     cells = selected_cells(args)
-    from factory.toolchain.readiness import ReadinessChecker
+    from factory.build.readiness import ReadinessChecker
 
     checker = ReadinessChecker(matrix_from_args(args).settings)
     ready = {c.cell.id: checker.check(c) for c in cells}

@@ -20,13 +20,14 @@ from factory.commands._common import (
 )
 from factory.errors import CellError, VerifyError
 from factory.logger import Log
+from factory.runners import RUNNERS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cell", metavar="CELL", help="a published cell id")
     add_matrix_arg(parser)
     add_store_arg(parser)
-    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None)
+    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
     parser.add_argument("--memory", default=None, help="memory cap for the build, e.g. 16g")
     parser.add_argument("--cpus", type=int, default=None, help="CPUs for the build")
     parser.add_argument("--keep", action="store_true", help="keep the rebuild's tree and wheel")

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
+from factory.runners import RUNNERS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index-url", default=None,
                         help="the index root hosts install from (default: $FACTORY_INDEX_URL, "
                              "or the local store as a file:// URL)")
-    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None)
+    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
     parser.add_argument("--memory", default=None, help="memory cap for a build, e.g. 16g")
     parser.add_argument("--out", type=Path, default=None, help="where a built wheel goes (default: dist/)")
     parser.add_argument("--print-cell", action="store_true",

@@ -21,6 +21,7 @@ from factory.matrix.cell import Cell, parse_arch
 from factory.errors import BuildError, StoreError, ToolchainError, UsageError
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
+from factory.runners import runner_kind
 from factory.wheels.provenance import PublishedBuild, published_builds
 
 INDEX_URL_ENV = "FACTORY_INDEX_URL"
@@ -110,7 +111,7 @@ def check_buildable_here(pc: PlannedCell, runner: str) -> None:
     if pc.toolchain.nvcc_source != "image" or image is None:
         return
     reason = None
-    if runner != "docker":
+    if not runner_kind(runner).image_toolkit:
         reason = f"the {runner} runner cannot use a builder image"
     else:
         from factory.engine import docker_client, image_exists

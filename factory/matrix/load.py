@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import difflib
 import itertools
+import platform as _platform
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -28,8 +29,11 @@ from factory.matrix.cell import (
     parse_version,
 )
 from factory.errors import CellError, ConfigError, ConfigErrors
+from factory.matrix.manylinux import host_glibc, manylinux_name, plat_for_image
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
 from factory.recipes import Recipe, get_recipe
+from factory.runners import runner_kind
+from factory.toolchain.sdist import check_sdist_exists
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
 
 AXES = ("torch", "cuda", "archs", "python", "platform")
@@ -163,8 +167,6 @@ class Matrix:
                 f"{pkg.source!r} is built as {known}",
                 tip="add the version to the package's versions in the matrix",
             )
-        from factory.toolchain.wheelhouse import check_sdist_exists
-
         try:
             check_sdist_exists(pkg.name, version, self.settings.wheelhouse / "sdists")
         except CellError as exc:
@@ -216,16 +218,11 @@ def default_plat(
 def _environment_plat(settings: Settings, python: str | None) -> str:
     if settings.plat != "auto":
         return settings.plat
-    if settings.runner == "local":
-        # the local runner builds against this host's glibc, so the tag follows it
-        import platform
-
-        lib, ver = platform.libc_ver()
-        if lib == "glibc" and ver:
-            major, minor = ver.split(".")[:2]
-            return f"manylinux_{major}_{minor}_{platform.machine()}"
-    from factory.toolchain.images import plat_for_image
-
+    if runner_kind(settings.runner).host_glibc:
+        # a runner on this host links against its glibc, so the tag follows it
+        glibc = host_glibc()
+        if glibc is not None:
+            return f"{manylinux_name(glibc)}_{_platform.machine()}"
     return plat_for_image(settings.image_for(python))
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from factory.errors import CellError, ConfigError, FactoryError
 from factory.matrix.cell import parse_python
+from factory.matrix.manylinux import floor_policy
+from factory.runners import RUNNERS
 
 DEFAULT_STORE = "index/store"
 TOOLKIT_SOURCES = ("pypi", "image", "system")
@@ -22,6 +24,7 @@ SETTINGS_KEYS = {
     "images", "compile-cache", "manylinux", "sysroot",
 }
 COMPILE_CACHE_KEYS = {"dir", "size", "remote"}
+DEFAULT_CACHE_SIZE = "20G"  # the compile cache's bound, as sccache reads it
 
 DEFAULTS: dict[str, Any] = {
     "store": DEFAULT_STORE,
@@ -178,7 +181,6 @@ def _store(spec: str) -> str:
 def check_manylinux(value: Any, where: str) -> str:
     """"2_28" (a manylinux policy auditwheel knows) or "auto"; ConfigError otherwise."""
     from factory.errors import WheelError
-    from factory.wheels.floor import floor_policy
 
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where} manylinux must be a string like \"2_28\" or \"auto\"")
@@ -197,8 +199,6 @@ def _sysroot(value: str) -> str:
 
 
 def _runner(runner: str) -> str:
-    from factory.runners import RUNNERS
-
     if runner not in RUNNERS:
         raise ConfigError(f"[settings] runner {runner!r} is not one of {', '.join(RUNNERS)}")
     return runner
@@ -245,7 +245,6 @@ def _images(images: Any) -> tuple[tuple[str, str], ...]:
 def _compile_cache(raw: Any, *, root: Path, work_dir: Path) -> CompileCacheSettings:
     """``compile-cache = {dir, size, remote}``; the dir defaults to ``compile-cache`` next to the
     work dir."""
-    from factory.build.compile_cache import DEFAULT_SIZE, sccache_size
     from factory.errors import UsageError
     from factory.units import parse_size
 
@@ -257,7 +256,7 @@ def _compile_cache(raw: Any, *, root: Path, work_dir: Path) -> CompileCacheSetti
     if remote is not None and not isinstance(remote, str):
         raise ConfigError('[settings.compile-cache] remote must be "store" or an s3:// URL')
     try:
-        size = parse_size(str(raw.get("size", DEFAULT_SIZE)), what="compile cache size")
+        size = parse_size(str(raw.get("size", DEFAULT_CACHE_SIZE)), what="compile cache size")
     except UsageError as exc:
         raise ConfigError(f"[settings.compile-cache] size: {exc.message}") from None
     return CompileCacheSettings(
@@ -265,3 +264,12 @@ def _compile_cache(raw: Any, *, root: Path, work_dir: Path) -> CompileCacheSetti
         size=sccache_size(size),
         remote=remote,
     )
+
+
+def sccache_size(n: int) -> str:
+    """Bytes in sccache's notation (``SCCACHE_CACHE_SIZE``): digits and the largest of K, M, G, T
+    that divides them."""
+    for exponent in (4, 3, 2, 1):
+        if n % 1024**exponent == 0:
+            return f"{n // 1024**exponent}{' KMGT'[exponent]}"
+    return str(n)

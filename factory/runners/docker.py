@@ -261,7 +261,7 @@ class DockerRunner:
         client = self.client
         image = self._image(job)
         if not image_exists(client, image):
-            from factory.toolchain.readiness import make_command
+            from factory.toolchain.images import make_command
 
             raise EngineError(
                 f"builder image {image} does not exist",

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import EngineError
-from factory.wheels.floor import glibc_text, manylinux_name
+from factory.matrix.manylinux import glibc_text, manylinux_name, parse_floor
 
 SUITE = "bullseye"
 # What is linked against: glibc (libc6-dev) and libstdc++ 10 (libstdc++-10-dev); the kernel
@@ -167,7 +167,6 @@ def plan_floor(manylinux: str, *, builder: tuple[int, int], sysroot: str, where:
     """Whether ``manylinux`` ("2_28", "auto") is reachable from a builder whose glibc is
     ``builder``, and how; ToolchainError (before anything compiles) when it is not."""
     from factory.errors import ToolchainError
-    from factory.wheels.floor import parse_floor
 
     if manylinux == "auto":
         return FloorPlan(promised=None, builder=builder, sysroot=False)

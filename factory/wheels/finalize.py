@@ -32,7 +32,8 @@ from packaging.version import InvalidVersion, Version
 from factory.errors import WheelError
 from factory.matrix.tags import local_tag, platform_of_plat, torch_pin
 from factory.process import env_bin_dir, find_program, run_program
-from factory.wheels.floor import parse_manylinux, wheel_floor
+from factory.matrix.manylinux import parse_manylinux
+from factory.wheels.floor import wheel_floor
 from factory.wheels.reader import (
     SIGNATURE_FILES,
     WheelInfo,

@@ -25,7 +25,8 @@ from packaging.utils import canonicalize_name
 from factory.errors import EngineError, FactoryError, VerifyError, WheelError
 from factory.matrix.tags import local_tag, parse_local, torch_pin
 from factory.process import last_error_line, run_program
-from factory.wheels.floor import BinaryFloor, manylinux_name, promised_glibc, wheel_floor
+from factory.matrix.manylinux import manylinux_name
+from factory.wheels.floor import BinaryFloor, promised_glibc, wheel_floor
 from factory.recipes import default_archs_for as recipe_default_archs
 from factory.wheels.reader import WheelInfo, analyse_wheel
 

@@ -186,7 +186,7 @@ CU128 = MATRIX.replace('torch = ["2.14.1"]', 'torch = ["2.10.0"]').replace(
 
 @pytest.fixture
 def no_cuda_image(monkeypatch: pytest.MonkeyPatch) -> None:
-    from factory.toolchain.readiness import ReadinessChecker
+    from factory.build.readiness import ReadinessChecker
 
     monkeypatch.setattr(ReadinessChecker, "_image_here", lambda self, image: False)
 

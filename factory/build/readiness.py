@@ -5,15 +5,13 @@ download (a cell whose toolchain cannot be made here is skipped or fails fast)."
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from factory.errors import EngineError, ToolchainError
 from factory.matrix.load import PlannedCell
 from factory.matrix.settings import Settings
-
-_CUDA_IMAGE = re.compile(r"factory-cuda:(?P<cuda>\d+\.\d+)-py(?P<python>\d+\.\d+)")
-
+from factory.runners import RUNNERS, runner_kind
+from factory.toolchain.images import make_command
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Readiness:
@@ -34,23 +32,12 @@ class Readiness:
         return dataclasses.asdict(self)
 
 
-def make_command(image: str) -> str | None:
-    """The command that makes a builder image the factory knows how to make."""
-    m = _CUDA_IMAGE.fullmatch(image)
-    if m:
-        return (f"factory image cuda {m.group('cuda')} --python {m.group('python')} "
-                "(offline: --from MIRROR-DIR)")
-    if image.startswith("factory-base:"):
-        return f"factory image base --name {image}"
-    return None
-
-
 class ReadinessChecker:
     """One docker connection for many cells (none when no cell needs an image)."""
 
     def __init__(self, settings: Settings, *, runner: str | None = None) -> None:
         self.settings = settings
-        self.runner = runner or settings.runner
+        self.kind = runner_kind(runner or settings.runner)
         self._client: Any = None
         self._engine_error: str | None = None
 
@@ -70,7 +57,7 @@ class ReadinessChecker:
 
     def check(self, pc: PlannedCell) -> Readiness:
         tc = pc.toolchain
-        if self.runner == "docker" and tc.nvcc_source != "image":
+        if self.kind.image_toolkit and tc.nvcc_source != "image":
             lacking = self._builder_lacks_python(pc.cell.python)
             if lacking is not None:
                 return lacking
@@ -86,13 +73,13 @@ class ReadinessChecker:
             )
         if tc.image is None:
             raise ToolchainError(f"toolchain of {pc.cell.id} names no image")
-        if self.runner != "docker":
+        if not self.kind.image_toolkit:
             return Readiness(
                 state="missing",
                 detail=f"CUDA {tc.cuda} comes in image {tc.image}, which the "
-                f"{self.runner} runner does not use",
+                f"{self.kind.name} runner does not use",
                 command=f'a system CUDA {tc.cuda} toolkit (toolkit = ["system"]) or '
-                "--runner docker",
+                + " or ".join(f"--runner {k.name}" for k in RUNNERS.values() if k.image_toolkit),
             )
         here = self._image_here(tc.image)
         if here is None:
