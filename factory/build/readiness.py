@@ -7,11 +7,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from factory.engine import docker_client, image_exists
 from factory.errors import EngineError, ToolchainError
 from factory.matrix.load import PlannedCell
 from factory.matrix.settings import Settings
 from factory.runners import RUNNERS, runner_kind
 from factory.toolchain.images import make_command
+from factory.toolchain.python_image import base_for_python, lacks_python
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Readiness:
@@ -43,15 +46,12 @@ class ReadinessChecker:
 
     def _image_here(self, image: str) -> bool | None:
         if self._client is None and self._engine_error is None:
-            from factory.engine import docker_client
-
             try:
                 self._client = docker_client(timeout=10)
             except EngineError as exc:
                 self._engine_error = exc.message
         if self._client is None:
             return None
-        from factory.engine import image_exists
 
         return bool(image_exists(self._client, image))
 
@@ -91,8 +91,6 @@ class ReadinessChecker:
     def _builder_lacks_python(self, python: str) -> Readiness | None:
         """Builds run ``python<X.Y>`` in the matrix's builder image for the cell's Python: one
         that, by its name, has another Python cannot build the cell."""
-        from factory.toolchain.python_image import base_for_python, lacks_python
-
         base = self.settings.image_for(python)
         lacks = lacks_python(base, python)
         if lacks is None:
@@ -109,8 +107,6 @@ class ReadinessChecker:
         """The command that makes the cell's CUDA image: the toolkit goes onto the matrix's
         builder image for the cell's Python, so when that one lacks the Python, the command
         names a base that has it."""
-        from factory.toolchain.python_image import base_for_python, lacks_python
-
         detail = f"image {image} does not exist"
         base = self.settings.image_for(python)
         lacks = lacks_python(base, python)

@@ -8,10 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from factory.build.pipeline import BuildOptions, build_cells
+from factory.build.readiness import ReadinessChecker
+from factory.commands._common import (
+    add_matrix_arg,
+    add_store_arg,
+    matrix_from_args,
+    store_from_args,
+)
 from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
+from factory.planning.budget import requested_budget
 from factory.runners import RUNNERS, runner_kind
-from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, store_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -52,9 +60,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.build.pipeline import BuildOptions, build_cells
-    from factory.planning.budget import requested_budget
-
     for flag in ("max_jobs", "nvcc_threads", "attempts"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -77,7 +82,6 @@ def run(args: argparse.Namespace) -> int:
         **({"attempts": args.attempts} if args.attempts else {}),
     )
     log = Log()
-    from factory.build.readiness import ReadinessChecker
 
     checker = ReadinessChecker(matrix.settings, runner=opts.runner)
     ready = {pc.cell.id: checker.check(pc) for pc in cells}

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import shutil
 
+from factory.build.pipeline import BuildOptions, build_cell
 from factory.commands._common import (
     add_matrix_arg,
     add_store_arg,
@@ -20,7 +21,10 @@ from factory.commands._common import (
 )
 from factory.errors import CellError, VerifyError
 from factory.logger import Log
+from factory.planning.budget import requested_budget
 from factory.runners import RUNNERS
+from factory.store import file_key, open_existing_store
+from factory.wheels.compare import compare_wheels
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -34,11 +38,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.build.pipeline import BuildOptions, build_cell
-    from factory.store import file_key, open_existing_store
-    from factory.planning.budget import requested_budget
-    from factory.wheels.compare import compare_wheels
-
     matrix = matrix_from_args(args)
     pc = matrix.find(args.cell)
     store = open_existing_store(store_from_args(args))

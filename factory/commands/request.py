@@ -10,7 +10,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
+from factory.ci import runner_label
+from factory.commands._common import (
+    add_matrix_arg,
+    add_store_arg,
+    matrix_from_args,
+    print_json,
+    store_from_args,
+)
+from factory.hosts.request import request, request_cell
+from factory.planning.budget import requested_budget
 from factory.runners import RUNNERS
 
 
@@ -35,14 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.hosts.request import request, request_cell
-    from factory.planning.budget import requested_budget
-
     cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch, python=args.python)
     matrix = matrix_from_args(args)
     if args.print_cell:
-        from factory.ci import runner_label
-
         pc = matrix.find(cell.id)  # validates the cell against the recipe and the torch/CUDA table
         if args.json:
             print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,

@@ -33,9 +33,10 @@ import tomllib
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory.errors import StoreError, UsageError, WheelError
-from factory.matrix.manylinux import glibc_text, host_glibc
+from factory.errors import CellError, StoreError, UsageError, WheelError
 from factory.links import Anchor, parse_anchors
+from factory.matrix.cell import parse_platform
+from factory.matrix.manylinux import glibc_text, host_glibc
 from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local
 from factory.matrix.tags import platform_tag_parts as _manylinux
 from factory.recipes import default_archs_for
@@ -224,9 +225,6 @@ def probe_torch(python_exe: str) -> dict[str, Any]:
 
 def host_machine(raw: str | None = None) -> str:
     """platform.machine() in wheel-tag spelling ('arm64' -> 'aarch64', 'AMD64' -> 'x86_64')."""
-    from factory.errors import CellError
-    from factory.matrix.cell import parse_platform
-
     raw = platform.machine() if raw is None else raw
     try:
         return parse_platform(raw or "x86_64")

@@ -10,10 +10,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from factory.errors import CellError, ConfigError, FactoryError
+from factory.errors import CellError, ConfigError, FactoryError, UsageError, WheelError
 from factory.matrix.cell import parse_python
 from factory.matrix.manylinux import floor_policy
 from factory.runners import RUNNERS
+from factory.units import parse_size
 
 DEFAULT_STORE = "index/store"
 TOOLKIT_SOURCES = ("pypi", "image", "system")
@@ -180,8 +181,6 @@ def _store(spec: str) -> str:
 
 def check_manylinux(value: Any, where: str) -> str:
     """"2_28" (a manylinux policy auditwheel knows) or "auto"; ConfigError otherwise."""
-    from factory.errors import WheelError
-
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where} manylinux must be a string like \"2_28\" or \"auto\"")
     if value == "auto":
@@ -205,8 +204,6 @@ def _runner(runner: str) -> str:
 
 
 def _memory(memory: Any) -> int | None:
-    from factory.units import parse_size
-
     if memory in ("auto", ""):
         return None
     try:
@@ -245,9 +242,6 @@ def _images(images: Any) -> tuple[tuple[str, str], ...]:
 def _compile_cache(raw: Any, *, root: Path, work_dir: Path) -> CompileCacheSettings:
     """``compile-cache = {dir, size, remote}``; the dir defaults to ``compile-cache`` next to the
     work dir."""
-    from factory.errors import UsageError
-    from factory.units import parse_size
-
     raw = raw or {}
     if not isinstance(raw, Mapping):
         raise ConfigError("[settings] compile-cache must be a table")

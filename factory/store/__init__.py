@@ -5,13 +5,12 @@ from __future__ import annotations
 from factory.errors import StoreError
 from factory.store.base import Store, StoreObject, WheelEntry, file_key
 from factory.store.local import LocalStore
+from factory.store.s3 import S3Store
 
 
 def open_store(spec: str) -> Store:
     """``spec`` is a directory path or ``s3://bucket/prefix``; nothing is created yet."""
     if spec.startswith("s3://"):
-        from factory.store.s3 import S3Store
-
         bucket, _, prefix = spec[len("s3://") :].partition("/")
         if not bucket:
             raise StoreError(f"store {spec!r} names no bucket", tip="use s3://bucket/prefix")

@@ -17,17 +17,13 @@ import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 
 from factory.matrix.cell import DEFAULT_PLATFORM
+from factory.matrix.load import PlannedCell
 from factory.process import run_command
 from factory.toolchain.sdist import configured_index
 
 _log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    from factory.matrix.load import PlannedCell
 
 # The compile cache's binary ships as a wheel; it is small, so every wheelhouse carries it and
 # any build may turn the cache on without a new download.

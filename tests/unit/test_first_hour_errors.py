@@ -305,7 +305,7 @@ def test_a_cell_whose_builder_image_lacks_its_python_is_shown_missing(
 @pytest.fixture
 def image_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, ...]]:
     """``factory image cuda`` in tmp_path with its docker and download steps recorded."""
-    from factory.toolchain import python_image, redist
+    from factory.commands import image
 
     steps: list[tuple[str, ...]] = []
 
@@ -314,9 +314,9 @@ def image_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[s
         return dest / f"cuda-{cuda}"
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(python_image, "ensure_builder_image", lambda b: steps.append(("base", b)))
-    monkeypatch.setattr(redist, "fetch_toolkit", fetch)
-    monkeypatch.setattr(redist, "make_cuda_image", lambda home, cuda, *, base, name: steps.append(
+    monkeypatch.setattr(image, "ensure_builder_image", lambda b: steps.append(("base", b)))
+    monkeypatch.setattr(image, "fetch_toolkit", fetch)
+    monkeypatch.setattr(image, "make_cuda_image", lambda home, cuda, *, base, name: steps.append(
         ("image", base, name)))
     return steps
 
