@@ -45,6 +45,8 @@ from typing import Any
 
 from factory.errors import ConfigError
 from factory.matrix.settings import DEFAULT_CACHE_SIZE, Settings
+from factory.store.s3 import parse_url as parse_s3_url
+from factory.store.s3 import s3_url
 from factory.units import parse_size
 
 # Inside every build container the cache is mounted here (factory.runners.base.INSIDE["cache"])
@@ -126,12 +128,13 @@ class RemoteCache:
         """``s3://bucket/prefix`` -> the cache under ``prefix/compile-cache/``; the endpoint and
         region come from the same variables the S3 store reads."""
         env = os.environ if environ is None else environ
-        if not store.startswith("s3://"):
+        parts = parse_s3_url(store)
+        if parts is None:
             raise ConfigError(f"a remote compile cache needs an s3:// store, not {store!r}")
-        bucket, _, prefix = store[len("s3://") :].partition("/")
+        bucket, prefix = parts
         if not bucket:
             raise ConfigError(f"remote compile cache {store!r} names no bucket")
-        prefix = "/".join(p for p in (prefix.strip("/"), "compile-cache") if p)
+        prefix = "/".join(p for p in (prefix, "compile-cache") if p)
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
         return cls(
             bucket=bucket,
@@ -139,6 +142,10 @@ class RemoteCache:
             endpoint=env.get("FACTORY_S3_ENDPOINT_URL") or None,
             region=region,
         )
+
+    @property
+    def url(self) -> str:
+        return s3_url(self.bucket, self.prefix)
 
     def env(self) -> dict[str, str]:
         # Disk first, S3 second: hits come from the local disk when they can, every write goes

@@ -115,7 +115,7 @@ def _remote_keys(remote: RemoteCache, client: Any) -> Iterator[tuple[str, int]]:
 def _s3_error(remote: RemoteCache, what: str, exc: Exception) -> StoreError:
     code = error_code(exc)
     return StoreError(
-        f"remote compile cache s3://{remote.bucket}/{remote.prefix}: {what} failed: "
+        f"remote compile cache {remote.url}: {what} failed: "
         f"{code or type(exc).__name__}"
     )
 

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         result = fn(settings.remote, settings.dir)
         if args.json:
             print_json({**dataclasses.asdict(result), "dir": str(settings.dir),
-                        "remote": f"s3://{settings.remote.bucket}/{settings.remote.prefix}"})
+                        "remote": settings.remote.url})
         else:
             print(result.summary())
         return 0
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"size     {format_size(usage.bytes)} in {usage.files} file(s), bound {settings.size}")
     if settings.remote:
         r = settings.remote
-        print(f"remote   s3://{r.bucket}/{r.prefix}" + (f" at {r.endpoint}" if r.endpoint else ""))
+        print(f"remote   {r.url}" + (f" at {r.endpoint}" if r.endpoint else ""))
     if not builds:
         print("no build with the cache on has been recorded under", work)
     for b in builds:

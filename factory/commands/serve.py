@@ -16,7 +16,7 @@ from factory.commands._common import (
 from factory.errors import UsageError
 from factory.index import rebuild_index
 from factory.index.server import ServerConfig, make_server, serve_workers
-from factory.store import open_existing_store
+from factory.store import open_existing_store, url_scheme
 from factory.units import parse_size
 
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be 0-65535 (0: any free port), not {args.port}")
     spec = store_from_args(args)
-    if spec.startswith("s3://"):
+    if url_scheme(spec) is not None:
         raise UsageError(
             "factory serve serves a local store",
             tip="put a static host or CDN in front of the bucket (docs/INDEX.md)",

@@ -24,7 +24,7 @@ from factory.matrix.cell import Cell, parse_arch
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
 from factory.runners import runner_kind
-from factory.store import open_store
+from factory.store import open_store, url_scheme
 from factory.wheels.provenance import PublishedBuild, published_builds
 
 INDEX_URL_ENV = "FACTORY_INDEX_URL"
@@ -76,7 +76,7 @@ def index_url_for(store_spec: str, index_url: str | None) -> str:
     url = index_url or os.environ.get(INDEX_URL_ENV)
     if url:
         return url.rstrip("/")
-    if store_spec.startswith("s3://"):
+    if url_scheme(store_spec) is not None:
         raise UsageError(
             f"the install line needs the URL hosts reach {store_spec} through",
             tip=f"pass --index-url https://... or set {INDEX_URL_ENV}",

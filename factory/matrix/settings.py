@@ -10,10 +10,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from factory.errors import CellError, ConfigError, FactoryError, UsageError, WheelError
+from factory.errors import CellError, ConfigError, FactoryError, StoreError, UsageError, WheelError
 from factory.matrix.cell import parse_python
 from factory.matrix.manylinux import floor_policy
 from factory.runners import RUNNERS
+from factory.store import URL_FORMS, open_store, url_scheme
 from factory.units import parse_size
 
 DEFAULT_STORE = "index/store"
@@ -78,7 +79,7 @@ class CompileCacheSettings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
-    store: str  # a directory (absolute) or s3://bucket/prefix
+    store: str  # a directory (absolute) or a URL store's spec (factory.store)
     wheelhouse: Path
     work_dir: Path
     venv_dir: Path
@@ -163,7 +164,7 @@ def default_settings(root: Path | None = None) -> Settings:
 
 def resolve_store(spec: str, root: Path) -> str:
     """A store spec with a relative directory made absolute (from ``root``); URLs as they are."""
-    if "://" in spec or Path(spec).is_absolute():
+    if url_scheme(spec) is not None or Path(spec).is_absolute():
         return spec
     return str(root / spec)
 
@@ -174,8 +175,10 @@ def _path(value: str, root: Path) -> Path:
 
 
 def _store(spec: str) -> str:
-    if "://" in spec and not (spec.startswith("s3://") and spec[len("s3://") :].partition("/")[0]):
-        raise ConfigError(f"[settings] store {spec!r} is not a directory or s3://bucket/prefix")
+    try:
+        open_store(spec)  # parses the spec; nothing is made or contacted
+    except StoreError:
+        raise ConfigError(f"[settings] store {spec!r} is not a directory or {URL_FORMS}") from None
     return spec
 
 
