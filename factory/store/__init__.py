@@ -8,11 +8,11 @@ one line here. ``open_store(spec)`` picks one; every spec is parsed here and now
 from __future__ import annotations
 
 from factory.errors import StoreError
-from factory.store.base import Store, StoreObject, WheelEntry, file_key
+from factory.store.base import Store, StoreObject, UrlStore, WheelEntry, file_key
 from factory.store.local import LocalStore
 from factory.store.s3 import S3Store
 
-SCHEMES: dict[str, type[S3Store]] = {"s3": S3Store}
+SCHEMES: dict[str, UrlStore] = {"s3": S3Store}
 URL_FORMS = " or ".join(cls.url_form for cls in SCHEMES.values())  # for messages
 
 
