@@ -22,8 +22,8 @@ from typing import Any
 
 from factory.errors import StoreError, UsageError
 from factory.index.publish import yank
-from factory.index.store.base import ENTRY_SUFFIX, METADATA_SUFFIX, YANK_SUFFIX, WheelEntry
 from factory.index.writer import update_index
+from factory.store.base import ENTRY_SUFFIX, METADATA_SUFFIX, YANK_SUFFIX, WheelEntry
 from factory.wheels.provenance import SUFFIX, PublishedBuild, published_builds
 
 KEEP = "keep"

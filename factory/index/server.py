@@ -61,7 +61,7 @@ from factory.index.server_loop import (
     ReadLoop,
 )
 from factory.index.server_routes import route
-from factory.index.store.local import LocalStore
+from factory.store.local import LocalStore
 from factory.wheels.checks import DEFAULT_LIMITS, WheelLimits
 
 log = logging.getLogger("factory.index.server")

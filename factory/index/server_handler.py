@@ -39,7 +39,7 @@ from factory.index.server_http import (
 )
 from factory.index.server_loop import too_slow
 from factory.index.server_routes import route
-from factory.index.store.local import LocalStore
+from factory.store.local import LocalStore
 from factory.index.upload import UploadError, receive
 
 log = logging.getLogger("factory.index.server")

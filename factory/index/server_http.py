@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 from factory.errors import StoreError
 from factory.index.pages import HTML_TYPE, JSON_TYPE
 from factory.index.server_loop import header_lines
-from factory.index.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL
-from factory.index.store.local import LocalStore
+from factory.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL
+from factory.store.local import LocalStore
 
 log = logging.getLogger("factory.index.server")
 

@@ -21,10 +21,13 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin
 
 from factory.build.lease import LEASE_PREFIX, check_lease
+from factory.errors import WheelError
 from factory.index import pages
-from factory.index.links import parse_anchors
-from factory.index.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
+from factory.links import parse_anchors
 from factory.planning.shared_history import read_records
+from factory.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
+from factory.wheels.floor import wheel_floor
+from factory.wheels.verify import check_floor
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -232,10 +235,6 @@ def _yank_problem(page: str, entry: WheelEntry, shown: str | None) -> str:
 def _floor(filename: str, data: bytes, problems: list[str]) -> dict[str, object]:
     """A wheel's floor for the report; a tag promising less than the binaries need is a
     problem (factory.wheels.verify.check_floor says it the same way)."""
-    from factory.errors import WheelError
-    from factory.wheels.floor import wheel_floor
-    from factory.wheels.verify import check_floor
-
     try:
         floor = wheel_floor(Path(filename), data)
     except WheelError as exc:

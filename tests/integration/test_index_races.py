@@ -20,7 +20,7 @@ from index_wheels import variant_wheel
 
 from factory.index import verify_index
 from factory.index.publish import publish, unyank, yank
-from factory.index.store import Store, open_store
+from factory.store import Store, open_store
 
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env

@@ -18,7 +18,7 @@ from index_wheels import make_wheel
 
 from factory.build.lease import CellLease
 from factory.index import verify_index
-from factory.index.store import open_store
+from factory.store import open_store
 from factory.matrix.cell import Cell
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory, ModelKey
 from factory.planning.shared_history import merge_into, push
@@ -37,7 +37,7 @@ import sys, time
 from pathlib import Path
 from factory.build.lease import LeaseLost, hold_cell
 from factory.build.pipeline import publish_built
-from factory.index.store import open_store
+from factory.store import open_store
 from factory.logger import Log
 spec, name, work, ttl, hold, wheel = sys.argv[1:7]
 store = open_store(spec)

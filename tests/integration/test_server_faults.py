@@ -27,7 +27,7 @@ from index_wheels import variant_wheel
 
 from factory.index.publish import publish
 from factory.index.server import running_server
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 PASSWORD = "s3cret-Pa55"  # noqa: S105 (a test credential)
 

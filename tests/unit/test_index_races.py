@@ -13,7 +13,7 @@ from index_wheels import variant_wheel
 
 from factory.index import rebuild_index, verify_index
 from factory.index.publish import publish, unyank, yank
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 
 class HeldStore(LocalStore):

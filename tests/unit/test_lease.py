@@ -17,7 +17,7 @@ from factory.build.lease import CellLease, Hold, LeaseLost, hold_cell
 from factory.build.pipeline import publish_built
 from factory.errors import StoreError
 from factory.index import verify_index
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 from factory.logger import Log
 from factory.matrix.cell import Cell
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory

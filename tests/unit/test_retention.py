@@ -13,7 +13,7 @@ import pytest
 from factory.errors import UsageError
 from factory.wheels.provenance import published_builds
 from factory.index.retention import ALREADY_YANKED, DELETE, KEEP, LEFTOVER, YANK, plan_retention
-from factory.index.store import open_store
+from factory.store import open_store
 
 from ops_builds import factory_cli, fake_build, planned, publish_build, write_matrix
 
@@ -118,7 +118,7 @@ def _leftover(root: Path, out_dir: Path, pc: Any, **kwargs: Any) -> Path:
     """What a publisher killed before its commit leaves: the wheel, its .metadata and its
     manifest in the store, no index entry (the order factory.index.publish writes them in)."""
     from factory.index.publish import inspect_wheel
-    from factory.index.store.base import METADATA_SUFFIX, PROVENANCE_SUFFIX, file_key
+    from factory.store.base import METADATA_SUFFIX, PROVENANCE_SUFFIX, file_key
 
     wheel = fake_build(out_dir, pc, **kwargs)
     s = open_store(str(root))
