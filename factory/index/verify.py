@@ -25,7 +25,15 @@ from factory.errors import WheelError
 from factory.index import pages
 from factory.links import parse_anchors
 from factory.planning.shared_history import read_records
-from factory.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
+from factory.store.base import (
+    ENTRY_SUFFIX,
+    FILES,
+    METADATA_SUFFIX,
+    PROVENANCE_SUFFIX,
+    YANK_SUFFIX,
+    Store,
+    WheelEntry,
+)
 from factory.wheels.floor import wheel_floor
 from factory.wheels.verify import check_floor
 
@@ -40,6 +48,9 @@ class IndexReport:
     # with ``deep``: each wheel's glibc floor, promised (its tag) and needed (its binaries)
     floors: tuple[dict[str, object], ...] = ()
     temps: tuple[str, ...] = ()  # writers' temp files ('index rebuild' removes stale ones)
+    # side files whose wheel is gone (a deletion that stopped before its last step): harmless
+    # (nothing links to them, and a new publish of the name replaces them)
+    orphans: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -101,6 +112,7 @@ def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
             temps.append(f"{stray.key} ({stray.age:.0f} s old)")
     return IndexReport(
         temps=tuple(temps),
+        orphans=_orphans(checker.listing),
         wheels=len(entries),
         pages=len(page_keys),
         links=links,
@@ -169,7 +181,7 @@ class _LinkChecker:
     def __init__(self, store: Store, entries: list[WheelEntry], *, deep: bool) -> None:
         self._store, self._deep = store, deep
         self._by_key = {e.key: e for e in entries}
-        self._listing = {o.key: o.size for o in store.list(f"{FILES}/")}
+        self.listing = {o.key: o.size for o in store.list(f"{FILES}/")}
         self._wheel_hash: dict[str, str] = {}
         self._metadata_hash: dict[str, str] = {}
         self.floors: dict[str, dict[str, object]] = {}  # filename -> its floor (deep only)
@@ -177,7 +189,7 @@ class _LinkChecker:
 
     def problems(self, page: str, link: _Link) -> list[str]:
         target = link.target
-        if target is None or target not in self._listing:
+        if target is None or target not in self.listing:
             return [f"{page}: link to missing file {target}"]
         entry = self._by_key.get(target)
         if entry is None:
@@ -188,9 +200,9 @@ class _LinkChecker:
                 f"{page}: sha256 of {entry.filename} is {link.sha256}, "
                 f"the entry says {entry.sha256}"
             )
-        if self._listing[target] != entry.size:
+        if self.listing[target] != entry.size:
             problems.append(
-                f"{page}: {entry.filename} is {self._listing[target]} bytes, "
+                f"{page}: {entry.filename} is {self.listing[target]} bytes, "
                 f"the entry says {entry.size}"
             )
         if self._deep and self._hash(self._wheel_hash, target, "") != entry.sha256:
@@ -244,6 +256,18 @@ def _floor(filename: str, data: bytes, problems: list[str]) -> dict[str, object]
     if not check.ok:
         problems.append(f"{filename}: {check.detail}")
     return {"wheel": filename, "ok": check.ok, **floor.as_dict()}
+
+
+def _orphans(listing: dict[str, int]) -> tuple[str, ...]:
+    """Side files (.metadata, manifest, yank record) whose wheel and entry are both gone."""
+    out = []
+    for key in sorted(listing):
+        for suffix in (METADATA_SUFFIX, PROVENANCE_SUFFIX, YANK_SUFFIX):
+            if key.endswith(suffix):
+                wheel = key[: -len(suffix)]
+                if wheel not in listing and wheel + ENTRY_SUFFIX not in listing:
+                    out.append(key)
+    return tuple(out)
 
 
 def _shared_object_problems(store: Store) -> list[str]:

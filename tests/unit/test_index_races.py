@@ -9,7 +9,7 @@ import json
 import threading
 from pathlib import Path
 
-from index_wheels import variant_wheel
+from index_wheels import make_wheel, variant_wheel
 
 from factory.index import rebuild_index, verify_index
 from factory.index.publish import publish, unyank, yank
@@ -131,3 +131,29 @@ def test_verify_finds_a_page_whose_yank_the_store_does_not_have(tmp_path: Path) 
         store.path(key).write_bytes(data)
     problems = verify_index(store, deep=False).problems
     assert any("simple/demo/index.json" in p and "not yanked" in p for p in problems), problems
+
+
+def test_a_deletion_that_stopped_leaves_no_trap_for_the_next_publish(tmp_path: Path) -> None:
+    """Retention's delete stopped after the entry and the wheel were gone: the pages still link
+    the wheel, and the .metadata and the yank record are left. verify names both, rebuild
+    rewrites the pages, and a new wheel published under the same name is neither yanked by
+    the old record nor described by the old metadata."""
+    store = LocalStore(tmp_path / "s", durable=False)
+    old = make_wheel(tmp_path / "old", "demo", "1.0", requires=["numpy"])
+    publish(store, [old])
+    yank(store, old.name, "superseded")
+    key = f"files/demo/{old.name}"
+    store.delete(key + ".entry.json")  # delete_build's first two steps, then it was killed
+    store.delete(key)
+    report = verify_index(store, deep=False)
+    assert report.orphans == (f"{key}.metadata", f"{key}.yank.json")
+    assert report.problems and all("link to missing file" in p for p in report.problems)
+    rebuild_index(store)  # the pages no longer list it; the side files stay (harmless)
+    report = verify_index(store, deep=False)
+    assert report.ok and report.orphans == (f"{key}.metadata", f"{key}.yank.json")
+    new = make_wheel(tmp_path / "new", "demo", "1.0", requires=["scipy"])
+    assert new.name == old.name and new.read_bytes() != old.read_bytes()
+    publish(store, [new])
+    assert [e.yanked for e in store.wheels()] == [None]
+    assert b"scipy" in (store.read(key + ".metadata") or b"")
+    assert verify_index(store).ok
