@@ -30,7 +30,6 @@ from factory.logger import Log, NinjaProgress
 from factory.matrix.load import Matrix, PlannedCell
 from factory.matrix.manylinux import host_glibc, parse_manylinux, plat_for_image
 from factory.matrix.settings import DEFAULT_CACHE_SIZE
-from factory.matrix.tags import local_tag
 from factory.planning.budget import BudgetRequest
 from factory.planning.critical_path import prepare_build_tree
 from factory.planning.memory_model import HISTORY_ENV, MemoryHistory, record_build
@@ -287,11 +286,8 @@ def _cache_settings(matrix: Matrix, opts: BuildOptions) -> Any:
 def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
          attempt: int, opts: BuildOptions, sysroot: Path | None = None,
          epoch: int | None = None) -> Any:
-    local = local_tag(
-        cuda=pc.cell.cuda, torch_minor=pc.cell.torch_minor, archs=pc.cell.archs,
-        default_archs=pc.recipe.default_archs,
-    )
-    env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, local_version=local)
+    env = pc.recipe.env(pc.cell, max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads,
+                        local_version=pc.local)
     if epoch is not None:
         env["SOURCE_DATE_EPOCH"] = str(epoch)  # the wheel's zip times (reproducible builds)
     if attempt == 1 and os.environ.get(FAULT_OOM_ENV):

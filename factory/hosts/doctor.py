@@ -35,7 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.errors import CellError, StoreError, UsageError, WheelError
 from factory.links import Anchor, parse_anchors
-from factory.matrix.cell import parse_platform
+from factory.matrix.cell import arch_cc, parse_platform, sm_name, sm_names
 from factory.matrix.manylinux import glibc_text, host_glibc
 from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local
 from factory.matrix.tags import platform_tag_parts as _manylinux
@@ -116,7 +116,7 @@ class HostInfo:
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["glibc"] = None if self.glibc is None else "%d.%d" % self.glibc
-        d["gpus"] = [{"name": g.name, "sm": g.sm, "compute_capability": f"{g.sm // 10}.{g.sm % 10}"}
+        d["gpus"] = [{"name": g.name, "sm": g.sm, "compute_capability": arch_cc(g.sm)}
                      for g in self.gpus]
         d["variant"] = self.variant
         d["grace"] = self.grace
@@ -464,7 +464,7 @@ def _arch_set(f: IndexFile, default_archs: tuple[int, ...] | None) -> tuple[int,
 
 
 def _archs_text(archs: tuple[int, ...]) -> str:
-    return "+".join(f"sm_{a}" for a in archs)
+    return sm_names(archs, sep="+")
 
 
 def _join(items: Sequence[str]) -> str:
@@ -476,7 +476,7 @@ def _gpus_text(host: HostInfo) -> str:
     by_sm: dict[int, str] = {}
     for g in host.gpus:
         by_sm.setdefault(g.sm, g.name)
-    parts = [f"sm_{sm} ({name})" for sm, name in sorted(by_sm.items())]
+    parts = [f"{sm_name(sm)} ({name})" for sm, name in sorted(by_sm.items())]
     return ("the GPU is " if len(parts) == 1 else "the GPUs are ") + _join(parts)
 
 
@@ -713,7 +713,7 @@ def render_text(report: DoctorReport) -> str:
         top = driver_max_cuda(h.driver) if h.driver else None
         lines.append(f"  driver      {h.driver or 'unknown'}" + (f" (CUDA up to {top})" if top else ""))
         for i, g in enumerate(h.gpus):
-            lines.append(f"  gpu {i:<7} {g.name}, sm_{g.sm} (compute capability {g.sm // 10}.{g.sm % 10})")
+            lines.append(f"  gpu {i:<7} {g.name}, {sm_name(g.sm)} (compute capability {arch_cc(g.sm)})")
         lines.append(f"  read from   {h.gpu_source}")
     else:
         lines.append(f"  gpu         none found ({h.gpu_note or 'no NVIDIA GPU'})")

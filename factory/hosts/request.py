@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 from factory.build.pipeline import BuildOptions, build_cells
 from factory.engine import docker_client, image_exists
 from factory.errors import BuildError, EngineError, StoreError, ToolchainError, UsageError
-from factory.matrix.cell import Cell, parse_arch
+from factory.matrix.cell import Cell, parse_arch_list
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
 from factory.runners import runner_kind
@@ -60,11 +60,7 @@ def parse_spec(spec: str) -> tuple[str, str]:
 
 def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], python: str) -> Cell:
     package, version = parse_spec(spec)
-    sms: set[int] = set()
-    for a in archs:
-        for part in str(a).replace(";", ",").split(","):
-            if part.strip():
-                sms.add(parse_arch(part))
+    sms = {sm for a in archs for sm in parse_arch_list(str(a))}
     if not sms:
         raise UsageError("--arch needs at least one GPU arch, e.g. --arch 10.0")
     return Cell(package=package, version=version, torch=torch, cuda=cuda, archs=tuple(sorted(sms)), python=python)

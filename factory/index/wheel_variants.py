@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from factory.errors import StoreError, WheelError
 from factory.index.pages import API_VERSION, root_html
 from factory.index.writer import cas_write
+from factory.matrix.cell import sm_tag
 from factory.matrix.tags import local_tag_of_filename
 from factory.recipes import default_archs_for
 from factory.store.base import WHEEL_VARIANTS, Store, WheelEntry, check_key
@@ -61,7 +62,7 @@ def properties(
     if not archs:
         return None
     cuda = "cu" + lt.cuda.replace(".", "")
-    marker = "sm" + ".".join(str(a) for a in archs)
+    marker = sm_tag(archs)
     label = next(
         (c for c in (cuda + marker, marker) if len(c) <= _MAX_LABEL),
         "v" + hashlib.sha256((cuda + marker).encode()).hexdigest()[:8],

@@ -22,7 +22,7 @@ import tomllib
 from packaging.version import Version
 
 from factory.errors import ConfigError, ToolchainError
-from factory.matrix.cell import Cell, parse_cuda
+from factory.matrix.cell import Cell, parse_cuda, sm_name
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{cuda_tag}"
 
@@ -63,7 +63,7 @@ def check_cell_cuda(cell: Cell) -> None:
         need = arch_min_cuda(sm)
         if need and parse_cuda(need) > (cmaj, cmin):
             raise ConfigError(
-                f"sm_{sm} needs CUDA >= {need}, but the cell asks for CUDA {cell.cuda} ({cell.id})"
+                f"{sm_name(sm)} needs CUDA >= {need}, but the cell asks for CUDA {cell.cuda} ({cell.id})"
             )
     pypi, builds = torch_builds(cell.torch_minor)
     if not builds:

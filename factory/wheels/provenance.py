@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import WheelError
+from factory.matrix.cell import sm_names
 from factory.store.base import FILES
 from factory.units import format_size
 
@@ -56,14 +57,6 @@ class CellRecord:
     archs: tuple[int, ...]
     python: str
     variant: str
-
-    @classmethod
-    def from_cell(cls, cell: Any) -> CellRecord:
-        """From a ``factory.matrix.cell.Cell``."""
-        return cls(
-            id=cell.id, package=cell.package, version=cell.version, torch=cell.torch,
-            cuda=cell.cuda, archs=tuple(cell.archs), python=cell.python, variant=cell.variant,
-        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -280,7 +273,7 @@ def render_text(m: Manifest, *, yanked: str | None = None) -> str:
     """What ``factory show`` prints for one wheel: the fields a person asks about first."""
     lines = [f"{m.wheel}" + (f"  [yanked: {yanked or 'no reason given'}]" if yanked is not None else "")]
     c = m.cell
-    archs = ", ".join(f"sm_{a}" for a in c.archs)
+    archs = sm_names(c.archs)
     lines.append(f"  cell        {c.id}")
     lines.append(f"              {c.package} {c.version}, torch {c.torch}, CUDA {c.cuda}, {archs}, "
                  f"Python {c.python} (variant {c.variant})")

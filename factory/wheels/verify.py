@@ -23,10 +23,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from factory.errors import EngineError, FactoryError, VerifyError, WheelError
+from factory.matrix.cell import sm_names
 from factory.matrix.load import PlannedCell
 from factory.matrix.manylinux import manylinux_name
 from factory.matrix.settings import default_settings
-from factory.matrix.tags import local_tag, parse_local, platform_of_plat, torch_pin
+from factory.matrix.tags import parse_local, platform_of_plat, torch_pin
 from factory.process import last_error_line, run_program
 from factory.recipes import default_archs_for as recipe_default_archs
 from factory.toolchain.cross import (
@@ -207,7 +208,7 @@ def check_archs(
     want_set = frozenset(want)
     codes = _device_code(info, cuobjdump=cuobjdump or find_cuobjdump())
     with_code = [c for c in codes if c.sass or c.ptx]
-    wanted = ", ".join(f"sm_{a}" for a in sorted(want_set))
+    wanted = sm_names(sorted(want_set))
     if not with_code:
         return Check(
             name="archs",
@@ -353,12 +354,7 @@ def _local_tag_check(
     problems = []
     if expected is not None:
         cell = expected.cell
-        planned = local_tag(
-            cuda=cell.cuda,
-            torch_minor=cell.torch_minor,
-            archs=cell.archs,
-            default_archs=expected.recipe.default_archs,
-        )
+        planned = expected.local
         if info.local != planned:
             problems.append(f"+{info.local} is not the planned +{planned}")
         if lt.cuda != cell.cuda or lt.torch_minor != cell.torch_minor:
@@ -374,7 +370,7 @@ def _local_tag_check(
         detail="; ".join(problems)
         or (
             f"+{info.local}: CUDA {lt.cuda}, torch {lt.torch_minor}, archs "
-            + (", ".join(f"sm_{a}" for a in want_archs) if want_archs else "unknown")
+            + (sm_names(want_archs) if want_archs else "unknown")
         ),
     )
     return check, lt.torch_minor, want_archs
