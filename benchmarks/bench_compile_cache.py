@@ -283,7 +283,7 @@ sccache --stop-server >/dev/null
 
 def build_venv(matrix_path: Path, python: str) -> Path:
     """The venv the factory build of this Python's cell used (torch for this Python)."""
-    from factory.build.pipeline import cell_venv
+    from factory.build.job import cell_venv
     from factory.matrix.load import load_matrix
 
     matrix = load_matrix(matrix_path)

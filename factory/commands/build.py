@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from factory.build.pipeline import BuildOptions, build_cells
+from factory.build.job import BuildOptions
+from factory.build.pipeline import build_cells
 from factory.build.readiness import ReadinessChecker
 from factory.commands._common import (
     add_matrix_arg,

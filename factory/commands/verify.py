@@ -6,7 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from factory.build.pipeline import sysroots_dir
 from factory.commands._common import print_json
 from factory.errors import ConfigError, FactoryError, VerifyError
 from factory.matrix.load import Matrix, PlannedCell, default_matrix_path, load_matrix
@@ -86,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             raise_on_failure=False,
             allow_ptx=args.allow_ptx,
             echo=echo,
-            sysroots=sysroots_dir(matrix) if matrix else None,
+            sysroots=matrix.settings.sysroots_dir if matrix else None,
         )
         reports.append(report)
         if not args.json:

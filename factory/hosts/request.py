@@ -17,7 +17,8 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from factory.build.pipeline import BuildOptions, build_cells
+from factory.build.job import BuildOptions
+from factory.build.pipeline import build_cells
 from factory.engine import docker_client, image_exists
 from factory.errors import BuildError, EngineError, StoreError, ToolchainError, UsageError
 from factory.matrix.cell import Cell, parse_arch_list

@@ -83,7 +83,8 @@ def test_a_build_pulls_before_and_pushes_after(
 ) -> None:
     """The build's wrapper around its attempts: what another builder pushed is on disk before the
     compile starts; what this one compiled is in S3 after, also when the build failed."""
-    from factory.build.pipeline import BuildOptions, _remote_cache_synced
+    from factory.build.job import BuildOptions
+    from factory.build.pipeline import _remote_cache_synced
     from factory.logger import Log
     from factory.matrix.load import load_matrix
 

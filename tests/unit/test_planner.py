@@ -290,7 +290,8 @@ def test_oom_retry_survives_an_unwritable_history(matrix, tmp_path: Path) -> Non
 
 
 def test_a_hand_picked_plan_is_judged_by_the_same_peak_model(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    from factory.build.pipeline import BuildOptions, _resolve_plan
+    from factory.build.job import BuildOptions
+    from factory.build.pipeline import _resolve_plan
 
     opts = BuildOptions(budget=BudgetRequest(memory=7 * GIB, cpus=1), max_jobs=1)
     plan = _resolve_plan(pc_of(matrix, FA_SM100), opts, history)
