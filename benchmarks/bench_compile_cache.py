@@ -101,7 +101,7 @@ def ninja_times(build_dir: Path) -> tuple[float, dict[str, float], tuple[str, ..
 
 
 def cubin_hashes(wheel: Path) -> dict[str, str]:
-    from factory.wheels.verify import find_cuobjdump
+    from factory.wheels.binaries import find_cuobjdump
 
     cuobjdump = str(find_cuobjdump())
     with tempfile.TemporaryDirectory() as tmp:
@@ -369,7 +369,7 @@ def flash_attn_kernels(
 
 
 def _cubins_of(binary: Path) -> dict[str, str]:
-    from factory.wheels.verify import find_cuobjdump
+    from factory.wheels.binaries import find_cuobjdump
 
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(

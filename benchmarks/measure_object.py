@@ -38,7 +38,7 @@ from factory.matrix.load import load_matrix  # noqa: E402
 from factory.runners.base import INSIDE  # noqa: E402
 from factory.toolchain.sysroot import sysroot_dir  # noqa: E402
 from factory.toolchain.toolkit import materialize_cuda_home  # noqa: E402
-from factory.wheels.verify import find_cuobjdump  # noqa: E402
+from factory.wheels.binaries import find_cuobjdump  # noqa: E402
 
 PROBE = """
 import json, resource, shutil, subprocess, sys, time

@@ -11,7 +11,8 @@ from factory.errors import ConfigError, FactoryError, VerifyError
 from factory.matrix.load import Matrix, PlannedCell, default_matrix_path, load_matrix
 from factory.matrix.tags import platform_of_plat
 from factory.toolchain.wheelhouse import wheelhouse_dir
-from factory.wheels.verify import WheelReport, verify_wheel
+from factory.wheels.report import WheelReport
+from factory.wheels.verify import verify_wheel
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

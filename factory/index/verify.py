@@ -20,8 +20,8 @@ from factory.errors import WheelError
 from factory.index import pages
 from factory.links import parse_anchors
 from factory.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
+from factory.wheels.binaries import check_floor
 from factory.wheels.floor import wheel_floor
-from factory.wheels.verify import check_floor
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -199,7 +199,7 @@ class _LinkChecker:
 
 def _floor(filename: str, data: bytes, problems: list[str]) -> dict[str, object]:
     """A wheel's floor for the report; a tag promising less than the binaries need is a
-    problem (factory.wheels.verify.check_floor says it the same way)."""
+    problem (factory.wheels.binaries.check_floor says it the same way)."""
     try:
         floor = wheel_floor(Path(filename), data)
     except WheelError as exc:

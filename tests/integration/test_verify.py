@@ -23,7 +23,9 @@ from factory.cli import main
 from factory.errors import VerifyError
 from factory.wheels.finalize import finalize_wheel
 from factory.wheels.reader import analyse_wheel
-from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
+from factory.wheels.binaries import find_cuobjdump, list_device_code
+from factory.wheels.import_check import check_import
+from factory.wheels.verify import verify_wheel
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from factory.runners.docker import DockerRunner
 from factory.toolchain.cross import cross_image_name, inside_cross, target_runtime_requirement
 from factory.toolchain.wheelhouse import platform_tags, wheelhouse_dir
 from factory.wheels.finalize import analyse_wheel
-from factory.wheels.verify import check_cpu, elf_machine
+from factory.wheels.binaries import check_cpu, elf_machine
 
 
 def _matrix(extra: str = "") -> str:
