@@ -222,8 +222,10 @@ def source_date_epoch(matrix: Matrix, pc: PlannedCell) -> int:
             return max([EPOCH_1980, *(int(m.mtime) for m in tf.getmembers())])
     if shutil.which("git") is None:
         return EPOCH_1980
-    out = run_command(["git", "-C", matrix.root / pc.source, "log", "-1", "--format=%ct", "--", "."],
-                      check=False, echo=False, stream=False, timeout=30)
+    out = run_command(
+        ["git", "-C", matrix.root / pc.source, "log", "-1", "--format=%ct", "--", "."],
+        check=False, echo=False, stream=False, timeout=30,
+    )
     stamp = out.output.strip()
     return max(EPOCH_1980, int(stamp)) if out.returncode == 0 and stamp.isdigit() else EPOCH_1980
 

@@ -150,7 +150,8 @@ def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: MemoryHistory) -
         plan, max_jobs=jobs, nvcc_threads=threads, predicted_peak_bytes=peak,
         reasons=plan.reasons + (
             f"OVERRIDDEN: MAX_JOBS={jobs} NVCC_THREADS={threads} fixed by hand; the model predicts "
-            f"{format_size(peak)}, which {verdict} the {format_size(plan.memory_budget_bytes)} budget",
+            f"{format_size(peak)}, which {verdict} the "
+            f"{format_size(plan.memory_budget_bytes)} budget",
         ),
     )
 
@@ -265,9 +266,10 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                                 attempt=1, opts=opts, sysroot=sysroot, epoch=epoch))
     # the remote compile cache, synced from here: the build container has no network
     with _remote_cache_synced(matrix, opts, log):
-        plan, result, raw, attempts = _run_attempts(matrix, pc, run, log, plan=plan, history=history,
-                                               work=work, src=src, cuda_home=cuda_home,
-                                               sysroot=sysroot, epoch=epoch)
+        plan, result, raw, attempts = _run_attempts(
+            matrix, pc, run, log, plan=plan, history=history, work=work, src=src,
+            cuda_home=cuda_home, sysroot=sysroot, epoch=epoch,
+        )
     wheel = _finish_wheel(matrix, pc, opts, log, raw, work=work, epoch=epoch)
     reached = wheel_floor(wheel)
     log.step(f"glibc floor reached: {reached.why()}; tagged {pc.wheel.rsplit('-', 1)[-1][:-4]}")

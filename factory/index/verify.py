@@ -70,12 +70,13 @@ def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
         if key.count("/") < 2 or key.endswith("simple/index.html"):
             continue
         if key.endswith("/index.html"):
-            page_links: list[_Link] | None = _html_links(key, data)
+            page_links: list[_Link] = _html_links(key, data)
         elif key.endswith("/index.json"):
-            page_links = _json_links(key, data)
-            if page_links is None:
+            json_links = _json_links(key, data)
+            if json_links is None:
                 problems.append(f"{key}: not a PEP 691 project page")
                 continue
+            page_links = json_links
         else:
             continue
         for link in page_links:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -160,7 +161,7 @@ def write_wheel_variants(store: Store, entries: Iterable[WheelEntry]) -> int:
         touched.add(e.project)
     for project in sorted(touched):
         key = f"{TREE}/simple/{project}/index.html"
-        written += cas_write(store, [key], lambda p=project, k=key: {k: _project_page(store, p)})
+        written += cas_write(store, [key], functools.partial(_page_of, store, project, key))
     if touched:
         key = f"{TREE}/simple/index.html"
         written += cas_write(store, [key], lambda: {key: _root_page(store)})
@@ -198,8 +199,12 @@ def _project_page(store: Store, project: str) -> bytes:
     return "\n".join([*lines, "</body>", "</html>", ""]).encode()
 
 
+def _page_of(store: Store, project: str, key: str) -> dict[str, bytes]:
+    return {key: _project_page(store, project)}
+
+
 def _root_page(store: Store) -> bytes:
-    projects = defaultdict(int)
+    projects: defaultdict[str, int] = defaultdict(int)
     for o in store.list(f"{TREE}/files/", sizes=False):
         projects[o.key.split("/")[2]] += 1
     return root_html(projects)

@@ -32,7 +32,8 @@ def parse_arch(text: str) -> int:
     t = str(text).strip().lower()
     m = _ARCH_RE.match(t)
     if not m:
-        raise CellError(f"unparseable GPU arch {text!r}: use compute capability like '10.0' or 'sm_100'")
+        raise CellError(f"unparseable GPU arch {text!r}: use compute capability like '10.0' or "
+                        "'sm_100'")
     major, minor = m.group(1), m.group(2)
     if minor is not None:
         value = int(major) * 10 + int(minor)

@@ -253,7 +253,8 @@ def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
     )
 
 
-def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str, cell_axes: Mapping[str, Any]) -> bool:
+def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str,
+                  cell_axes: Mapping[str, Any]) -> bool:
     if "package" in rule and canonicalize_name(str(rule["package"])) != pkg:
         return False
     if "version" in rule and str(rule["version"]) != version:

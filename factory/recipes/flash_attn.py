@@ -13,7 +13,8 @@ class FlashAttnRecipe(Recipe):
     def supports_threads(self) -> bool:
         return True
 
-    def env(self, cell: Cell, *, max_jobs: int, nvcc_threads: int, local_version: str) -> dict[str, str]:
+    def env(self, cell: Cell, *, max_jobs: int, nvcc_threads: int,
+            local_version: str) -> dict[str, str]:
         return {
             # setup.py reads this and passes its own -gencode flags; torch then drops
             # TORCH_CUDA_ARCH_LIST, so setting that one alone silently builds all four archs.

@@ -10,7 +10,8 @@ from factory.recipes.base import Recipe
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TorchExtensionRecipe(Recipe):
-    def env(self, cell: Cell, *, max_jobs: int, nvcc_threads: int, local_version: str) -> dict[str, str]:
+    def env(self, cell: Cell, *, max_jobs: int, nvcc_threads: int,
+            local_version: str) -> dict[str, str]:
         return {
             # Code for exactly these archs, no PTX: '+PTX' would put JIT code in the wheel.
             "TORCH_CUDA_ARCH_LIST": cell.arch_list,

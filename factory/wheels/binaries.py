@@ -170,8 +170,7 @@ def elf_machine(header: bytes) -> int | None:
     """e_machine of an ELF header (its first 20 bytes), None when it is not ELF."""
     if len(header) < 20 or header[:4] != b"\x7fELF":
         return None
-    order = "little" if header[5] == 1 else "big"
-    return int.from_bytes(header[18:20], order)
+    return int.from_bytes(header[18:20], "little" if header[5] == 1 else "big")
 
 
 def tag_cpus(info: WheelInfo) -> set[str]:

@@ -56,7 +56,8 @@ def open_wheel(source: Path | bytes, name: str) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(source if isinstance(source, Path) else io.BytesIO(source))
     except FileNotFoundError:
-        raise WheelError(f"wheel {source} does not exist") from None
+        raise WheelError(f"wheel {name if isinstance(source, bytes) else source} does not exist"
+                         ) from None
     except OSError as exc:
         raise WheelError(f"{name}: cannot read: {exc.strerror or exc}") from None
     except zipfile.BadZipFile as exc:
