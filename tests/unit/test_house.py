@@ -244,3 +244,33 @@ def test_the_doc_says_what_adding_a_kind_touches(name: str) -> None:
     files = {word.strip("`") for word in row.split() if word.startswith("`") and
              word.rstrip("`,.;)").endswith(".py")}
     assert 1 <= len(files) <= 2, row
+
+
+# -- the tests' own house ------------------------------------------------------------------------
+TESTS = REPO / "tests"
+
+
+def test_every_test_file_is_in_a_tier() -> None:
+    assert sorted(p.name for p in TESTS.glob("test_*.py")) == []
+
+
+def test_tests_take_shared_helpers_from_fixture_modules() -> None:
+    """No test module imports another test module (of its tier or the other): what two share
+    lives in a fixture module in tests/."""
+    found = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names += [f"{node.module}.{a.name}" for a in node.names] if isinstance(
+                node, ast.ImportFrom) and node.module in ("unit", "integration") else []
+            found += [f"{path.relative_to(TESTS)}: {n}" for n in names
+                      if n.split(".")[0] in ("unit", "integration") and "test_" in n]
+    assert found == []
+
+
+def test_the_doc_names_every_fixture_module() -> None:
+    doc = ARCHITECTURE.read_text()
+    tests_part = doc[doc.index("## Tests"):]
+    missing = [p.name for p in sorted(TESTS.glob("*.py")) if f"`{p.name}`" not in tests_part]
+    assert missing == []
