@@ -188,9 +188,6 @@ class Matrix:
         want = {self.package(name).name for name in packages}
         return [pc for pc in self.cells if pc.cell.package in want]
 
-    def source_path(self, pc: PlannedCell) -> Path | None:
-        return None if pc.source == "pypi" else (self.root / pc.source).resolve()
-
 
 def wheel_filename(cell: Cell, local: str, plat: str) -> str:
     """The file a cell's build produces, with its local version tag ``local``."""

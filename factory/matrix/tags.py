@@ -190,11 +190,6 @@ def variant_of_filename(filename: str) -> str | None:
     return None if lt is None else lt.variant
 
 
-def split_version(version: str) -> tuple[str, str | None]:
-    v = Version(version)
-    return v.public, v.local
-
-
 def cell_from_wheel_filename(
     filename: str, default_archs: Iterable[int] | None = None, *, torch: str | None = None
 ) -> Cell:

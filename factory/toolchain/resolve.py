@@ -68,7 +68,7 @@ def check_cell_cuda(cell: Cell) -> None:
                 f"{sm_name(sm)} needs CUDA >= {need}, but the cell asks for CUDA {cell.cuda} "
                 f"({cell.id})"
             )
-    pypi, builds = torch_builds(cell.torch_minor)
+    _, builds = torch_builds(cell.torch_minor)
     if not builds:
         known = ", ".join(torch_cuda_table()["torch"])
         raise ConfigError(
