@@ -80,7 +80,8 @@ def test_the_cli_offers_exactly_the_registered_runners() -> None:
 
 def test_an_unknown_runner_in_the_settings_is_one_line() -> None:
     with pytest.raises(ConfigError, match=r"\[settings\] runner 'podman' is not one of docker"):
-        load_matrix(text=FLASH_ATTN_MATRIX.replace("[axes]", '[settings]\nrunner = "podman"\n[axes]'))
+        load_matrix(text=FLASH_ATTN_MATRIX.replace("[axes]",
+                                                   '[settings]\nrunner = "podman"\n[axes]'))
 
 
 def test_the_local_kind_takes_its_options_and_the_others_refuse_them(tmp_path: Path) -> None:
