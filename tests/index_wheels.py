@@ -10,6 +10,9 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from factory.index.publish import publish
+from factory.store import Store
+
 
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
@@ -89,28 +92,11 @@ def variant_wheel(
     return make_wheel(directory, name, local, requires=requires, **kwargs)  # type: ignore[arg-type]
 
 
-# Wheels pip itself refuses to install (pip's parse_wheel, pip/_internal/utils/wheel.py): the
-# strict checks refuse them too, at publish and upload. case -> (maker, the refusal's words).
-PIP_REFUSED = {
-    "Wheel-Version 2.0": (
-        lambda d: make_wheel(d, "demo", "1.0", wheel_version="2.0"),
-        "Wheel-Version 2.0 is a major version pip does not install",
-    ),
-    "Wheel-Version not numbers": (
-        lambda d: make_wheel(d, "demo", "1.0", wheel_version="1.0a"),
-        "invalid Wheel-Version '1.0a'",
-    ),
-    "dist-info of another project": (
-        lambda d: make_wheel(d, "demo", "1.0", dist_info="other-1.0.dist-info"),
-        "does not start with the project name 'demo'",
-    ),
-}
-# ... and wheels it installs that look close to those (a newer minor Wheel-Version is a
-# warning; a .dist-info whose canonical name starts with the project's is accepted).
-PIP_ACCEPTED = {
-    "Wheel-Version 1.9": lambda d: make_wheel(d, "demo", "1.0", wheel_version="1.9"),
-    "Wheel-Version 1": lambda d: make_wheel(d, "demo", "1.0", wheel_version="1"),
-    "dist-info with a longer name": lambda d: make_wheel(
-        d, "demo", "1.0", dist_info="Demo_Plugins-1.0.dist-info"
-    ),
-}
+def publish_demo(store: Store, tmp_path: Path) -> list[Path]:
+    wheels = [
+        variant_wheel(tmp_path, "Fa_Demo", "1.0.0", t, requires_python=">=3.8")
+        for t in ("2.13", "2.14")
+    ]
+    wheels.append(make_wheel(tmp_path, "torch", "2.14.1"))
+    publish(store, wheels)
+    return wheels

@@ -39,8 +39,8 @@ from factory.index.server_http import (
 )
 from factory.index.server_loop import too_slow
 from factory.index.server_routes import route
-from factory.store.local import LocalStore
 from factory.index.upload import UploadError, receive
+from factory.store.local import LocalStore
 
 log = logging.getLogger("factory.index.server")
 

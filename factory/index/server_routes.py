@@ -16,8 +16,8 @@ from packaging.utils import canonicalize_name
 
 from factory.index.pages import FINDER_KEY, HTML_TYPE, JSON_TYPE
 from factory.index.server_http import negotiate
-from factory.store.base import WHEEL_VARIANTS
 from factory.matrix.tags import VARIANT_RE
+from factory.store.base import WHEEL_VARIANTS
 
 _FILE_SUFFIXES = (".whl", ".whl.metadata", ".whl.provenance.json")
 

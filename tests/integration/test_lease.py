@@ -51,7 +51,7 @@ with hold_cell(store, content_key="k123", cell="demo-cell", ttl=float(ttl), poll
     open(work + "/built", "w").write(name)
     time.sleep(float(hold))
     try:
-        publish_built(spec, Path(wheel), Log(stream=sys.stderr), lease=mine)
+        publish_built(store, Path(wheel), Log(stream=sys.stderr), lease=mine)
     except LeaseLost as exc:
         print("lost:", exc.message, flush=True)
         sys.exit(exc.exit_code)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import index_fixtures
 import pytest
+from bad_wheels import MIB, PIP_ACCEPTED, PIP_REFUSED, REFUSED, make_bomb
 from index_fixtures import cli, installer_env, multipart_upload, write_htpasswd
-from index_wheels import PIP_ACCEPTED, PIP_REFUSED, make_wheel
-from unit.test_wheel_checks import MIB, REFUSED, _bomb
+from index_wheels import make_wheel
 
 from factory.errors import WheelError
 from factory.index.publish import publish
@@ -37,7 +37,7 @@ def test_cli_refusals_are_one_line_with_the_wheel_exit_code(tmp_path: Path) -> N
         assert result.returncode == WheelError.exit_code, (case, result.stderr)
         assert result.stderr.startswith("ERROR ") and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) <= 2  # ERROR and perhaps a TIP
-    bomb = _bomb(tmp_path / "bomb", 32 * MIB)
+    bomb = make_bomb(tmp_path / "bomb", 32 * MIB)
     result = subprocess.run(
         cli("publish", "--store", str(store_dir), "--max-unpacked", "8m", str(bomb)),
         capture_output=True,
@@ -63,7 +63,7 @@ def test_s3_store_refuses_before_writing(s3_spec: str, tmp_path: Path) -> None:
 def test_pip_refuses_what_publish_and_upload_refuse(case: str, tmp_path: Path) -> None:
     """pip's own verdict on each wheel the checks refuse as pip would; then the same wheel
     through `factory publish` (exit 9, nothing stored) and a twine-style upload (400)."""
-    make, words = PIP_REFUSED[case]
+    make, words = REFUSED[case]
     wheel = make(tmp_path / "w")
     pip = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target",

@@ -141,7 +141,7 @@ def test_a_lost_lease_stops_the_publish(tmp_path: Path) -> None:
     hold.check()  # the heartbeat has not run: nothing known yet
     wheel = variant_wheel(tmp_path / "w", "demo", "1.0", "2.14")
     with pytest.raises(LeaseLost, match="lost the cell's lease .*names b as its holder"):
-        publish_built(str(store.root), wheel, Log(stream=io.StringIO()), lease=hold)
+        publish_built(store, wheel, Log(stream=io.StringIO()), lease=hold)
     assert store.wheels() == []
     with pytest.raises(LeaseLost):
         hold.check()  # and it stays lost
