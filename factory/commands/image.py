@@ -152,8 +152,11 @@ def _cell_pythons(matrix: Any, cuda: str) -> list[str]:
 def _matrix():  # type: ignore[no-untyped-def]
     from factory.matrix.load import default_matrix_path, load_matrix
 
+    path = default_matrix_path()
+    if path is None:
+        return None
     try:
-        return load_matrix(default_matrix_path())
+        return load_matrix(path)
     except Exception:  # no matrix here: the default layout
         return None
 

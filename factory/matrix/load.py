@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import difflib
 import itertools
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,16 @@ from factory.matrix.cell import (
     parse_version,
 )
 from factory.errors import CellError, ConfigError, ConfigErrors
-from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
+from factory.matrix.settings import (
+    MATRIX_ENV,
+    Settings,
+    check_keys,
+    check_manylinux,
+    default_settings,
+    env_value,
+)
 from factory.recipes import Recipe, get_recipe
+from factory.tomlread import tomllib
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
 
 AXES = ("torch", "cuda", "archs", "python", "platform")
@@ -545,10 +552,28 @@ def _parse_axes(raw: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
     return out
 
 
-def default_matrix_path() -> Path:
-    """matrix.toml in the current directory, else the one shipped next to the package."""
+def default_matrix_path() -> Path | None:
+    """$FACTORY_MATRIX, else matrix.toml in the current directory, else the checkout's own when
+    the package runs from one (an editable install called from elsewhere); None when there is
+    none, as for an installed wheel outside a checkout."""
+    named = env_value(MATRIX_ENV)
+    if named:
+        return Path(named)
     here = Path("matrix.toml")
     if here.exists():
         return here
-    shipped = Path(__file__).resolve().parents[2] / "matrix.toml"
-    return shipped
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "matrix.toml").is_file() and (checkout / "pyproject.toml").is_file():
+        return checkout / "matrix.toml"
+    return None
+
+
+def matrix_path(explicit: Path | None = None) -> Path:
+    """--matrix, else ``default_matrix_path()``; one line (ConfigError) when there is none."""
+    path = explicit or default_matrix_path()
+    if path is None:
+        raise ConfigError(
+            f"no matrix.toml in {Path.cwd()}",
+            tip=f"run in the directory that holds it, or pass --matrix FILE or set {MATRIX_ENV}",
+        )
+    return path

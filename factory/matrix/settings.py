@@ -1,11 +1,17 @@
 """matrix.toml's ``[settings]``, checked and resolved once into a frozen ``Settings``: paths are
 absolute (relative ones count from the matrix file's directory), sizes are parsed, and every
-wrong value fails here in one line (ConfigError), not as a crash in the middle of a build."""
+wrong value fails here in one line (ConfigError), not as a crash in the middle of a build.
+
+One precedence for every value: command line > environment (``FACTORY_*``, the table
+``ENVIRONMENT`` below, which ``factory --help`` lists) > matrix.toml > default. The environment's
+values are read here, into ``Settings``, so every command that reads a setting sees them; the
+command line's are applied by the command on top."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -14,6 +20,42 @@ from factory.errors import CellError, ConfigError, FactoryError
 from factory.matrix.cell import parse_python
 
 DEFAULT_STORE = "index/store"
+
+MATRIX_ENV = "FACTORY_MATRIX"
+STORE_ENV = "FACTORY_STORE"
+HISTORY_ENV = "FACTORY_MEMORY_HISTORY"
+INDEX_URL_ENV = "FACTORY_INDEX_URL"
+S3_ENDPOINT_ENV = "FACTORY_S3_ENDPOINT_URL"
+DEBUG_ENV = "FACTORY_DEBUG"
+KEEP_CONTAINER_ENV = "FACTORY_KEEP_CONTAINER"
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvVar:
+    name: str
+    what: str  # one line for `factory --help`
+    setting: str | None = None  # the [settings] key it stands in for
+
+
+# Every variable the factory reads (the workflows and docs set these). An empty value counts as
+# unset, so a workflow can pass an unset repository variable through.
+ENVIRONMENT: tuple[EnvVar, ...] = (
+    EnvVar(MATRIX_ENV, "the matrix file (--matrix; default ./matrix.toml)"),
+    EnvVar(STORE_ENV, f"the store of every --store (settings.store; default {DEFAULT_STORE})",
+           setting="store"),
+    EnvVar(HISTORY_ENV, "this builder's memory measurements (--history; settings.memory-history)",
+           setting="memory-history"),
+    EnvVar(INDEX_URL_ENV, "the index hosts install from (doctor --index, request --index-url)"),
+    EnvVar(S3_ENDPOINT_ENV, "an S3-compatible endpoint for s3:// stores (unset: AWS)"),
+    EnvVar(DEBUG_ENV, "1: show tracebacks (--debug)"),
+    EnvVar(KEEP_CONTAINER_ENV, "1: keep a build's container for inspection"),
+)
+
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The variable's value, None when unset or empty."""
+    value = (os.environ if environ is None else environ).get(name, "")
+    return value or None
 TOOLKIT_SOURCES = ("pypi", "image", "system")
 
 SETTINGS_KEYS = {
@@ -91,11 +133,20 @@ class Settings:
     sysroot: str = "bullseye"  # how a newer builder reaches it: "bullseye" or "none"
 
     @classmethod
-    def from_table(cls, raw: Mapping[str, Any], *, root: Path) -> Settings:
+    def from_table(
+        cls, raw: Mapping[str, Any], *, root: Path, environ: Mapping[str, str] | None = None
+    ) -> Settings:
         """``raw`` is the ``[settings]`` table as TOML gives it; ``root`` is where relative paths
-        start (the matrix file's directory)."""
+        start (the matrix file's directory). The environment's ``FACTORY_*`` values win over the
+        table; a relative path there counts from the working directory, as a shell's would."""
         check_keys(raw, SETTINGS_KEYS, "[settings]")
         table = {**DEFAULTS, **raw}
+        from_env: dict[str, Path] = {}
+        for var in ENVIRONMENT:
+            value = env_value(var.name, environ)
+            if var.setting and value:
+                table[var.setting] = value
+                from_env[var.setting] = Path.cwd()
         for key in _TEXT_SETTINGS:
             if not isinstance(table.get(key), str) or not table[key]:
                 raise ConfigError(f"[settings] {key} must be a non-empty string")
@@ -108,11 +159,14 @@ class Settings:
         images = _images(table.get("images", {}))
         work_dir = _path(table["work-dir"], root)
         return cls(
-            store=resolve_store(_store(table["store"]), root),
+            store=resolve_store(
+                _store(table["store"], STORE_ENV if "store" in from_env else "[settings] store"),
+                from_env.get("store", root),
+            ),
             wheelhouse=_path(table["wheelhouse"], root),
             work_dir=work_dir,
             venv_dir=_path(table["venv-dir"], root),
-            memory_history=_path(table["memory-history"], root),
+            memory_history=_path(table["memory-history"], from_env.get("memory-history", root)),
             runner=runner,
             memory=memory,
             cpus=cpus or None,
@@ -169,9 +223,9 @@ def _path(value: str, root: Path) -> Path:
     return p if p.is_absolute() else root / p
 
 
-def _store(spec: str) -> str:
+def _store(spec: str, where: str) -> str:
     if "://" in spec and not (spec.startswith("s3://") and spec[len("s3://") :].partition("/")[0]):
-        raise ConfigError(f"[settings] store {spec!r} is not a directory or s3://bucket/prefix")
+        raise ConfigError(f"{where} {spec!r} is not a directory or s3://bucket/prefix")
     return spec
 
 

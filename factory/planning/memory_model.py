@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from factory.errors import ConfigError, FactoryError
 from factory.matrix.cell import Cell
+from factory.matrix.settings import HISTORY_ENV
 from factory.planning.replay import contention_factor
 from factory.units import format_size
 
 if TYPE_CHECKING:
     from factory.matrix.load import PlannedCell
 
-HISTORY_ENV = "FACTORY_MEMORY_HISTORY"
 HISTORY_VERSION = 1
 RECENT_PEAKS = 5  # peaks remembered per key; the estimate is their maximum
 # An estimate borrowed from another version, CUDA or arch count gets this much on top:

@@ -30,6 +30,7 @@ from typing import Any
 
 from factory.build.compile_cache import inside_config
 from factory.errors import EngineError
+from factory.matrix.settings import KEEP_CONTAINER_ENV
 from factory.runners import cgroup
 from factory.runners.base import (
     INSIDE,
@@ -49,7 +50,7 @@ _log = logging.getLogger(__name__)
 LABEL = "factory.build.pipeline"
 OWNER_LABEL = "factory.owner"
 CELL_LABEL = "factory.matrix.cell"
-KEEP_ENV = "FACTORY_KEEP_CONTAINER"
+KEEP_ENV = KEEP_CONTAINER_ENV
 INSIDE_SCRIPT = Path(__file__).with_name("inside.py")
 
 

@@ -22,8 +22,9 @@ from factory.index.store.base import (
     check_key,
     parallel_reads,
 )
+from factory.matrix.settings import S3_ENDPOINT_ENV
 
-ENDPOINT_ENV = "FACTORY_S3_ENDPOINT_URL"
+ENDPOINT_ENV = S3_ENDPOINT_ENV
 CONNECT_TIMEOUT_S = 3  # an endpoint that does not answer a TCP connect in this is down
 
 
