@@ -121,7 +121,7 @@ def target_wheelhouse(matrix: Matrix, pc: PlannedCell) -> Path:
 def floor_plan(matrix: Matrix, pc: PlannedCell, runner: str) -> Any:
     """How the build keeps the cell's glibc floor (factory.toolchain.sysroot.FloorPlan); raises
     ToolchainError, before anything compiles, when no environment of the factory reaches it."""
-    from factory.hosts.doctor import glibc_version
+    from factory.hosts.probe import glibc_version
     from factory.toolchain.images import plat_for_image
     from factory.toolchain.sysroot import plan_floor
     from factory.wheels.floor import parse_manylinux
