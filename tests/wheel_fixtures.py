@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
+from tools import find_nvcc
 
 from factory.matrix.cell import Cell
 from factory.matrix.load import PackageSpec, PlannedCell, plan_cell
@@ -39,14 +40,6 @@ extern "C" void launch_twice(float* x) { twice<<<1, 32>>>(x); }
 """
 
 
-def find_nvcc() -> Path | None:
-    found = shutil.which("nvcc")
-    if found:
-        return Path(found)
-    home = os.environ.get("CUDA_HOME")
-    if home and (Path(home) / "bin/nvcc").exists():
-        return Path(home) / "bin/nvcc"
-    return None
 
 
 def compile_kernel_so(dest: Path, *gencode: str) -> Path:

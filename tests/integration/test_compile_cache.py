@@ -3,8 +3,6 @@ that proves a second Python version hits the cache."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -12,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tools import find_nvcc, tool
 from unit.test_compile_cache import _fake_tools
 
 from factory.build import compile_cache
@@ -25,9 +24,9 @@ from factory.build.compile_cache import (
 
 @pytest.mark.slow
 def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
-    sccache, nvcc = shutil.which("sccache"), _nvcc()
-    if not sccache or not nvcc:
-        pytest.skip("needs sccache and nvcc")
+    sccache, nvcc = tool("sccache"), _nvcc()
+    if not nvcc:
+        pytest.skip("needs nvcc")
     src = tmp_path / "src/k.cu"  # one source path, as /factory/src in every container
     src.parent.mkdir()
     src.write_text(KERNEL)
@@ -95,9 +94,9 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
 def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
     """Two builders with their own disk caches and one S3 remote (moto on loopback): what the
     first compiled, the second gets from S3."""
-    sccache, nvcc = shutil.which("sccache"), _nvcc()
-    if not sccache or not nvcc:
-        pytest.skip("needs sccache and nvcc")
+    sccache, nvcc = tool("sccache"), _nvcc()
+    if not nvcc:
+        pytest.skip("needs nvcc")
     pytest.importorskip("moto.server")
     boto3 = pytest.importorskip("boto3")
     port = _free_port()
@@ -185,13 +184,8 @@ def _free_port() -> int:
 
 
 def _nvcc() -> str | None:
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin/nvcc").is_file():
-            return str(Path(home) / "bin/nvcc")
-    return None
+    found = find_nvcc()
+    return str(found) if found else None
 
 
 def _compile_in_a_fresh_server(

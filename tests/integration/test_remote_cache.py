@@ -14,6 +14,7 @@ import boto3
 import index_fixtures
 import pytest
 from ops_builds import factory_cli
+from tools import tool
 from unit.test_remote_cache import _entry, _matrix
 
 from factory.build import remote_cache
@@ -116,9 +117,9 @@ def test_an_offline_builder_hits_what_another_pushed(
         _nvcc,
     )
 
-    sccache, nvcc = shutil.which("sccache"), _nvcc()
-    if not sccache or not nvcc:
-        pytest.skip("needs sccache and nvcc")
+    sccache, nvcc = tool("sccache"), _nvcc()
+    if not nvcc:
+        pytest.skip("needs nvcc")
     remote = _remote(s3_spec, s3_env)
     src = tmp_path / "k.cu"
     src.write_text(KERNEL.replace("#include <ext.h>", HEADER))

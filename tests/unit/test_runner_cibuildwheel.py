@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-import shutil
 from pathlib import Path
 
 import pytest
+from tools import tool
 
 from factory.errors import UsageError
 from factory.runners import BuildJob, get_runner
@@ -85,8 +85,7 @@ def test_cache_is_mounted_and_nvcc_wrapped(tmp_path: Path) -> None:
 
 
 def test_cibuildwheel_reads_the_configuration(tmp_path: Path) -> None:
-    if shutil.which("cibuildwheel") is None:
-        pytest.skip("cibuildwheel is not installed (pip install '.[cibuildwheel]')")
+    tool("cibuildwheel")
     runner = get_runner("cibuildwheel")
     assert isinstance(runner, CibuildwheelRunner)
     assert runner.print_build_identifiers(_job(tmp_path)) == ["cp312-manylinux_x86_64"]
