@@ -36,7 +36,10 @@ from conftest import cache_root
 from index_fixtures import installer_env, uv_bin
 from index_wheels import make_wheel, variant_wheel
 
-from factory.hosts.doctor import Choice, Gpu, HostInfo, diagnose, glibc_version
+from factory.hosts.choose import Choice
+from factory.hosts.doctor import diagnose
+from factory.hosts.index_reader import IndexAccess
+from factory.hosts.probe import Gpu, HostInfo, glibc_version
 from factory.hosts.snippets import render_snippet
 from factory.index.publish import publish, yank
 from factory.index.server import running_server
@@ -237,6 +240,7 @@ def _host(sm: int, cuda: str) -> HostInfo:
     return HostInfo(
         python=f"{sys.version_info[0]}.{sys.version_info[1]}",
         python_exe=sys.executable,
+        python_source="--python",
         torch=TORCH,
         torch_local="cu" + cuda.replace(".", ""),
         torch_cuda=cuda,
@@ -300,7 +304,9 @@ def install(
     env = installer_env(work.parent)
     name = choice.project
     req = choice.requirement or name
-    snippet = render_snippet(tool, [choice], torch=TORCH)
+    assert choice.index_url is not None
+    snippet = render_snippet(tool, [choice], IndexAccess(url=choice.index_url),
+                             _host(100, "13.0"))
     if tool == "pip":
         work.mkdir(parents=True)
         # The snippet's settings as pip reads them (PIP_CONFIG_FILE stays os.devnull: a set
@@ -448,7 +454,6 @@ def test_client_matrix(
                 project="fa-demo",
                 wheel=choice.wheel,
                 variant=None,
-                install=None,
                 why=None,
                 index_url=root + "simple/",
                 requirement=f"fa-demo=={expected}",
@@ -462,7 +467,6 @@ def test_client_matrix(
             project=project,
             wheel=None,
             variant=None,
-            install=None,
             why=None,
             index_url=root + "simple/",
             requirement=project,
