@@ -153,17 +153,17 @@ class IndexReader:
         try:
             with urllib.request.urlopen(request, timeout=60, context=self._context) as response:
                 return bytes(response.read())
-        except ssl.SSLCertVerificationError as exc:
-            raise StoreError(
-                f"cannot verify the certificate of {url}: {exc.verify_message}",
-                tip="pass --cert FILE: the CA bundle that signed the index's certificate",
-            ) from None
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return None
             raise StoreError(f"index {url} answered HTTP {exc.code}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise StoreError(
+                    f"cannot verify the certificate of {url}: {reason.verify_message}",
+                    tip="a private CA signed it? pass --cert FILE, the CA bundle that does",
+                ) from None
             raise StoreError(f"cannot reach the index at {url}: {reason}") from None
 
     @functools.cached_property

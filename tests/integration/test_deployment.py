@@ -459,3 +459,16 @@ def test_serve_refuses_a_half_or_wrong_tls_setup(store: Path, tls: tuple[Path, P
                            timeout=60)
         assert r.returncode == 2 and r.stderr.startswith(message), r.stderr
         assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) <= 2
+
+
+def test_https_from_a_private_ca_without_cert_says_what_to_pass(
+    store: Path, tls: tuple[Path, Path, Path], pypi: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    cert, key, _ = tls
+    venv = _host_venv(tmp_path, pypi[0], None)
+    with _factory_serve(store, "--tls-cert", str(cert), "--tls-key", str(key)) as url:
+        r = _doctor(url, None, "b200", venv)
+    assert r.returncode == 11, r.stdout + r.stderr
+    first, tip = r.stderr.splitlines()
+    assert first.startswith(f"ERROR cannot verify the certificate of {url}simple/: ")
+    assert tip == "TIP a private CA signed it? pass --cert FILE, the CA bundle that does"
