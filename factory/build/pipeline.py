@@ -24,6 +24,7 @@ from typing import Any
 from factory.errors import BuildError, FactoryError, OOMError, PlanError, VerifyError
 from factory.logger import Log, NinjaProgress
 from factory.units import format_size
+from factory.tarsafe import extract
 from factory.matrix.load import Matrix, PlannedCell
 from factory.wheels.floor import lower_floor_tip, wheel_floor
 from factory.planning.budget import BudgetRequest
@@ -72,10 +73,11 @@ class BuildOutcome:
 
 
 def load_history(matrix: Matrix, explicit: str | Path | None = None):  # type: ignore[no-untyped-def]
-    """--history, else $FACTORY_MEMORY_HISTORY, else the matrix's memory-history setting."""
-    from factory.planning.memory_model import HISTORY_ENV, MemoryHistory
+    """--history, else the matrix's memory-history setting, which $FACTORY_MEMORY_HISTORY
+    outranks (Settings applies the environment)."""
+    from factory.planning.memory_model import MemoryHistory
 
-    path = explicit or os.environ.get(HISTORY_ENV) or matrix.settings.memory_history
+    path = explicit or matrix.settings.memory_history
     return MemoryHistory.load(path)
 
 
@@ -188,7 +190,7 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
         tmp = work / "unpack"
         shutil.rmtree(tmp, ignore_errors=True)
         with tarfile.open(sdist) as tf:
-            tf.extractall(tmp, filter="data")
+            extract(tf, tmp)
         (top,) = list(tmp.iterdir())
         top.rename(src)
         tmp.rmdir()

@@ -91,7 +91,7 @@ def test_factory_help_runs_on_the_floor_python_from_an_installed_wheel(
     where = subprocess.run([str(floor_venv / "bin/python"), "-c",
                             "import factory, sys; print(factory.__file__, sys.version_info[:2])"],
                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-    assert "site-packages" in where and str(REPO) not in where, where
+    assert "/site-packages/factory/" in where and str(REPO / "factory") not in where, where
     assert f"({FLOOR.replace('.', ', ')})" in where
 
 
