@@ -30,8 +30,8 @@ from factory.commands import (
     wheelhouse,
     yank,
 )
+from factory.environment import DEBUG_ENV, ENVIRONMENT, env_value
 from factory.errors import FactoryError, UsageError
-from factory.matrix.settings import DEBUG_ENV, ENVIRONMENT, env_value
 
 
 class Command(Protocol):

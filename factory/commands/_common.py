@@ -8,14 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from factory.environment import MATRIX_ENV, STORE_ENV, env_value
+from factory.errors import UsageError
 from factory.matrix.load import Matrix, default_matrix_path, load_matrix, matrix_path
-from factory.matrix.settings import (
-    DEFAULT_STORE,
-    MATRIX_ENV,
-    STORE_ENV,
-    default_settings,
-    env_value,
-)
+from factory.matrix.settings import DEFAULT_STORE, default_settings
+from factory.store import URL_FORMS
+from factory.units import parse_size
+from factory.wheels.checks import DEFAULT_LIMITS
 
 
 def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +27,7 @@ def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
 def add_store_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store", default=None,
-        help=f"a directory or s3://bucket/prefix (default: ${STORE_ENV}, else the matrix's "
+        help=f"a directory or {URL_FORMS} (default: ${STORE_ENV}, else the matrix's "
         f"settings.store, else {DEFAULT_STORE})",
     )
 
@@ -76,10 +75,6 @@ def add_wheel_limit_args(parser: argparse.ArgumentParser) -> None:
 
 def wheel_limits_from_args(args: argparse.Namespace) -> Any:
     import dataclasses
-
-    from factory.errors import UsageError
-    from factory.units import parse_size
-    from factory.wheels.checks import DEFAULT_LIMITS
 
     limits = DEFAULT_LIMITS
     if args.max_unpacked is not None:

@@ -14,10 +14,10 @@ import argparse
 from pathlib import Path
 
 from factory.commands._common import print_json
+from factory.environment import INDEX_URL_ENV, env_value
 from factory.hosts.doctor import NO_FIT_EXIT, DoctorReport, diagnose, render_text
 from factory.hosts.probe import read_host
 from factory.hosts.snippets import FORMATS, render_snippet
-from factory.matrix.settings import INDEX_URL_ENV, env_value
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -19,8 +19,11 @@ from factory.commands._common import (
     print_json,
     store_from_args,
 )
+from factory.hosts.request import request, request_cell
 from factory.matrix.cell import DEFAULT_PLATFORM, PLATFORMS
+from factory.planning.budget import requested_budget
 from factory.planning.schedule import load_builders
+from factory.runners import RUNNERS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index-url", default=None,
                         help="the index root hosts install from (default: $FACTORY_INDEX_URL, "
                              "or the local store as a file:// URL)")
-    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None)
+    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
     parser.add_argument("--memory", default=None, help="memory cap for a build, e.g. 16g")
     parser.add_argument("--out", type=Path, default=None,
                         help="where a built wheel goes (default: dist/)")
@@ -54,9 +57,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.hosts.request import request, request_cell
-    from factory.planning.budget import requested_budget
-
     cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch,
                         python=args.python, platform=args.platform)
     matrix = matrix_from_args(args)

@@ -21,9 +21,9 @@ from factory.hosts.probe import (
     driver_table,
     version_tuple,
 )
+from factory.matrix.manylinux import glibc_text
 from factory.matrix.tags import platform_tag_parts as _manylinux
 from factory.recipes import default_archs_for
-from factory.wheels.floor import glibc_text
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

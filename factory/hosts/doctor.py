@@ -21,7 +21,7 @@ from factory.hosts.choose import Choice, choose
 from factory.hosts.index_reader import IndexAccess, IndexReader
 from factory.hosts.probe import HostInfo, driver_max_cuda
 from factory.hosts.snippets import pip_command, pip_interpreter
-from factory.wheels.floor import glibc_text
+from factory.matrix.manylinux import glibc_text
 
 NO_FIT_EXIT = 1  # the doctor ran fine but no wheel fits: scripts branch on this
 

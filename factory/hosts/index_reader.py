@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from factory.errors import StoreError, UsageError, WheelError
-from factory.index.links import Anchor, parse_anchors
+from factory.links import Anchor, parse_anchors
 from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local
 
 

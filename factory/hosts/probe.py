@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import importlib.resources
 import json
-import os
 import platform
 import re
 import shutil
@@ -28,8 +27,8 @@ from packaging.version import InvalidVersion, Version
 
 from factory.errors import CellError, UsageError
 from factory.matrix.cell import parse_platform
+from factory.matrix.manylinux import glibc_text, host_glibc
 from factory.tomlread import tomllib
-from factory.wheels.floor import glibc_text
 
 _TORCH_MARK = "FACTORY-DOCTOR:"
 _TORCH_PROBE = f"""
@@ -224,18 +223,6 @@ def probe_torch(python_exe: str) -> dict[str, Any]:
     }
 
 
-def glibc_version() -> tuple[int, int] | None:
-    try:
-        text = os.confstr("CS_GNU_LIBC_VERSION") or ""  # "glibc 2.36"
-    except (ValueError, OSError, AttributeError):
-        text = ""
-    if not text:
-        lib, ver = platform.libc_ver()
-        text = f"{lib} {ver}" if lib == "glibc" else ""
-    m = re.search(r"glibc (\d+)\.(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def host_machine(raw: str | None = None) -> str:
     """platform.machine() in wheel-tag spelling ('arm64' -> 'aarch64', 'AMD64' -> 'x86_64')."""
     raw = platform.machine() if raw is None else raw
@@ -284,7 +271,7 @@ def read_host(*, python_exe: str | None = None, nvidia_smi_output: Path | None =
         gpus=gpus,
         gpu_source=source,
         gpu_note=note,
-        glibc=glibc_version(),
+        glibc=host_glibc(),
         machine=host_machine(machine),
     )
 

@@ -16,14 +16,18 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from factory.build.pipeline import BuildOptions, build_cells
+from factory.engine import docker_client, image_exists
+from factory.environment import INDEX_URL_ENV, env_value
 from factory.errors import BuildError, EngineError, StoreError, ToolchainError, UsageError
 from factory.hosts.choose import Choice
 from factory.hosts.index_reader import IndexAccess
 from factory.hosts.snippets import pip_command
 from factory.matrix.cell import DEFAULT_PLATFORM, Cell, parse_arch
 from factory.matrix.load import Matrix, PlannedCell
-from factory.matrix.settings import INDEX_URL_ENV, env_value
 from factory.planning.budget import BudgetRequest
+from factory.runners import runner_kind
+from factory.store import open_store, url_scheme
 from factory.wheels.provenance import PublishedBuild, published_builds
 
 
@@ -77,7 +81,7 @@ def index_url_for(store_spec: str, index_url: str | None) -> str:
     url = index_url or env_value(INDEX_URL_ENV)
     if url:
         return url.rstrip("/")
-    if store_spec.startswith("s3://"):
+    if url_scheme(store_spec) is not None:
         raise UsageError(
             f"the install line needs the URL hosts reach {store_spec} through",
             tip=f"pass --index-url https://... or set {INDEX_URL_ENV}",
@@ -122,11 +126,9 @@ def check_buildable_here(pc: PlannedCell, runner: str) -> None:
     if pc.toolchain.nvcc_source != "image" or image is None:
         return
     reason = None
-    if runner != "docker":
+    if not runner_kind(runner).image_toolkit:
         reason = f"the {runner} runner cannot use a builder image"
     else:
-        from factory.runners.engine import docker_client, image_exists
-
         try:
             if not image_exists(docker_client(timeout=30), image):
                 reason = f"this host has no {image} image"
@@ -154,8 +156,6 @@ def request(
     build: BuildFn | None = None,
     log: Any = None,
 ) -> RequestResult:
-    from factory.index.store import open_store
-
     url = index_url_for(store_spec, index_url)  # before any work: an S3 store needs --index-url
     pc = matrix.find(cell.id)
     store = open_store(store_spec)
@@ -165,11 +165,7 @@ def request(
                              wheel=found.manifest.wheel, variant=pc.variant, built=False,
                              install=install_line(url, pc.variant, found.manifest.wheel))
     check_buildable_here(pc, runner)
-    from factory.build.pipeline import BuildOptions
-
     if build is None:
-        from factory.build.pipeline import build_cells
-
         build = build_cells
     opts = BuildOptions(runner=runner, budget=budget, out_dir=out_dir or Path("dist"),
                         store=store_spec, publish=True)

@@ -31,16 +31,14 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from factory.environment import HISTORY_ENV
 from factory.errors import ConfigError, FactoryError
 from factory.matrix.cell import Cell
-from factory.matrix.settings import HISTORY_ENV
+from factory.matrix.load import PlannedCell
 from factory.planning.replay import contention_factor
 from factory.units import format_size
-
-if TYPE_CHECKING:
-    from factory.matrix.load import PlannedCell
 
 HISTORY_VERSION = 1
 RECENT_PEAKS = 5  # peaks remembered per key; the estimate is their maximum

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from factory.matrix.cell import Cell, parse_cuda
 from factory.errors import ConfigError, ToolchainError
+from factory.matrix.cell import Cell, parse_cuda
 from factory.tomlread import tomllib
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{cuda_tag}"

@@ -39,11 +39,12 @@ from index_wheels import make_wheel, variant_wheel
 from factory.hosts.choose import Choice
 from factory.hosts.doctor import diagnose
 from factory.hosts.index_reader import IndexAccess
-from factory.hosts.probe import Gpu, HostInfo, glibc_version
+from factory.hosts.probe import Gpu, HostInfo
 from factory.hosts.snippets import render_snippet
 from factory.index.publish import publish, yank
 from factory.index.server import running_server
-from factory.index.store import LocalStore, open_store
+from factory.matrix.manylinux import host_glibc
+from factory.store import LocalStore, open_store
 
 moto_endpoint = index_fixtures.moto_endpoint
 pytestmark = pytest.mark.integration
@@ -249,7 +250,7 @@ def _host(sm: int, cuda: str) -> HostInfo:
         gpus=(Gpu(name=f"GPU sm_{sm}", sm=sm),),
         gpu_source="recorded",
         gpu_note=None,
-        glibc=glibc_version(),
+        glibc=host_glibc(),
         machine="x86_64",
     )
 

@@ -42,7 +42,7 @@ from index_wheels import make_wheel, variant_wheel
 
 from factory.hosts.snippets import RUN
 from factory.index.publish import publish
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 from integration import test_clients
 from integration.test_old_pip import OLD_PIP
 

@@ -18,7 +18,7 @@ from conftest import REPO, cache_root
 from index_wheels import variant_wheel
 
 from factory.index.publish import publish
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.download]
 

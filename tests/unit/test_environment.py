@@ -11,7 +11,8 @@ import pytest
 import yaml
 from ops_builds import REPO, factory_cli
 
-from factory.matrix.settings import ENVIRONMENT, Settings
+from factory.environment import ENVIRONMENT
+from factory.matrix.settings import Settings
 
 NAMES = {v.name for v in ENVIRONMENT}
 
