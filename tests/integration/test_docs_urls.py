@@ -7,10 +7,13 @@ builds are under /cu130-torch2.14-sm100/simple/.)"""
 from __future__ import annotations
 
 import re
+import socket
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from ops_builds import REPO, factory_cli, planned, publish_build
@@ -88,3 +91,39 @@ def test_the_check_finds_a_wrong_url(served: RunningServer) -> None:
     """The 404 the docs had: the variant without its arch set."""
     assert _get(served.url + "cu130-torch2.14/simple/")[0] == 404
     assert _get(served.url + "cu130-torch2.14-sm100/simple/")[0] == 200
+
+
+@pytest.fixture(scope="module")
+def flash_attn_by_name(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The default matrix's flash-attn builds, served and reached by this machine's name."""
+    tmp = tmp_path_factory.mktemp("docs-fa")
+    for pc in planned(REPO / "matrix.toml"):
+        if pc.cell.package == "flash-attn":
+            plat = pc.wheel.removesuffix(".whl").rsplit("-", 1)[-1]
+            publish_build(tmp / "store", tmp / "dist", pc, plat=plat)
+    with running_server(tmp / "store") as server:
+        yield server.url.replace("127.0.0.1", socket.gethostname())
+
+
+@pytest.mark.parametrize("fmt", ["report", "pip", "uv", "poetry", "pdm"])
+def test_docs_show_what_the_doctor_prints(flash_attn_by_name: str, fmt: str,
+                                          tmp_path: Path) -> None:
+    """docs/INDEX.md's examples (a B200 with torch 2.14.1+cu130, the index by host name over
+    http) are the real doctor's output, with the host written INDEX-HOST:8080."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)  # the host's python3
+    torch = tmp_path / "torch" / "torch"
+    torch.mkdir(parents=True)
+    (torch / "__init__.py").write_text('__version__ = "2.14.1+cu130"\nfrom . import version\n')
+    (torch / "version.py").write_text('cuda = "13.0"\n')
+    r = factory_cli("doctor", "--index", flash_attn_by_name, "--nvidia-smi-output",
+                    str(REPO / "tests/data/doctor/b200.txt"),
+                    *([] if fmt == "report" else ["--format", fmt]),
+                    env={"PYTHONPATH": str(torch.parent), "PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout.replace(flash_attn_by_name.split("/")[2], "INDEX-HOST:8080")
+    if fmt == "report":
+        out = "\n".join(out.splitlines()[out.splitlines().index(
+            next(ln for ln in out.splitlines() if ln.startswith("flash-attn: "))):]) + "\n"
+    assert out in (REPO / "docs" / "INDEX.md").read_text(), out
