@@ -73,7 +73,8 @@ def find_nvcc() -> Path | None:
         return Path(found)
     from conftest import cache_root
 
-    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda", cache_root() / "toolkits/cuda-13.0"):
+    homes = (os.environ.get("CUDA_HOME"), "/usr/local/cuda", cache_root() / "toolkits/cuda-13.0")
+    for home in homes:
         if home and (Path(home) / "bin/nvcc").is_file():
             return Path(home) / "bin/nvcc"
     return None
