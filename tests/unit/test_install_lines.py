@@ -99,3 +99,14 @@ def test_request_prints_the_doctors_line() -> None:
     why, command = line.splitlines()
     assert why.startswith("# plain http to index-host:8080")
     assert command == pip_command([CHOICE], IndexAccess(url=URL), "python3")[-1]
+
+
+def test_serve_prints_the_url_hosts_use() -> None:
+    import socket
+
+    from factory.commands.serve import public_url
+
+    assert public_url("http", "0.0.0.0", 8080) == f"http://{socket.gethostname()}:8080/"
+    assert public_url("https", "index-host", 8443) == "https://index-host:8443/"
+    assert public_url("http", "::", 80) == f"http://{socket.gethostname()}:80/"
+    assert public_url("http", "fd00::1", 8080) == "http://[fd00::1]:8080/"
