@@ -40,8 +40,6 @@ extern "C" void launch_twice(float* x) { twice<<<1, 32>>>(x); }
 """
 
 
-
-
 def compile_kernel_so(dest: Path, *gencode: str) -> Path:
     """A small shared object with device code for the given -gencode values."""
     nvcc = find_nvcc()
@@ -213,3 +211,8 @@ def example_raw_wheel() -> Path:
     # the wheelhouse, one build venv and one verify venv at a time).
     shutil.rmtree(venv, ignore_errors=True)
     return raw_dir / built.name
+
+
+# -- clean import ---------------------------------------------------------------------------------
+def py_wheel(tmp_path: Path, init: bytes, tag: str = "cp311-cp311-linux_x86_64") -> Path:
+    return make_wheel(tmp_path, files={"demo_ext/__init__.py": init}, tag=tag)

@@ -21,6 +21,7 @@ from factory.hosts.probe import (
     driver_table,
     version_tuple,
 )
+from factory.matrix.cell import sm_name, sm_names
 from factory.matrix.manylinux import glibc_text
 from factory.matrix.tags import platform_tag_parts as _manylinux
 from factory.recipes import default_archs_for
@@ -86,7 +87,7 @@ def _arch_set(f: IndexFile, default_archs: tuple[int, ...] | None) -> tuple[int,
 
 
 def _archs_text(archs: tuple[int, ...]) -> str:
-    return "+".join(f"sm_{a}" for a in archs)
+    return sm_names(archs, sep="+")
 
 
 def _join(items: Sequence[str]) -> str:
@@ -98,7 +99,7 @@ def _gpus_text(host: HostInfo) -> str:
     by_sm: dict[int, str] = {}
     for g in host.gpus:
         by_sm.setdefault(g.sm, g.name)
-    parts = [f"sm_{sm} ({name})" for sm, name in sorted(by_sm.items())]
+    parts = [f"{sm_name(sm)} ({name})" for sm, name in sorted(by_sm.items())]
     return ("the GPU is " if len(parts) == 1 else "the GPUs are ") + _join(parts)
 
 

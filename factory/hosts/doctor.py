@@ -21,6 +21,7 @@ from factory.hosts.choose import Choice, choose
 from factory.hosts.index_reader import IndexAccess, IndexReader
 from factory.hosts.probe import HostInfo, driver_max_cuda
 from factory.hosts.snippets import pip_command, pip_interpreter
+from factory.matrix.cell import arch_cc, sm_name
 from factory.matrix.manylinux import glibc_text
 
 NO_FIT_EXIT = 1  # the doctor ran fine but no wheel fits: scripts branch on this
@@ -100,8 +101,8 @@ def render_text(report: DoctorReport) -> str:
         lines.append(f"  driver      {h.driver or 'unknown'}"
                      + (f" (CUDA up to {top})" if top else ""))
         for i, g in enumerate(h.gpus):
-            lines.append(f"  gpu {i:<7} {g.name}, sm_{g.sm} "
-                         f"(compute capability {g.sm // 10}.{g.sm % 10})")
+            lines.append(f"  gpu {i:<7} {g.name}, {sm_name(g.sm)} "
+                         f"(compute capability {arch_cc(g.sm)})")
         lines.append(f"  read from   {h.gpu_source}")
     else:
         lines.append(f"  gpu         none found ({h.gpu_note or 'no NVIDIA GPU'})")

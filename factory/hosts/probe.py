@@ -26,7 +26,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import CellError, UsageError
-from factory.matrix.cell import parse_platform
+from factory.matrix.cell import arch_cc, parse_platform
 from factory.matrix.manylinux import glibc_text, host_glibc
 from factory.tomlread import tomllib
 
@@ -110,7 +110,7 @@ class HostInfo:
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["glibc"] = None if self.glibc is None else glibc_text(self.glibc)
-        d["gpus"] = [{"name": g.name, "sm": g.sm, "compute_capability": f"{g.sm // 10}.{g.sm % 10}"}
+        d["gpus"] = [{"name": g.name, "sm": g.sm, "compute_capability": arch_cc(g.sm)}
                      for g in self.gpus]
         d["variant"] = self.variant
         d["grace"] = self.grace

@@ -16,14 +16,15 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from factory.build.pipeline import BuildOptions, build_cells
+from factory.build.job import BuildOptions
+from factory.build.pipeline import build_cells
 from factory.engine import docker_client, image_exists
 from factory.environment import INDEX_URL_ENV, env_value
 from factory.errors import BuildError, EngineError, StoreError, ToolchainError, UsageError
 from factory.hosts.choose import Choice
 from factory.hosts.index_reader import IndexAccess
 from factory.hosts.snippets import pip_command
-from factory.matrix.cell import DEFAULT_PLATFORM, Cell, parse_arch
+from factory.matrix.cell import DEFAULT_PLATFORM, Cell, parse_arch_list
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
 from factory.runners import runner_kind
@@ -64,11 +65,7 @@ def parse_spec(spec: str) -> tuple[str, str]:
 def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], python: str,
                  platform: str = DEFAULT_PLATFORM) -> Cell:
     package, version = parse_spec(spec)
-    sms: set[int] = set()
-    for a in archs:
-        for part in str(a).replace(";", ",").split(","):
-            if part.strip():
-                sms.add(parse_arch(part))
+    sms = {sm for a in archs for sm in parse_arch_list(str(a))}
     if not sms:
         raise UsageError("--arch needs at least one GPU arch, e.g. --arch 10.0")
     return Cell(package=package, version=version, torch=torch, cuda=cuda,
