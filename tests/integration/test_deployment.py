@@ -34,7 +34,9 @@ from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import client_fixtures
 import pytest
+from client_fixtures import OLD_PIP, STAND_IN, TOOLS
 from conftest import REPO, cache_root
 from http_fixtures import factory_serve
 from index_fixtures import uv_bin
@@ -43,11 +45,9 @@ from index_wheels import make_wheel, variant_wheel
 from factory.hosts.snippets import RUN
 from factory.index.publish import publish
 from factory.store import LocalStore
-from integration import test_clients
-from integration.test_old_pip import OLD_PIP
 
 pytestmark = [pytest.mark.integration, pytest.mark.download]
-client_bins = test_clients.client_bins  # Poetry and PDM, installed once into the test cache
+client_bins = client_fixtures.client_bins  # Poetry and PDM, installed once into the test cache
 
 HOSTS_DIR = REPO / "tests" / "data" / "doctor"
 PY = f"{sys.version_info[0]}{sys.version_info[1]}"
@@ -347,7 +347,7 @@ def _project_case(client: str, text: str, venv: Path, tmp: Path, env: dict[str, 
         '[project]\nname = "host-app"\nversion = "0.1.0"\n'
         f'requires-python = ">={sys.version_info[0]}.{sys.version_info[1]}"\n'
         f"dependencies = {json.dumps(deps)}\n\n"
-        + test_clients.STAND_IN[client].format(pypi=pypi) + text)
+        + STAND_IN[client].format(pypi=pypi) + text)
     runs = _runs(text)
     if client == "uv":
         steps = ["uv lock", f"uv sync --python {sys.executable}"]
@@ -423,7 +423,7 @@ def test_the_printed_lines_install_the_hosts_build(
     assert results
 
 
-@pytest.mark.parametrize("fmt", ["report", "json", *test_clients.TOOLS])
+@pytest.mark.parametrize("fmt", ["report", "json", *TOOLS])
 def test_nothing_fits_the_rtx_pro_6000_in_any_format(
     index: tuple[str, Path | None], pypi: tuple[str, list[str]], fmt: str, tmp_path: Path
 ) -> None:
