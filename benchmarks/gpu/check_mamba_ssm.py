@@ -87,7 +87,7 @@ def main() -> int:
         ref.backward(dout.float())
         tol = 5e-4 if dtype == torch.float32 else 3e-2
         errs = {"out": rel_err(out, ref)}
-        errs.update({n: rel_err(a.grad, r.grad) for n, a, r in zip(names, ins, refs)})
+        errs.update({n: rel_err(a.grad, r.grad) for n, a, r in zip(names, ins, refs, strict=True)})
         kind = str(dtype).split(".")[-1]
         table.add(f"kernel {kind:8} L {seqlen:4}", errs, tol, (out, *(t.grad for t in ins)))
         if selective_scan_fn is not None and selective_scan_ref is not None:
