@@ -10,6 +10,7 @@ So every path to nvcc a build system takes (torch's ninja file, its non-ninja co
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -43,38 +44,46 @@ def _write(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
-def install(spec: dict[str, Any], *, real: Path, python: str, log: Log) -> tuple[Path, Path]:
+def install(spec: dict[str, Any], *, real: Path, python: str, log: Log | None,
+            seen_as: Path | None = None) -> tuple[Path, Path]:
     """Make the build's toolkit at ``spec['dir']`` (replacing an older one) in front of the real
-    toolkit ``real``. Returns (the toolkit dir, the host C++ wrapper)."""
+    toolkit ``real``. ``seen_as``: where the build will see ``real`` when that is not here (a
+    container that mounts it elsewhere); the links point there. Returns (the toolkit dir, the
+    host C++ wrapper)."""
     home = Path(spec["dir"])
     if home.is_symlink() or home.is_file():
         home.unlink()
     elif home.exists():
         shutil.rmtree(home)
     (home / "bin").mkdir(parents=True)
+    def target(entry: Path) -> Path:
+        return seen_as / entry.relative_to(real) if seen_as else entry.resolve()
+
     for entry in sorted(real.iterdir()):
         if entry.name != "bin":
-            (home / entry.name).symlink_to(entry.resolve())
+            (home / entry.name).symlink_to(target(entry))
     real_bin = real / "bin"
     for entry in sorted(real_bin.iterdir()) if real_bin.is_dir() else ():
         if entry.name != NVCC_NAME:
-            (home / "bin" / entry.name).symlink_to(entry.resolve())
+            (home / "bin" / entry.name).symlink_to(target(entry))
     text = _wrapper_text(python)
     _write(home / "bin" / NVCC_NAME, text)
     _write(home / "bin" / CXX_NAME, text)
-    sm = ", ".join(f"sm_{a}" for a in spec["archs"])
-    std = f"; C++{spec['cxx_std']} for host and device code" if spec.get("cxx_std") else ""
-    log.line(f"factory: nvcc compiles {sm} only (targets outside dropped){std}: "
-             f"{home / 'bin' / NVCC_NAME} in front of {real_bin / NVCC_NAME}")
+    if log is not None:
+        sm = ", ".join(f"sm_{a}" for a in spec["archs"])
+        std = f"; C++{spec['cxx_std']} for host and device code" if spec.get("cxx_std") else ""
+        log.line(f"factory: nvcc compiles {sm} only (targets outside dropped){std}: "
+                 f"{home / 'bin' / NVCC_NAME} in front of {real_bin / NVCC_NAME}")
     return home, home / "bin" / CXX_NAME
 
 
 def environment(spec: dict[str, Any], *, home: Path, cxx_wrapper: Path, real: Path,
-                nvcc_next: list[str], extra: dict[str, str], log_path: str) -> None:
+                nvcc_next: list[str], extra: dict[str, str], log_path: str,
+                cxx: str | None = None) -> None:
     """The variables that route the build's compilers through the wrappers: CUDA_HOME and
-    PATH to the build's toolkit, what each wrapper runs next, and the cell's settings."""
-    import shlex
-
+    PATH to the build's toolkit, what each wrapper runs next (``cxx``: the host C++ compiler
+    the build would use, default $CXX or c++), and the cell's settings. Paths as the build
+    sees them."""
     real_nvcc = str(real / "bin" / NVCC_NAME)
     extra["CUDA_HOME"] = str(home)
     extra["FACTORY_REAL_NVCC"] = real_nvcc
@@ -84,5 +93,5 @@ def environment(spec: dict[str, Any], *, home: Path, cxx_wrapper: Path, real: Pa
     extra["FACTORY_COMPILER_LOG"] = log_path
     if spec.get("cxx_std"):
         extra["FACTORY_CXX_STD"] = str(spec["cxx_std"])
-        extra["FACTORY_CXX_NEXT"] = extra.get("CXX") or os.environ.get("CXX") or "c++"
+        extra["FACTORY_CXX_NEXT"] = cxx or extra.get("CXX") or os.environ.get("CXX") or "c++"
         extra["CXX"] = str(cxx_wrapper)
