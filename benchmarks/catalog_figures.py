@@ -38,10 +38,10 @@ def ninja_runs(build_log: Path) -> list[int]:
     return runs
 
 
-def ninja_span(tree: Path) -> float | None:
+def ninja_span(tree: Path, cell: str) -> float | None:
     """Seconds from the first start to the last end in the build tree's .ninja_log (one run)."""
     entries = []
-    for log in tree.rglob(".ninja_log"):
+    for log in [*tree.rglob(".ninja_log"), *tree.glob(f"{cell}.ninja_log")]:
         for line in log.read_text(errors="replace").splitlines():
             parts = line.split("\t")
             if len(parts) >= 4 and parts[0].isdigit() and parts[1].isdigit():
@@ -51,17 +51,26 @@ def ninja_span(tree: Path) -> float | None:
     return round((max(e for _, e in entries) - min(s for s, _ in entries)) / 1000, 1)
 
 
-def row(provenance: Path, work_dir: Path | None) -> dict[str, Any]:
+def row(provenance: Path, work_dir: Path | None, wheel_size: int | None = None) -> dict[str, Any]:
+    """One wheel's figures. Its files are where the build left them, or, for results copied
+    off a machine (benchmarks/gpu/*/collect), beside the provenance as ``<cell>.<name>``."""
     doc = json.loads(provenance.read_text())
     wheel = provenance.with_name(doc["wheel"])
     last = doc["attempts"][-1]
-    report_path = Path(str(last["log"]) + ".report.json")
+    cell = doc["cell"]["id"]
+    log = Path(last["log"])
+    if not log.is_file():
+        log = provenance.with_name(f"{cell}.{log.name}")
+    report_path = Path(str(log) + ".report.json")
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     compilers = report.get("compilers") or {}
-    work = work_dir or Path(last["log"]).parents[2]
-    runs = ninja_runs(Path(last["log"])) if Path(last["log"]).is_file() else []
-    # one ninja run: its log's span; several (one per extension): the log keeps no run borders
-    span = ninja_span(work / doc["cell"]["id"] / "src") if len(runs) == 1 else None
+    runs = ninja_runs(log) if log.is_file() else []
+    tree = (work_dir or Path(last["log"]).parents[2]) / cell / "src"
+    if not tree.is_dir():
+        tree = provenance.parent  # the copied <cell>.ninja_log
+    # one ninja run (or a log cut before its first line): its span; several (one per
+    # extension): the .ninja_log keeps no border between runs
+    span = ninja_span(tree, cell) if len(runs) <= 1 else None
     anon = report.get("cgroup_anon_peak_bytes")
     return {
         "wheel": doc["wheel"],
@@ -72,11 +81,21 @@ def row(provenance: Path, work_dir: Path | None) -> dict[str, Any]:
         "max_jobs": last.get("max_jobs"),
         "peak_compile_rss_gib": round((last.get("compile_peak_rss_bytes") or 0) / GIB, 2),
         "peak_anon_gib": round(anon / GIB, 2) if anon else None,
-        "wheel_mb": round(wheel.stat().st_size / 1e6, 2) if wheel.is_file() else None,
+        "wheel_mb": (round(wheel.stat().st_size / 1e6, 2) if wheel.is_file()
+                     else round(wheel_size / 1e6, 2) if wheel_size else None),
         "asked_archs": compilers.get("asked_archs"),
         "compiled_archs": compilers.get("compiled_archs"),
         "narrowed_calls": compilers.get("narrowed"),
     }
+
+
+def _listed_sizes(listing: Path) -> dict[str, int]:
+    out = {}
+    for line in listing.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 9 and parts[-1].endswith(".whl") and parts[4].isdigit():
+            out[parts[-1]] = int(parts[4])
+    return out
 
 
 def _archs(values: list[int] | None) -> str:
@@ -88,9 +107,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("provenance", nargs="+", type=Path)
     parser.add_argument("--work-dir", type=Path,
                         help="the matrix's work-dir (default: from the log)")
+    parser.add_argument("--sizes", type=Path,
+                        help="an 'ls -l' listing of the wheels, for results without them")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    rows = [row(p, args.work_dir) for p in args.provenance]
+    sizes = _listed_sizes(args.sizes) if args.sizes else {}
+    rows = [row(p, args.work_dir, sizes.get(json.loads(p.read_text())["wheel"]))
+            for p in args.provenance]
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()
