@@ -79,7 +79,8 @@ def test_causal_conv1d_from_its_sdist_holds_the_cells_arch_only(
 
     # SASS for sm_100 only, in the one extension module, though setup.py asked for nine archs
     with zipfile.ZipFile(wheel) as zf:
-        (so,) = [n for n in zf.namelist() if n.startswith("causal_conv1d_cuda")]
+        (so,) = [n for n in zf.namelist()
+                 if n.startswith("causal_conv1d_cuda") and n.endswith(".so")]
         (tmp_path / "ext.so").write_bytes(zf.read(so))
     elf = subprocess.run([str(find_cuobjdump()), "--list-elf", str(tmp_path / "ext.so")],
                          capture_output=True, text=True, timeout=120).stdout
@@ -102,15 +103,13 @@ def test_causal_conv1d_from_its_sdist_holds_the_cells_arch_only(
                 if ln.startswith("[") and ("nvcc" in ln or "c++" in ln) and " -c " in ln]
     assert len(commands) == 4 and all("-std=c++20" in c for c in commands), commands
     manifest = json.loads((out / (WHEEL + ".provenance.json")).read_text())
-    assert manifest["toolchain"]["torch"] == "2.14.1"
+    assert manifest["toolchain"]["torch_requirement"] == "torch==2.14.1"
 
-    # verified on the way (SASS, tags, the manylinux_2_28 floor, a clean-venv import)
-    verify = subprocess.run(
-        [sys.executable, "-m", "factory", "verify", "--json", "--wheelhouse",
-         str(wheelhouse_cp311), str(wheel)],
-        capture_output=True, text=True, cwd=REPO, timeout=1800)
-    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-2000:]
-    checks = {c["name"]: c for c in json.loads(verify.stdout)["wheels"][0]["checks"]}
-    assert checks["import"]["ok"] and "torch 2.14.1" in checks["import"]["detail"]
-    assert not checks["import"]["detail"].startswith("skipped")
-    assert checks["archs"]["ok"] and checks["glibc"]["ok"]
+    # verified on the way (the build's own verify: SASS, tags, the manylinux_2_28 floor, a
+    # clean-venv import with the cell's torch)
+    passed = {ln.split()[1].rstrip(":"): ln for ln in proc.stderr.splitlines()
+              if ln.strip().startswith("pass ")}
+    assert {"archs", "glibc", "import", "torch-pin", "local-tag"} <= set(passed), proc.stderr
+    assert "SASS sm_100 in 1 file(s), no PTX" in passed["archs"]
+    assert "tag manylinux_2_28" in passed["glibc"]
+    assert "imported torch, causal_conv1d, causal_conv1d_cuda with torch 2.14.1" in passed["import"]
