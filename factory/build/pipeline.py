@@ -577,18 +577,37 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
             log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
         log.detail(record_build(pc, plan, result, build_tree=src, history=history,
                                 share=_share_records(opts)))
+        compilers = result.report.get("compilers") or {}
+        if compilers.get("asked_archs") or compilers.get("injected"):
+            log.detail(f"nvcc: {_narrowing(compilers)}")
         if result.oom_killed:
             plan = _plan_after_oom(pc, opts, log, plan, result, attempt, history=history)
             continue
         if result.exit_code != 0 or result.wheel is None:
             tail = _log_tail(job.log_path)
+            why = f": {compilers['refused']}" if compilers.get("refused") else ""
             raise BuildError(
-                f"{pc.cell.id}: build failed (exit {result.exit_code}); full log: {job.log_path}",
+                f"{pc.cell.id}: build failed (exit {result.exit_code}){why}; "
+                f"full log: {job.log_path}",
                 tip="last lines of the log:\n" + tail,
             )
         return plan, result, attempts
     raise OOMError(f"{pc.cell.id}: OOM-killed in all {opts.attempts} attempt(s); "
                    f"logs in {work / 'logs'}")
+
+
+def _narrowing(compilers: dict[str, Any]) -> str:
+    """What the factory's nvcc wrapper did in one attempt, in one line."""
+    def sm(archs: list[int]) -> str:
+        return ", ".join(f"sm_{a}" for a in archs)
+
+    parts = []
+    if compilers.get("narrowed"):
+        parts.append(f"the package asked for {sm(compilers['asked_archs'])}; "
+                     f"{compilers['narrowed']} call(s) narrowed")
+    if compilers.get("injected"):
+        parts.append(f"{compilers['injected']} call(s) named no arch")
+    return "; ".join(parts) + f"; compiled {sm(compilers.get('compiled_archs') or [])}"
 
 
 def _attempt_record(attempt: int, plan: Any, result: Any, log_path: Path) -> dict[str, Any]:
@@ -602,6 +621,8 @@ def _attempt_record(attempt: int, plan: Any, result: Any, log_path: Path) -> dic
         "max_concurrent_compiles": result.max_concurrent_compiles,
         "objects_total": result.objects_total, "objects_built": result.objects_built,
         "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
+        # the factory's compiler wrappers: archs asked for and compiled, calls narrowed
+        "compilers": result.report.get("compilers"),
         "log": str(log_path),
     }
 

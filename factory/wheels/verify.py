@@ -25,10 +25,10 @@ from packaging.utils import canonicalize_name
 from factory.errors import EngineError, FactoryError, VerifyError, WheelError
 from factory.matrix.tags import local_tag, parse_local, torch_pin
 from factory.process import last_error_line, run_program
-from factory.wheels.floor import BinaryFloor, manylinux_name, promised_glibc, wheel_floor
 from factory.recipes import default_archs_for as recipe_default_archs
 from factory.recipes import recipe_for_project
 from factory.recipes.base import SmokeTest
+from factory.wheels.floor import BinaryFloor, manylinux_name, promised_glibc, wheel_floor
 from factory.wheels.reader import WheelInfo, analyse_wheel
 
 if TYPE_CHECKING:

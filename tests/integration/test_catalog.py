@@ -92,6 +92,8 @@ def test_causal_conv1d_from_its_sdist_holds_the_cells_arch_only(
     compilers = json.loads(report_path.read_text())["compilers"]
     assert compilers["narrowed"] == 3 and compilers["refused"] is None
     assert compilers["asked_archs"] == HARD_CODED and compilers["compiled_archs"] == [100]
+    assert ("nvcc: the package asked for sm_75, sm_80, sm_87, sm_90, sm_100, sm_103, sm_110, "
+            "sm_120, sm_121; 3 call(s) narrowed; compiled sm_100") in proc.stderr
     records = [json.loads(ln) for ln in next(logs.glob("*-attempt-1.log.compilers.jsonl"))
                .read_text().splitlines()]
     assert sorted(Path(r["source"]).name for r in records) == [
