@@ -128,7 +128,9 @@ publish_and_check() {
   # shellcheck disable=SC2086
   factory publish --store "$store" $wheels || return 1
   factory index verify --store "$store" || return 1
-  factory serve --store "$store" --host 127.0.0.1 --port "$PORT" >"$CATALOG_DIR/serve.log" 2>&1 &
+  # the interpreter itself in the background (not the shell function, whose subshell would be
+  # what $! names: killing it would leave the server running, holding what it inherited)
+  "$PY" -m factory serve --store "$store" --host 127.0.0.1 --port "$PORT" >"$CATALOG_DIR/serve.log" 2>&1 &
   local server=$!
   trap 'kill $server 2>/dev/null' RETURN
   for _ in $(seq 1 50); do
