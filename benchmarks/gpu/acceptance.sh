@@ -114,7 +114,8 @@ publish_and_install() {
   local store="$ACCEPT_DIR/store"
   factory publish --store "$store" "$ACCEPT_DIR"/dist/flash_attn-*.whl
   factory index verify --store "$store"
-  factory serve --store "$store" --host 127.0.0.1 --port "$PORT" >"$ACCEPT_DIR/serve.log" 2>&1 &
+  # the interpreter itself (through the function, $! would name a subshell the kill leaves behind)
+  "$PY" -m factory serve --store "$store" --host 127.0.0.1 --port "$PORT" >"$ACCEPT_DIR/serve.log" 2>&1 &
   local server=$!
   trap 'kill $server 2>/dev/null' RETURN
   for _ in $(seq 1 50); do
