@@ -181,3 +181,22 @@ def test_the_host_wrapper_raises_a_pinned_standard(tmp_path: Path) -> None:
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert env["FACTORY_CXX_NEXT"] in ("c++", os.environ.get("CXX", "c++"))
+
+
+def test_no_toolkit_means_no_wrappers_not_a_crash(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job whose toolkit has no nvcc (a CPU-only build in an image without CUDA) builds with
+    its compilers as they are, and says so."""
+    from factory.runners.inside.build import Build
+
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    (tmp_path / "kit").mkdir()
+    build = Build({"log": str(tmp_path / "build.log"), "report": str(tmp_path / "r.json"),
+                   "cuda_home": str(tmp_path / "kit"), "env": {"CXX": "g++"},
+                   "compilers": {"archs": [100], "cxx_std": 20, "dir": str(tmp_path / "tk"),
+                                 "log": str(tmp_path / "c.jsonl")}})
+    extra = build.environment(sys.executable, [], {})
+    assert extra is not None and extra["CXX"] == "g++" and "FACTORY_CELL_ARCHS" not in extra
+    assert not (tmp_path / "tk").exists()
+    assert "the compiler wrappers are off" in (tmp_path / "build.log").read_text()

@@ -85,6 +85,9 @@ class Build:
         extra = {**dict(job.get("env", {})), **cross_env}
         real = toolkit.toolkit_root(job.get("cuda_home"))
         compilers = job.get("compilers")
+        if compilers and not (real / "bin" / toolkit.NVCC_NAME).exists():
+            self.log.line(f"factory: no nvcc at {real / 'bin'}: the compiler wrappers are off")
+            compilers = None
         home = cxx_wrapper = None
         if compilers:
             home, cxx_wrapper = toolkit.install(compilers, real=real, python=_wrapper_python(),
