@@ -43,24 +43,8 @@ caps_of() {  # --memory and --cpus
   esac
 }
 
-setup_env() {
-  if [ -d .whl ] && [ ! -d "$CATALOG_DIR/site" ]; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$CATALOG_DIR/site" .whl/*.whl
-  fi
-  export PYTHONPATH="$ROOT:$CATALOG_DIR/site"
-  export PATH="$CATALOG_DIR/site/bin:$PATH"
-  export FACTORY_MEMORY_HISTORY="$CATALOG_DIR/memory_history.json"
-  export CI=true  # plain progress lines in the logs
-}
-
-factory() { "$PY" -m factory "$@"; }
-
-sample_memory() {  # host memory used (MB) every 2 s while the builds run
-  while :; do
-    echo "$(date +%s) $(free -m | awk '/Mem:/{print $3}')"
-    sleep 2
-  done >"$CATALOG_DIR/builds.mem_used_mb.log"
-}
+# shellcheck source=benchmarks/gpu/common.sh
+. benchmarks/gpu/common.sh
 
 build_one() {  # one package's cell, its own log and rc line
   local pkg=$1 cell cap cpus t0 rc
@@ -75,7 +59,7 @@ build_one() {  # one package's cell, its own log and rc line
 }
 
 run_all() {
-  setup_env
+  gpu_env "$CATALOG_DIR"
   {
     echo "date: $(date -u +%FT%TZ)"; nproc; free -g | head -2
     nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
@@ -85,7 +69,7 @@ run_all() {
   } >"$CATALOG_DIR/machine.txt" 2>&1
   factory image sysroot --work-dir .cache/factory/work >"$CATALOG_DIR/sysroot.log" 2>&1 ||
     echo "sysroot rc=$?" >>"$CATALOG_DIR/stages.txt"
-  sample_memory & local sampler=$!
+  sample_memory "$CATALOG_DIR/builds.mem_used_mb.log" & local sampler=$!
   local pkg
   declare -A pids=()
   for pkg in $PACKAGES; do
@@ -128,21 +112,10 @@ publish_and_check() {
   # shellcheck disable=SC2086
   factory publish --store "$store" $wheels || return 1
   factory index verify --store "$store" || return 1
-  # the interpreter itself in the background (not the shell function, whose subshell would be
-  # what $! names: killing it would leave the server running, holding what it inherited)
-  "$PY" -m factory serve --store "$store" --host 127.0.0.1 --port "$PORT" >"$CATALOG_DIR/serve.log" 2>&1 &
-  local server=$!
+  serve_store "$store" "$CATALOG_DIR/serve.log"
+  local server=$SERVER
   trap 'kill $server 2>/dev/null' RETURN
-  for _ in $(seq 1 50); do
-    "$PY" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/simple/', timeout=2)" 2>/dev/null && break
-    sleep 0.2
-  done
-  rm -rf "$CATALOG_DIR/target"
-  # a clean target: a new venv that sees the machine's torch stack (through a .pth file, since
-  # that stack is itself a venv) and nothing else
-  "$PY" -m venv "$CATALOG_DIR/target"
-  "$PY" -c 'import site; print(site.getsitepackages()[0])' \
-    >"$("$CATALOG_DIR/target/bin/python" -c 'import site; print(site.getsitepackages()[0])')/machine-torch-stack.pth"
+  clean_target "$CATALOG_DIR/target"
   local failed=0 pkg check deps
   for pkg in $PACKAGES; do
     ls "$CATALOG_DIR"/dist/"${pkg//-/_}"-*.whl >/dev/null 2>&1 || { echo "== $pkg: not built"; failed=1; continue; }
@@ -195,7 +168,8 @@ collect() {  # the results, small files only, as one tarball $1/results.tgz
 case "${1:-status}" in
   start) : >"$CATALOG_DIR/stages.txt"; setsid nohup bash "$0" run >"$CATALOG_DIR/run.log" 2>&1 < /dev/null & echo started ;;
   run) run_all ;;
+  check) gpu_env "$CATALOG_DIR"; publish_and_check ;;  # again, on the wheels in $CATALOG_DIR/dist
   status) status ;;
   collect) collect "${2:?destination}" ;;
-  *) echo "usage: $0 start|status|collect DEST" >&2; exit 2 ;;
+  *) echo "usage: $0 start|status|check|collect DEST" >&2; exit 2 ;;
 esac
