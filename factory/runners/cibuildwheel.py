@@ -31,11 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from factory.build.compile_cache import SCCACHE_SUBDIR
+from factory.engine import docker_client
 from factory.errors import EngineError
 from factory.process import run_command
+from factory.runners import RUNNERS
 from factory.runners.base import INSIDE, BuildJob, LineCallback, RunResult
+from factory.runners.inside import toolkit
 from factory.runners.oom import was_oom_killed
 from factory.toolchain.cross import builder_platform
+from factory.toolchain.python_image import ensure_builder_image
 from factory.toolchain.sysroot import sysroot_env
 
 WHEELHOUSE = "/factory/wheelhouse"
@@ -69,8 +73,6 @@ def wrapped_toolkit(job: BuildJob) -> Path | None:
     for the cell; None without a mounted toolkit (an image's own: not wrapped)."""
     if job.compilers is None or job.cuda_home is None:
         return None
-    from factory.runners.inside import toolkit
-
     nodot = job.python.replace(".", "")
     spec = {**job.compilers, "dir": str(toolkit_dir(job))}
     home, _ = toolkit.install(spec, real=job.cuda_home.resolve(), seen_as=Path(CUDA),
@@ -96,7 +98,8 @@ def cibuildwheel_environment(
         raise EngineError(
             f"the cibuildwheel runner builds only for this builder's CPU ({machine}), "
             f"not {job.cross_target}",
-            tip="cross-build the cell with --runner docker",
+            tip="cross-build the cell with "
+            + " or ".join(f"--runner {k.name}" for k in RUNNERS.values() if k.cross_compiles),
         )
     create = ["--network=none"]
     if job.memory_limit_bytes:
@@ -137,8 +140,6 @@ def cibuildwheel_environment(
         # other runners' builds
         create.append(f"--volume={toolkit_dir(job)}:{TOOLKIT}:ro")
         create.append(f"--volume={job.log_path.parent.resolve()}:{LOG}:rw")
-        from factory.runners.inside import toolkit
-
         spec = job.inside_compilers(TOOLKIT, f"{LOG}/{job.log_path.name}.compilers.jsonl")
         assert spec is not None
         toolkit.environment(spec, home=Path(TOOLKIT), real=Path(CUDA),
@@ -184,8 +185,6 @@ def ensure_cibuildwheel_image(image: str, python: str) -> str:
     if target == image:
         return image
     from docker.errors import APIError, ImageNotFound
-
-    from factory.runners.engine import docker_client
 
     client = docker_client()
     nodot = python.replace(".", "")
@@ -243,8 +242,6 @@ class CibuildwheelRunner:
         interpreter layout (an official manylinux image is cibuildwheel's to get)."""
         image = job.image or default_image()
         if cibuildwheel_image(image) != image:
-            from factory.toolchain.python_image import ensure_builder_image
-
             ensure_builder_image(image)
             ensure_cibuildwheel_image(image, job.python)
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from factory.build.compile_cache import inside_config
 from factory.errors import EngineError
-from factory.runners import cgroup
+from factory.planning import cgroup
 from factory.runners.base import (
     BuildJob,
     LineCallback,

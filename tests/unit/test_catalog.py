@@ -12,8 +12,8 @@ import pytest
 from ops_builds import factory_cli, publish_build
 
 from factory.index.pages import FINDER_KEY
-from factory.index.store import open_store
 from factory.matrix.load import load_matrix
+from factory.store import open_store
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = Path(__file__).parents[1] / "data" / "doctor"

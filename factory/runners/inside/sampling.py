@@ -160,8 +160,8 @@ class Sampler(threading.Thread):
 
 
 # -- cgroup counters (v1 and v2) --------------------------------------------------------------
-# The build's own view of its cgroup. The host's reads live in factory/runners/cgroup.py; this
-# script cannot import them: it runs on the builder image's python, stdlib only, as one file.
+# The build's own view of its cgroup. The host's reads live in factory/planning/cgroup.py; this
+# script cannot import them: it runs on the builder image's python, stdlib only, shipped as one zip.
 
 
 def keyed(text: str | None, key: str) -> int | None:
