@@ -86,6 +86,7 @@ def row(provenance: Path, work_dir: Path | None, wheel_size: int | None = None) 
         "asked_archs": compilers.get("asked_archs"),
         "compiled_archs": compilers.get("compiled_archs"),
         "narrowed_calls": compilers.get("narrowed"),
+        "std_raised_calls": compilers.get("std_raised"),
     }
 
 
@@ -126,6 +127,8 @@ def main(argv: list[str]) -> int:
         narrowing = (f"{len(asked)} ({_archs(asked)}) -> {_archs(r['compiled_archs'])} "
                      f"({r['narrowed_calls']})" if asked else
                      "nothing to narrow: it asked for the cell's archs")
+        if r["std_raised_calls"]:
+            narrowing += f"; a pinned -std raised to C++20 in {r['std_raised_calls']} call(s)"
         span = (f"{r['compile_span_s']} s" if r["compile_span_s"] is not None
                 else f"- ({r['ninja_runs']} ninja runs)")
         print(f"| `{r['wheel']}` | {r['objects']} | {span} | {r['build_s']} s "
