@@ -19,7 +19,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from factory.errors import BuildError, CellError, ConfigError
-from factory.matrix.cell import Cell, parse_arch
+from factory.matrix.cell import Cell, parse_arch, sm_names
 from factory.matrix.settings import check_keys
 
 # The C++ standard torch's own headers need, by torch version: torch >= 2.13 headers stop with
@@ -156,8 +156,8 @@ class Recipe:
             bad = [a for a in cell.archs if a not in self.supported_archs]
             if bad:
                 raise ConfigError(
-                    f"{cell.package} cannot build arch(s) {', '.join(f'sm_{a}' for a in bad)}; "
-                    f"it supports {', '.join(f'sm_{a}' for a in sorted(self.supported_archs))}"
+                    f"{cell.package} cannot build arch(s) {sm_names(bad)}; "
+                    f"it supports {sm_names(sorted(self.supported_archs))}"
                 )
 
     def compilers(self, cell: Cell) -> dict[str, Any]:
@@ -169,11 +169,11 @@ class Recipe:
 
     def describe(self, cell: Cell) -> list[str]:
         """Every flag and fix the build of ``cell`` gets, one line each (the dry run's)."""
-        sm = ", ".join(f"sm_{a}" for a in cell.archs)
+        sm = sm_names(cell.archs)
         lines = [f"nvcc compiles {sm} only: any -gencode/-arch/--generate-code target outside it "
                  "is dropped, a compile left with none of them fails"]
         if self.default_archs and set(self.default_archs) != set(cell.archs):
-            own = ", ".join(f"sm_{a}" for a in self.default_archs)
+            own = sm_names(self.default_archs)
             lines.append(f"{self.name}'s own arch list ({own}) is narrowed to {sm}")
         std = cxx_standard(cell.torch)
         if std:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cache_root
 
-from factory.wheels.verify import find_cuobjdump
+from factory.wheels.binaries import find_cuobjdump
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.download]
 

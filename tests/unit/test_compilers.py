@@ -16,7 +16,7 @@ from factory.runners.inside import toolkit
 from factory.runners.inside.build import compiler_summary
 from factory.runners.inside.compilers import Refused, narrow, raise_std
 from factory.runners.inside.log import Log
-from factory.wheels.verify import find_cuobjdump
+from factory.wheels.binaries import find_cuobjdump
 
 # causal-conv1d 1.7.0's setup.py with CUDA 13: nine -gencode pairs, no variable to change them
 CAUSAL_CONV1D = [t for a in (75, 80, 87, 90, 100, 120, 103, 110, 121)
