@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from factory.build import remote_cache
 from factory.build.compile_cache import stats_from_report
@@ -41,6 +41,7 @@ from factory.build.lease import Hold, hold_cell
 from factory.errors import BuildError, FactoryError, OOMError, PlanError, StoreError, VerifyError
 from factory.index.publish import publish
 from factory.logger import Log, NinjaProgress
+from factory.matrix.cell import sm_names
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory, record_build
 from factory.planning.planner import BuildPlan, plan_after_oom, plan_build, predicted_peak
@@ -72,6 +73,7 @@ class AttemptRecord(TypedDict):
     objects_built: int | None
     cache_hits: int | None
     cache_misses: int | None
+    compilers: dict[str, Any] | None  # the compiler wrappers: archs asked for and compiled
     log: str
 
 
@@ -164,6 +166,7 @@ def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: BuildPlan,
         "cell": pc.cell.id, "wheel": pc.wheel, "plan": plan.as_dict(), "floor": floor.as_dict(),
         "toolchain": pc.toolchain.as_dict(), "env": dict(job.env),
         "requirements": list(job.requirements),
+        "compilers": {**dict(job.compilers or {}), "applies": pc.recipe.describe(pc.cell)},
         "runner": run.runner.describe(job),
     }
 
@@ -331,18 +334,34 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, run: BuildRun, log: Log, *,
             log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
         log.detail(record_build(pc, plan, result, build_tree=src, history=history,
                                 share=_share_records(run)))
+        compilers = result.report.get("compilers") or {}
+        if compilers.get("asked_archs") or compilers.get("injected"):
+            log.detail(f"nvcc: {_narrowing(compilers)}")
         if result.oom_killed:
             plan = _plan_after_oom(pc, opts, log, plan, result, attempt, history=history)
             continue
         if result.exit_code != 0 or result.wheel is None:
             tail = _log_tail(job.log_path)
+            why = f": {compilers['refused']}" if compilers.get("refused") else ""
             raise BuildError(
-                f"{pc.cell.id}: build failed (exit {result.exit_code}); full log: {job.log_path}",
+                f"{pc.cell.id}: build failed (exit {result.exit_code}){why}; "
+                f"full log: {job.log_path}",
                 tip="last lines of the log:\n" + tail,
             )
         return plan, result, result.wheel, attempts
     raise OOMError(f"{pc.cell.id}: OOM-killed in all {opts.attempts} attempt(s); "
                    f"logs in {work / 'logs'}")
+
+
+def _narrowing(compilers: dict[str, Any]) -> str:
+    """What the factory's nvcc wrapper did in one attempt, in one line."""
+    parts = []
+    if compilers.get("narrowed"):
+        parts.append(f"the package asked for {sm_names(compilers['asked_archs'])}; "
+                     f"{compilers['narrowed']} call(s) narrowed")
+    if compilers.get("injected"):
+        parts.append(f"{compilers['injected']} call(s) named no arch")
+    return "; ".join(parts) + f"; compiled {sm_names(compilers.get('compiled_archs') or [])}"
 
 
 def _attempt_record(attempt: int, plan: BuildPlan, result: RunResult,
@@ -356,6 +375,8 @@ def _attempt_record(attempt: int, plan: BuildPlan, result: RunResult,
         "max_concurrent_compiles": result.max_concurrent_compiles,
         "objects_total": result.objects_total, "objects_built": result.objects_built,
         "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
+        # the factory's compiler wrappers: archs asked for and compiled, calls narrowed
+        "compilers": result.report.get("compilers"),
         "log": str(log_path),
     }
 

@@ -213,3 +213,8 @@ def _print_dry_run(d: dict[str, object]) -> None:
     assert isinstance(env, dict)
     for k, v in sorted(env.items()):
         print(f"  {k}={v}")
+    compilers = d.get("compilers")
+    if isinstance(compilers, dict) and compilers.get("applies"):
+        print("compilers    (the factory's nvcc and C++ wrappers, every compile)")
+        for line in compilers["applies"]:
+            print(f"  {line}")

@@ -32,7 +32,7 @@ from factory.matrix.cell import (
 from factory.matrix.manylinux import host_glibc, manylinux_name, plat_for_image
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
 from factory.matrix.tags import local_tag, parse_local, plat_for_platform
-from factory.recipes import Recipe, get_recipe
+from factory.recipes import Recipe, declared_recipes, get_recipe
 from factory.runners import runner_kind
 from factory.tomlread import tomllib
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
@@ -41,7 +41,8 @@ from factory.toolchain.sdist import check_sdist_exists
 AXES = ("torch", "cuda", "archs", "python", "platform")
 # Axes a matrix may leave out, and the value they then take.
 AXIS_DEFAULTS: dict[str, list[Any]] = {"platform": [DEFAULT_PLATFORM]}
-TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes"}
+TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes",
+            "recipes"}
 PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", "manylinux", *AXES}
 RULE_KEYS = {"package", "version", *AXES, "reason", "manylinux"}
 
@@ -349,8 +350,11 @@ def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Mat
             raise ConfigError("[axes] must be a table")
         check_keys(axes_raw, AXES, "[axes]")
         global_axes = _parse_axes(axes_raw, "axes")
+    recipes: dict[str, Recipe] = {}
+    with problems.part():
+        recipes = declared_recipes(data.get("recipes", {}), origin=str(path or "the matrix"))
     packages = _packages(data.get("packages", {}), root=root, global_axes=global_axes,
-                         problems=problems)
+                         problems=problems, recipes=recipes)
     rules: dict[str, list[dict[str, Any]]] = {}
     for kind in ("exclude", "include"):
         with problems.part():
@@ -383,7 +387,7 @@ def _torch_indexes(raw: Any) -> dict[str, str]:
 
 
 def _packages(raw: Any, *, root: Path, global_axes: Mapping[str, list[Any]] | None,
-              problems: _Problems) -> dict[str, PackageSpec]:
+              problems: _Problems, recipes: Mapping[str, Recipe]) -> dict[str, PackageSpec]:
     """Every ``[packages.NAME]`` that is valid; the problems of the others go to ``problems``."""
     if not isinstance(raw, dict) or not raw:
         with problems.part():
@@ -392,7 +396,7 @@ def _packages(raw: Any, *, root: Path, global_axes: Mapping[str, list[Any]] | No
     packages: dict[str, PackageSpec] = {}
     for name, spec in raw.items():
         with problems.part():
-            pkg = _package(name, spec, root=root, global_axes=global_axes)
+            pkg = _package(name, spec, root=root, global_axes=global_axes, recipes=recipes)
             if pkg.name in packages:
                 raise ConfigError(f"package {name!r} is declared twice")
             packages[pkg.name] = pkg
@@ -400,13 +404,14 @@ def _packages(raw: Any, *, root: Path, global_axes: Mapping[str, list[Any]] | No
 
 
 def _package(name: str, spec: Any, *, root: Path,
-             global_axes: Mapping[str, list[Any]] | None) -> PackageSpec:
+             global_axes: Mapping[str, list[Any]] | None,
+             recipes: Mapping[str, Recipe]) -> PackageSpec:
     """One ``[packages.NAME]`` table; its own axes override the global ones."""
     where = f"[packages.{name}]"
     if not isinstance(spec, dict):
         raise ConfigError(f"{where} must be a table")
     check_keys(spec, PACKAGE_KEYS, where)
-    recipe = get_recipe(str(spec.get("recipe", "torch-extension")))
+    recipe = get_recipe(str(spec.get("recipe", "torch-extension")), recipes)
     if "versions" not in spec:
         raise ConfigError(f"{where} needs versions = [...]")
     versions = _scalar_axis(spec["versions"], f"{where} versions", lambda v: parse_version(v, name))

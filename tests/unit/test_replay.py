@@ -114,7 +114,7 @@ def test_the_sampler_names_a_compile_job_by_its_output() -> None:
     import subprocess
     import sys
 
-    from factory.runners.inside import _output_of
+    from factory.runners.inside.sampling import output_of as _output_of
 
     code = "import sys; print('ready', flush=True); sys.stdin.read()"
     child = subprocess.Popen([sys.executable, "-c", code, "-o", "build/temp/x.o"],
