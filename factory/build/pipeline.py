@@ -364,15 +364,17 @@ def _already_published(pc: PlannedCell, opts: BuildOptions) -> bool:
     if not opts.store or opts.force:
         return False
     from factory.index.store import open_store
+    from factory.index.store.base import published
 
-    return pc.content_key in open_store(opts.store).published_content_keys()
+    return published(open_store(opts.store)).has(pc.content_key, pc.wheel)
 
 
 def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) -> BuildOutcome:
     t0 = time.monotonic()
     log.step(f"cell {pc.cell.id}")
     if not opts.dry_run and _already_published(pc, opts):
-        log.detail(f"already published (content key {pc.content_key}); nothing to build")
+        log.detail(f"already published (content key {pc.content_key}, or its wheel "
+                   f"{pc.wheel}); nothing to build")
         return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
                             detail="already published")
     floor = floor_plan(matrix, pc, opts.runner)  # an unreachable floor fails here

@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import itertools
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -28,15 +28,31 @@ from factory.matrix.cell import (
     parse_version,
 )
 from factory.errors import CellError, ConfigError, ConfigErrors
+from factory.matrix.expand import Skipped, locked_cell, product
+from factory.matrix.lock import Lock, LockedCell, lock_path, matrix_digest, read_lock
+from factory.matrix.rules import (
+    Rule,
+    cuda_rule,
+    python_range,
+    python_rule,
+    resolve_versions,
+    torch_rule,
+    version_rule,
+)
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
 from factory.recipes import Recipe, get_recipe
-from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
+from factory.toolchain.resolve import Toolchain, check_cell_archs, resolve_toolchain
+from factory.upstream.facts import Facts, load_facts
+from factory.upstream.read import Indexes
 
 AXES = ("torch", "cuda", "archs", "python", "platform")
 # Axes a matrix may leave out, and the value they then take.
 AXIS_DEFAULTS: dict[str, list[Any]] = {"platform": [DEFAULT_PLATFORM]}
-TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes"}
-PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", "manylinux", *AXES}
+TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes",
+            "indexes"}
+# Keys beside the axes that narrow what a rule resolves to.
+AXIS_MODIFIERS = ("python-range",)
+PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", "manylinux", *AXES, *AXIS_MODIFIERS}
 RULE_KEYS = {"package", "version", *AXES, "reason", "manylinux"}
 
 
@@ -71,6 +87,8 @@ def _archs_axis(value: Any, where: str) -> list[tuple[int, ...]]:
 
 
 def _scalar_axis(value: Any, where: str, parse: Any) -> list[str]:
+    """Version strings, each checked by ``parse`` (which may also accept a tracking rule: it
+    raises CellError or ConfigError with the reason)."""
     out = []
     for v in _as_list(value, where):
         if not isinstance(v, (str, int, float)) or isinstance(v, bool):
@@ -84,7 +102,7 @@ def _scalar_axis(value: Any, where: str, parse: Any) -> list[str]:
             parse(str(v))
         except CellError as exc:
             raise ConfigError(f"{where}: {exc.message}") from None
-        out.append(str(v))
+        out.append(str(v).strip())
     return out
 
 
@@ -92,11 +110,30 @@ def _scalar_axis(value: Any, where: str, parse: Any) -> list[str]:
 class PackageSpec:
     name: str
     recipe: Recipe
-    versions: tuple[str, ...]
+    versions: tuple[str, ...]  # resolved: exact versions, and what the rules gave
     source: str  # "pypi" or a path (relative to the matrix file's directory)
     sha256: str | None
     axes: dict[str, list[Any]]
     manylinux: str | None = None  # the package's glibc floor, over [settings] manylinux
+    version_rules: tuple[Rule, ...] = ()  # versions = [...] as written
+    python_range: SpecifierSet | None = None  # what python = ["torch"] may give
+
+    def sha256_of(self, version: str, facts: Facts | None) -> tuple[str | None, str | None]:
+        """(sdist filename, sha256) of ``version``: the matrix's pin for its one exact
+        version, else what the facts list (None where they do not know the release)."""
+        release = (facts.packages.get(self.name, {}).get(version)
+                   if facts is not None and self.source == "pypi" else None)
+        pinned = self.sha256 if len(self.version_rules) == 1 and not self.version_rules[0].tracking \
+            and self.versions == (version,) else None
+        if pinned and release and release.sha256 and release.sha256 != pinned.lower():
+            raise ConfigError(
+                f"[packages.{self.name}] sha256 {pinned} is not the sha256 PyPI lists for "
+                f"{release.sdist} ({release.sha256}; {release.origin.describe()})")
+        if pinned:
+            return (release.sdist if release else None), pinned
+        if release is not None:
+            return release.sdist, release.sha256
+        return None, None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,6 +148,10 @@ class PlannedCell:
     content_key: str
     wheel: str  # the exact filename the cell will produce
     manylinux: str = "auto"  # the promised glibc floor ("2_28"), or "auto": the builder's
+    sdist: str | None = None  # the sdist's filename, where the facts or the lock name it
+    torch_wheel: str | None = None  # the torch wheel the build installs, and its sha256
+    torch_sha256: str | None = None
+    cuda_release: str | None = None  # the CUDA release torch's build pins ("13.0.3")
 
     @property
     def variant(self) -> str:
@@ -131,6 +172,11 @@ class PlannedCell:
             "wheel": self.wheel,
             "manylinux": self.manylinux,
             "toolchain": self.toolchain.as_dict(),
+            "sdist": self.sdist,
+            "sha256": self.sha256,
+            "torch_wheel": self.torch_wheel,
+            "torch_sha256": self.torch_sha256,
+            "cuda_release": self.cuda_release,
         }
 
 
@@ -142,12 +188,25 @@ class Matrix:
     packages: dict[str, PackageSpec]
     torch_indexes: dict[str, str]
     cells: tuple[PlannedCell, ...]
+    facts: Facts  # what the indexes list (the cache under the work dir, else the snapshot)
+    indexes: Indexes = Indexes()
+    skipped: tuple[Skipped, ...] = ()  # cells the matrix names that cannot be built
+    lock: Lock | None = None  # the lock the cells come from, when it matches the matrix
+    lock_state: str = "none"  # "locked" | "stale" (matrix.toml changed since) | "none"
+    digest: str = ""  # of the matrix's rules, as a lock records it
+
+    @property
+    def lock_file(self) -> Path | None:
+        return lock_path(self.path) if self.path else None
 
     def find(self, cell_id: str) -> PlannedCell:
         want = Cell.from_id(cell_id)
         for pc in self.cells:
             if pc.cell == want:
                 return pc
+        for skip in self.skipped:
+            if skip.cell == want.id:
+                raise CellError(f"{want.id} is known not to build: {skip.reason}")
         # A cell outside the matrix is fine (one-off requests) if its package is known and the
         # version exists.
         pkg = self.package(want.package)
@@ -240,25 +299,45 @@ def cell_plat(settings: Settings, cell: Cell, manylinux: str) -> str:
 def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
               settings: Settings | None = None,
               torch_indexes: Mapping[str, str] | None = None,
-              manylinux: str | None = None) -> PlannedCell:
+              manylinux: str | None = None,
+              locked: LockedCell | None = None) -> PlannedCell:
+    """Everything the later stages need for ``cell``. Checked against the facts (does torch
+    ship this CUDA for this CPU and Python?), or taken as the lock has it (``locked``)."""
     settings = matrix.settings if matrix else (settings or default_settings())
     torch_indexes = matrix.torch_indexes if matrix else (torch_indexes or {})
-    try:
-        check_cell_cuda(cell)
-        pkg.recipe.check_cell(cell)
-    except ConfigError:
-        raise
-    toolchain = resolve_toolchain(cell, torch_indexes=dict(torch_indexes), prefer=settings.toolkit)
+    facts = matrix.facts if matrix else load_facts(settings.work_dir)
+    check_cell_archs(cell)
+    pkg.recipe.check_cell(cell)
+    if locked is not None:
+        index = None if locked.torch_index == "pypi" else locked.torch_index
+        sdist, sha256 = locked.sdist, locked.sha256
+        torch_wheel, torch_sha256 = locked.torch_wheel, locked.torch_sha256
+        release = locked.cuda_release
+    else:
+        build = facts.build_for(torch=cell.torch, cuda=cell.cuda, platform=cell.platform,
+                                python=cell.python)
+        index = build.index
+        wheel = build.files[cell.platform][cell.python]
+        torch_wheel, torch_sha256 = (wheel.filename or None), wheel.sha256
+        release = build.release
+        sdist, sha256 = pkg.sha256_of(cell.version, facts)
+    if index is not None:
+        index = torch_indexes.get(cell.cuda, index)  # [torch-indexes]: a mirror of it
+    toolchain = resolve_toolchain(cell, torch_index=index, prefer=settings.toolkit)
     floor = manylinux or pkg.manylinux or settings.manylinux
     return PlannedCell(
         cell=cell,
         recipe=pkg.recipe,
         toolchain=toolchain,
         source=pkg.source,
-        sha256=pkg.sha256,
+        sha256=sha256,
         content_key=cell.content_key(pkg.recipe.revision, manylinux=floor),
         wheel=wheel_filename(cell, pkg.recipe, cell_plat(settings, cell, floor)),
         manylinux=floor,
+        sdist=sdist,
+        torch_wheel=torch_wheel,
+        torch_sha256=torch_sha256,
+        cuda_release=release,
     )
 
 
@@ -293,8 +372,14 @@ def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str, cell_axes: Ma
     return True
 
 
-def load_matrix(path: Path | None = None, *, text: str | None = None) -> Matrix:
-    """Parse and validate; raises ConfigError with one line on the first problem."""
+def load_matrix(path: Path | None = None, *, text: str | None = None, use_lock: bool = True,
+                facts: Facts | None = None, expand: bool = True) -> Matrix:
+    """Parse and validate; raises ConfigError with one line on the first problem.
+
+    The cells come from ``<matrix>.lock`` while it matches the matrix (``use_lock``), else
+    from resolving the matrix's rules against ``facts`` (default: what this builder knows,
+    never the network). ``expand`` False: the settings and packages only, no cells (what
+    ``factory lock`` needs before it has read the indexes)."""
     if text is None:
         if path is None:
             path = Path("matrix.toml")
@@ -311,7 +396,8 @@ def load_matrix(path: Path | None = None, *, text: str | None = None) -> Matrix:
     except RecursionError:  # tomllib recurses per nesting level
         raise ConfigError("matrix is not valid TOML: arrays or tables nested too deeply") from None
     root = path.parent.resolve() if path else Path.cwd()
-    return _build_matrix(data, path=path, root=root)
+    return _build_matrix(data, path=path, root=root, use_lock=use_lock, facts=facts,
+                         expand=expand)
 
 
 class _Problems:
@@ -336,7 +422,8 @@ class _Problems:
             raise ConfigErrors(self.found)
 
 
-def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Matrix:
+def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path, use_lock: bool,
+                  facts: Facts | None, expand: bool) -> Matrix:
     """Checked in the file's order; independent parts (settings, axes, each package, each rule)
     are all checked, so every problem is reported at once."""
     check_keys(data, TOP_KEYS, "the matrix")  # a misspelt table: what follows would be noise
@@ -352,12 +439,15 @@ def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Mat
     torch_indexes: dict[str, str] = {}
     with problems.part():
         torch_indexes = _torch_indexes(data.get("torch-indexes", {}))
+    indexes = Indexes()
+    with problems.part():
+        indexes = _indexes(data.get("indexes", {}))
     global_axes: dict[str, list[Any]] | None = None
     with problems.part():
         axes_raw = data.get("axes", {})
         if not isinstance(axes_raw, dict):
             raise ConfigError("[axes] must be a table")
-        check_keys(axes_raw, AXES, "[axes]")
+        check_keys(axes_raw, {*AXES, *AXIS_MODIFIERS}, "[axes]")
         global_axes = _parse_axes(axes_raw, "axes")
     packages = _packages(data.get("packages", {}), root=root, global_axes=global_axes,
                          problems=problems)
@@ -369,13 +459,60 @@ def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Mat
             declared = raw_packages if isinstance(raw_packages, dict) and raw_packages else None
             rules[kind] = _rules(data, kind, declared, problems)
     problems.raise_any()
+    digest = matrix_digest(data)
+    lock = read_lock(lock_path(path)) if (path is not None and use_lock) else None
+    state = "none" if lock is None else ("locked" if lock.matrix == digest else "stale")
+    if state != "locked":
+        lock = None
     matrix = Matrix(
         path=path, root=root, settings=settings, packages=packages,
-        torch_indexes=torch_indexes, cells=(),
+        torch_indexes=torch_indexes, cells=(), indexes=indexes,
+        facts=facts if facts is not None else load_facts(settings.work_dir),
+        lock=lock, lock_state=state, digest=digest,
     )
-    cells = _expand(matrix, excludes=rules["exclude"], includes=rules["include"], problems=problems)
+    if not expand:
+        return matrix
+    matrix = _resolve_versions(matrix, problems)
     problems.raise_any()
-    return dataclasses.replace(matrix, cells=cells)
+    cells, skipped = _expand(matrix, excludes=rules["exclude"], includes=rules["include"],
+                             problems=problems)
+    problems.raise_any()
+    return dataclasses.replace(matrix, cells=cells, skipped=skipped)
+
+
+def _resolve_versions(matrix: Matrix, problems: _Problems) -> Matrix:
+    """Each package's versions: the lock's, or its rules resolved against the facts."""
+    packages = dict(matrix.packages)
+    for name, pkg in matrix.packages.items():
+        with problems.part():
+            if matrix.lock is not None:
+                versions = list(dict.fromkeys(c.version for c in matrix.lock.cells
+                                              if c.package == name))
+                versions = versions or [r.text for r in pkg.version_rules if not r.tracking]
+            else:
+                releases = matrix.facts.packages.get(name) if pkg.source == "pypi" else None
+                versions = resolve_versions(pkg.version_rules, name, releases)
+            packages[name] = dataclasses.replace(pkg, versions=tuple(versions))
+    return dataclasses.replace(matrix, packages=packages)
+
+
+def _indexes(raw: Any) -> Indexes:
+    """``[indexes]``: where the facts are read. ``pypi``: PyPI's simple API or a mirror (default
+    $PIP_INDEX_URL, else PyPI); ``pytorch``: the one pattern of PyTorch's per-CUDA indexes."""
+    import os
+
+    if not isinstance(raw, dict):
+        raise ConfigError("[indexes] must be a table (pypi = URL, pytorch = URL pattern)")
+    check_keys(raw, {"pypi", "pytorch"}, "[indexes]")
+    pypi = raw.get("pypi") or os.environ.get("PIP_INDEX_URL") or Indexes().pypi
+    pattern = raw.get("pytorch", Indexes().pytorch)
+    for key, value in (("pypi", pypi), ("pytorch", pattern)):
+        if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+            raise ConfigError(f"[indexes] {key} must be an http(s) URL")
+    if "{cuda_tag}" not in pattern and "{cuda}" not in pattern:
+        raise ConfigError("[indexes] pytorch must name the CUDA: a pattern with {cuda_tag} "
+                          "(cu130) or {cuda} (13.0)")
+    return Indexes(pypi=pypi, pytorch=pattern)
 
 
 def _torch_indexes(raw: Any) -> dict[str, str]:
@@ -419,10 +556,17 @@ def _package(name: str, spec: Any, *, root: Path,
     recipe = get_recipe(str(spec.get("recipe", "torch-extension")))
     if "versions" not in spec:
         raise ConfigError(f"{where} needs versions = [...]")
-    versions = _scalar_axis(spec["versions"], f"{where} versions", lambda v: parse_version(v, name))
+    written = _scalar_axis(spec["versions"], f"{where} versions",
+                           lambda v: version_rule(v, f"{where} versions", name))
+    version_rules = tuple(version_rule(v, f"{where} versions", name) for v in written)
     source = spec.get("source", "pypi")
     if not isinstance(source, str) or not source:
         raise ConfigError(f"{where} source must be 'pypi' or a directory path")
+    tracking = [r.text for r in version_rules if r.tracking]
+    if source != "pypi" and tracking:
+        raise ConfigError(f"{where} versions {tracking[0]!r}: a rule follows the package's "
+                          "releases on PyPI; a source directory is built as the versions it "
+                          "names")
     if source != "pypi" and not (root / source).is_dir():
         looked = (root / source).resolve()
         raise ConfigError(
@@ -433,16 +577,20 @@ def _package(name: str, spec: Any, *, root: Path,
     if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
         raise ConfigError(f"{where} sha256 must be 64 hex digits")
     axes = dict(global_axes or {})
-    axes.update(_parse_axes({k: spec[k] for k in AXES if k in spec}, f"packages.{name}"))
+    axes.update(_parse_axes({k: spec[k] for k in (*AXES, *AXIS_MODIFIERS) if k in spec},
+                            f"packages.{name}"))
     for axis in AXES:
         if axis not in axes and axis in AXIS_DEFAULTS:
             axes[axis] = list(AXIS_DEFAULTS[axis])
         if axis not in axes and global_axes is not None:  # else [axes] has its own problem
             raise ConfigError(f"{where} has no {axis} axis and [axes] sets none")
     floor = check_manylinux(spec["manylinux"], where) if "manylinux" in spec else None
+    spread = axes.pop("python-range", None)
     return PackageSpec(
-        name=canonicalize_name(name), recipe=recipe, versions=tuple(versions), source=source,
-        sha256=sha, axes=axes, manylinux=floor,
+        name=canonicalize_name(name), recipe=recipe,
+        versions=tuple(r.text for r in version_rules if not r.tracking), source=source,
+        sha256=sha, axes=axes, manylinux=floor, version_rules=version_rules,
+        python_range=spread[0] if spread else None,
     )
 
 
@@ -464,6 +612,13 @@ def _rules(data: Mapping[str, Any], kind: str, declared: Iterable[str] | None,
                     f"[[{kind}]] #{i + 1} names unknown package {rule['package']!r}"
                 )
             parsed = _parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
+            for axis, rule_of in (("torch", torch_rule), ("cuda", cuda_rule),
+                                  ("python", python_rule)):
+                for v in parsed.get(axis, []):
+                    if rule_of(str(v), axis).tracking:
+                        raise ConfigError(f"[[{kind}]] #{i + 1} {axis} {v!r}: a rule belongs "
+                                          "in [axes] or [packages.NAME]; a rule here names "
+                                          "exact values")
             if "manylinux" in rule:
                 if kind == "exclude":
                     raise ConfigError(f"[[exclude]] #{i + 1}: manylinux is not a cell axis "
@@ -479,30 +634,60 @@ def _rules(data: Mapping[str, Any], kind: str, declared: Iterable[str] | None,
 
 
 def _expand(matrix: Matrix, *, excludes: list[dict[str, Any]], includes: list[dict[str, Any]],
-            problems: _Problems) -> tuple[PlannedCell, ...]:
-    """The product of each package's axes, minus the excluded cells, plus the included ones.
-    A cell that cannot be planned is a problem of its own (the same one reported once)."""
+            problems: _Problems) -> tuple[tuple[PlannedCell, ...], tuple[Skipped, ...]]:
+    """The cells: the lock's when it matches the matrix; else the product of each package's
+    resolved axes, minus the excluded cells, plus the included ones. A cell of the product
+    that cannot be built is skipped with its reason; an [[include]] that cannot is a problem
+    (it names that one cell). A matrix with no cell but skipped ones reports their reasons."""
     cells: dict[Cell, PlannedCell] = {}
+    skipped: dict[str, Skipped] = {}
+
+    def plan_or_skip(cell: Cell, pkg: PackageSpec, **kw: Any) -> None:
+        try:
+            cells[cell] = plan_cell(cell, pkg, matrix, **kw)
+        except ConfigError as exc:
+            skipped[cell.id] = Skipped(package=cell.package, cell=cell.id, reason=exc.message)
+
+    if matrix.lock is not None:
+        for locked in matrix.lock.cells:
+            plan_or_skip(locked_cell(locked), matrix.packages[locked.package],
+                         manylinux=locked.manylinux, locked=locked)
+        skipped.update((s.cell, Skipped(package=s.package, cell=s.cell, reason=s.reason))
+                       for s in matrix.lock.skips)
+        return _sorted(cells, skipped)
     for pkg in matrix.packages.values():
-        for version, torch, cuda, archs, python, platform in itertools.product(
-            pkg.versions, pkg.axes["torch"], pkg.axes["cuda"], pkg.axes["archs"],
-            pkg.axes["python"], pkg.axes["platform"],
-        ):
-            values = {"torch": torch, "cuda": cuda, "archs": archs, "python": python,
-                      "platform": platform}
-            if any(_rule_matches(r, pkg.name, version, values) for r in excludes):
+        combos: list[dict[str, Any] | Skipped] = []
+        with problems.part():  # a rule that matches no release, a torch that is none
+            for torch in pkg.axes["torch"]:
+                if not torch_rule(str(torch), "torch").tracking:
+                    matrix.facts.check_release(str(torch))
+            combos = list(product(pkg, matrix.facts))
+        for combo in combos:
+            if isinstance(combo, Skipped):
+                skipped[combo.cell] = combo
                 continue
-            cell = Cell(package=pkg.name, version=version, torch=torch, cuda=cuda, archs=archs,
-                        python=python, platform=platform)
-            with problems.part():
-                cells[cell] = plan_cell(cell, pkg, matrix)
+            if any(_rule_matches(r, pkg.name, combo["version"], combo) for r in excludes):
+                continue
+            plan_or_skip(Cell(package=pkg.name, **combo), pkg)
     for i, rule in enumerate(includes):
         with problems.part():
             pkg, cell = _included_cell(rule, f"[[include]] #{i + 1}", matrix.packages)
             cells[cell] = plan_cell(cell, pkg, matrix, manylinux=rule.get("manylinux"))
+            skipped.pop(cell.id, None)
     if not cells and not problems.found:
+        reasons = list(dict.fromkeys(s.reason for s in skipped.values()))
+        if len(reasons) == 1:
+            raise ConfigError(reasons[0])
+        if reasons:
+            raise ConfigErrors([ConfigError(r) for r in reasons])
         raise ConfigError("the matrix expands to no cells (everything excluded?)")
-    return tuple(sorted(cells.values(), key=lambda p: p.cell.id))
+    return _sorted(cells, skipped)
+
+
+def _sorted(cells: Mapping[Cell, PlannedCell], skipped: Mapping[str, Skipped]
+            ) -> tuple[tuple[PlannedCell, ...], tuple[Skipped, ...]]:
+    return (tuple(sorted(cells.values(), key=lambda p: p.cell.id)),
+            tuple(sorted(skipped.values(), key=lambda s: s.cell)))
 
 
 def _included_cell(rule: Mapping[str, Any], where: str,
@@ -535,13 +720,15 @@ def _parse_axes(raw: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
         if axis == "archs":
             out[axis] = _archs_axis(value, w)
         elif axis == "torch":
-            out[axis] = _scalar_axis(value, w, lambda v: parse_version(v, "torch"))
+            out[axis] = _scalar_axis(value, w, lambda v: torch_rule(v, w))
         elif axis == "cuda":
-            out[axis] = _scalar_axis(value, w, parse_cuda)
+            out[axis] = _scalar_axis(value, w, lambda v: cuda_rule(v, w))
         elif axis == "python":
-            out[axis] = _scalar_axis(value, w, parse_python)
+            out[axis] = _scalar_axis(value, w, lambda v: python_rule(v, w))
         elif axis == "platform":
             out[axis] = [parse_platform(v) for v in _scalar_axis(value, w, parse_platform)]
+        elif axis == "python-range":
+            out[axis] = [python_range(value, w)]
     return out
 
 

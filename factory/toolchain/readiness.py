@@ -53,8 +53,11 @@ class ReadinessChecker:
         self.runner = runner or settings.runner
         self._client: Any = None
         self._engine_error: str | None = None
+        self._images: dict[str, bool] = {}  # many cells share one image: ask docker once
 
     def _image_here(self, image: str) -> bool | None:
+        if image in self._images:
+            return self._images[image]
         if self._client is None and self._engine_error is None:
             from factory.runners.engine import docker_client
 
@@ -66,7 +69,8 @@ class ReadinessChecker:
             return None
         from factory.runners.engine import image_exists
 
-        return bool(image_exists(self._client, image))
+        self._images[image] = bool(image_exists(self._client, image))
+        return self._images[image]
 
     def check(self, pc: PlannedCell) -> Readiness:
         tc = pc.toolchain
