@@ -16,6 +16,8 @@ from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cells", nargs="*", metavar="CELL", help="cell ids (see 'factory matrix')")
     parser.add_argument("--all", action="store_true", help="every cell of the matrix")
+    parser.add_argument("--missing", action="store_true",
+                        help="every cell of the matrix that --store lacks (implies --all)")
     parser.add_argument("--package", action="append", help="with --all: only these packages")
     add_matrix_arg(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan, container settings and environment")
@@ -59,9 +61,15 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be at least 1, not {value}")
     matrix = matrix_from_args(args)
+    args.all = args.all or args.missing
     if args.all == bool(args.cells):
         raise UsageError("give cell ids or --all (not both)", tip="'factory matrix' lists the cell ids")
-    if args.all:
+    if args.missing:
+        from factory.commands.matrix import selected_cells
+
+        cells = selected_cells(args, matrix)
+        Log().step(f"{len(cells)} cell(s) of the matrix are not in {store_from_args(args)}")
+    elif args.all:
         cells = matrix.cells_of(args.package)
     else:
         cells = [matrix.find(c) for c in args.cells]

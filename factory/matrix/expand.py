@@ -71,13 +71,12 @@ def product(pkg: PackageSpec, facts: Facts) -> Iterator[dict[str, Any] | Skipped
     for version in pkg.versions:
         for torch in torches:
             for platform in pkg.axes["platform"]:
-                cudas, why = resolve_cuda(rules["cuda"], facts, torch=torch, platform=platform)
-                if why is not None:
-                    cuda_rules = ", ".join(r.text for r in rules["cuda"])
+                cudas, empty = resolve_cuda(rules["cuda"], facts, torch=torch,
+                                            platform=platform)
+                for text, why in empty:
                     yield Skipped(package=pkg.name,
-                                  cell=label(pkg.name, version, torch, platform, cuda_rules),
+                                  cell=label(pkg.name, version, torch, platform, text),
                                   reason=why)
-                    continue
                 for cuda in cudas:
                     pythons = resolve_python(rules["python"], facts, torch=torch, cuda=cuda,
                                              platform=platform, allowed=pkg.python_range)
@@ -90,3 +89,33 @@ def product(pkg: PackageSpec, facts: Facts) -> Iterator[dict[str, Any] | Skipped
 def locked_cell(c: LockedCell) -> Cell:
     return Cell(package=c.package, version=c.version, torch=c.torch, cuda=c.cuda, archs=c.archs,
                 python=c.python, platform=c.platform)
+
+
+def one_off(facts: Facts, pkg: PackageSpec, *, version: str | None, torch: str, cuda: str,
+            platform: str = "x86_64") -> tuple[str, str, str]:
+    """A one-off request's (version, torch, CUDA), resolved by the matrix's rules: ``latest``
+    for torch, ``default`` for the CUDA, no version for the package's newest release. A rule
+    that names more than one value is refused: a request is one cell."""
+    from factory.errors import UsageError
+    from factory.matrix.rules import resolve_versions, version_rule
+
+    def one(values: list[str], flag: str, text: str) -> str:
+        if len(values) != 1:
+            raise UsageError(f"{flag} {text!r} names {len(values)} values "
+                             f"({', '.join(values)}); a request is one cell")
+        return values[0]
+
+    rule = version_rule(version or "latest", "the request's version", pkg.name)
+    releases = facts.packages.get(pkg.name) if pkg.source == "pypi" else None
+    if rule.tracking and releases is None:
+        chosen = list(pkg.versions[:1])  # a source directory: the version the matrix names
+    else:
+        chosen = resolve_versions([rule], pkg.name, releases)
+    torches = resolve_torch([torch_rule(torch, "--torch")], facts)
+    t = one(torches, "--torch", torch)
+    cudas, empty = resolve_cuda([cuda_rule(cuda, "--cuda")], facts, torch=t, platform=platform)
+    if empty:
+        from factory.errors import ConfigError
+
+        raise ConfigError(empty[0][1])
+    return one(chosen, "the version", version or "latest"), t, one(cudas, "--cuda", cuda)

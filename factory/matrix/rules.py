@@ -179,33 +179,34 @@ def resolve_versions(rules: Sequence[Rule], package: str,
 
 
 def resolve_cuda(rules: Sequence[Rule], facts: Facts, *, torch: str, platform: str
-                 ) -> tuple[list[str], str | None]:
-    """The CUDA builds the rules name for one torch and CPU, and why there are none when a rule
-    names none (a CPU-only PyPI wheel, say). Exact values are kept for the cell check."""
+                 ) -> tuple[list[str], list[tuple[str, str]]]:
+    """The CUDA builds the rules name for one torch and CPU, and (rule, why) for each rule
+    that names none (a CPU-only PyPI wheel, say). Exact values are kept for the cell check."""
     builds = [b for b in facts.builds_of(torch) if platform in b.files]
     cudas = sorted({b.cuda for b in builds}, key=Version)
     out: list[str] = []
-    why: str | None = None
+    empty: list[tuple[str, str]] = []
     for rule in rules:
+        why = f"no CUDA build of torch {torch} for {platform} matches {rule.text!r}"
         if rule.kind == "exact":
-            picked = [f"{parse_cuda(rule.text)[0]}.{parse_cuda(rule.text)[1]}"]
+            major, minor = parse_cuda(rule.text)
+            picked = [f"{major}.{minor}"]
         elif rule.kind == "default":
             pypi = facts.pypi_build(torch, platform)
-            picked = [pypi.cuda] if pypi else []
             release = facts.torch.get(torch)
-            if not pypi:
-                why = (f"PyPI's torch {torch} for {platform} is a CPU build (no CUDA default)"
-                       if release is not None and platform in release.wheels else
-                       f"PyPI has no torch {torch} wheel for {platform}")
+            picked = [pypi.cuda] if pypi else []
+            why = (f"PyPI's torch {torch} for {platform} is a CPU build (no CUDA default)"
+                   if release is not None and platform in release.wheels else
+                   f"PyPI has no torch {torch} wheel for {platform}")
         elif rule.kind == "all":
             picked = cudas
         else:
             assert rule.spec is not None
             picked = [c for c in cudas if Version(c) in rule.spec]
-        if not picked and why is None:
-            why = f"no CUDA build of torch {torch} for {platform} matches {rule.text!r}"
+        if not picked:
+            empty.append((rule.text, why))
         out += [p for p in picked if p not in out]
-    return out, (None if out else why)
+    return out, empty
 
 
 def resolve_python(rules: Sequence[Rule], facts: Facts, *, torch: str, cuda: str,
