@@ -61,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
         pc = matrix.find(cell.id)  # validates the cell against the recipe and the torch/CUDA table
         if args.json:
             print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,
-                        "content_key": pc.content_key, "runner": runner_label(pc.cell.package)})
+                        "content_key": pc.content_key, "runner": runner_label(pc.cell.package),
+                        # the request with its rules resolved: what the build job is given
+                        "spec": f"{pc.cell.package}=={pc.cell.version}", "torch": pc.cell.torch,
+                        "cuda": pc.cell.cuda})
         else:
             print(pc.cell.id)
         return 0

@@ -206,7 +206,8 @@ class Matrix:
                 return pc
         for skip in self.skipped:
             if skip.cell == want.id:
-                raise CellError(f"{want.id} is known not to build: {skip.reason}")
+                where = "" if want.id in skip.reason else f" ({want.id})"
+                raise ConfigError(f"{skip.reason}{where}")
         # A cell outside the matrix is fine (one-off requests) if its package is known and the
         # version exists.
         pkg = self.package(want.package)

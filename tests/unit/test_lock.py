@@ -153,7 +153,7 @@ def test_cells_known_not_to_build_are_data_with_their_reason() -> None:
     ids = {pc.cell.id for pc in m.cells}
     assert "flash-attn-2.8.3.post2-torch2.14.1-cu126-sm90-cp311" in ids  # 12.6 builds sm_90
     assert not ids & reasons.keys()
-    with pytest.raises(Exception, match="known not to build: sm_100 needs CUDA >= 12.8"):
+    with pytest.raises(ConfigError, match="^sm_100 needs CUDA >= 12.8"):
         m.find("flash-attn-2.8.3.post2-torch2.14.1-cu126-sm100-cp311")
 
 
@@ -327,3 +327,20 @@ def test_request_resolves_latest_and_default_by_the_same_rules(
                  str(repo / "matrix.toml")]) == UsageError.exit_code
     assert "--torch 'latest:2' names 2 values (2.15.0, 2.14.1); a request is one cell" in (
         capsys.readouterr().err)
+
+
+# -- the shipped matrix ---------------------------------------------------------------------------
+def test_the_shipped_lock_is_current_and_tracks_what_users_run() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    m = load_matrix(repo / "matrix.toml")
+    assert m.lock_state == "locked", (
+        "matrix.lock is out of date with matrix.toml: run 'factory lock' (or --offline)")
+    fa = [pc.cell for pc in m.cells_of(["flash-attn"]) if pc.cell.torch != "2.10.0"]
+    assert {c.torch for c in fa} == {"2.15.0", "2.14.1"}  # latest:2
+    assert {c.archs for c in fa} == {(90,), (100,), (120,)}
+    assert {c.platform for c in fa} == {"x86_64", "aarch64"}
+    assert {(c.torch, c.cuda) for c in fa} >= {("2.15.0", "13.2"), ("2.14.1", "13.0")}
+    assert {c.python for c in fa if c.torch == "2.15.0"} == {"3.11", "3.12", "3.13", "3.14",
+                                                             "3.15"}
+    assert len(m.cells_of(["factory-example-ext"])) == 1  # the quick start builds one cell
+    assert all("needs CUDA >= 12.8" in s.reason for s in m.skipped)
