@@ -319,11 +319,12 @@ def _write_member(out: Any, name: str, info: zipfile.ZipInfo, *, raw: Any = None
                        info.external_attr, offset) + encoded
 
 
-def copy_tree_linked(src: Path, dest: Path) -> Path:
-    """``dest`` with every file of ``src`` hard-linked (copied across filesystems)."""
+def copy_tree_linked(src: Path, dest: Path, *, skip: tuple[str, ...] = ()) -> Path:
+    """``dest`` with every file of ``src`` hard-linked (copied across filesystems), but those
+    named in ``skip`` (files written in place, which a link would share)."""
     dest.mkdir(parents=True, exist_ok=True)
     for f in src.iterdir():
-        if f.is_file() and not (dest / f.name).exists():
+        if f.is_file() and f.name not in skip and not (dest / f.name).exists():
             try:
                 os.link(f, dest / f.name)
             except OSError:

@@ -48,10 +48,13 @@ def selected_cells(args: argparse.Namespace, matrix: Matrix | None = None) -> li
     matrix = matrix or matrix_from_args(args)
     cells = matrix.cells_of(args.package)
     if args.missing:
-        from factory.index.store import open_existing_store
+        from factory.index.store import open_existing_store, open_store
         from factory.index.store.base import published
 
-        have = published(open_existing_store(store_from_args(args)))
+        spec = store_from_args(args)
+        # a build that publishes makes its store: until then, every cell is missing
+        opened = open_store(spec) if getattr(args, "publish", False) else open_existing_store(spec)
+        have = published(opened)
         cells = [c for c in cells if not have.has(c.content_key, c.wheel)]
     return cells
 
