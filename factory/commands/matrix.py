@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING
 
+from factory.build.readiness import Readiness, ReadinessChecker
 from factory.commands._common import (
     add_matrix_arg,
     add_store_arg,
@@ -18,12 +18,12 @@ from factory.commands._common import (
     print_json,
     store_from_args,
 )
+from factory.matrix.expand import Skipped
+from factory.matrix.load import Matrix, PlannedCell
+from factory.matrix.refresh import facts_used
+from factory.store import open_existing_store, open_store
+from factory.store.base import published
 from factory.upstream.facts import age
-
-if TYPE_CHECKING:
-    from factory.matrix.expand import Skipped
-    from factory.matrix.load import Matrix, PlannedCell
-    from factory.toolchain.readiness import Readiness
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -48,9 +48,6 @@ def selected_cells(args: argparse.Namespace, matrix: Matrix | None = None) -> li
     matrix = matrix or matrix_from_args(args)
     cells = matrix.cells_of(args.package)
     if args.missing:
-        from factory.index.store import open_existing_store, open_store
-        from factory.index.store.base import published
-
         spec = store_from_args(args)
         # a build that publishes makes its store: until then, every cell is missing
         opened = open_store(spec) if getattr(args, "publish", False) else open_existing_store(spec)
@@ -60,8 +57,6 @@ def selected_cells(args: argparse.Namespace, matrix: Matrix | None = None) -> li
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.toolchain.readiness import ReadinessChecker
-
     matrix = matrix_from_args(args)
     cells = selected_cells(args, matrix)
     checker = ReadinessChecker(matrix.settings)
@@ -144,12 +139,7 @@ def _summary(matrix: Matrix, cells: list[PlannedCell], ready: dict[str, Readines
 def _facts_lines(matrix: Matrix, cells: list[PlannedCell]) -> list[tuple[str, str]]:
     """(what, where it came from and how old it is) for the facts the cells rest on: the
     lock's record when the cells come from it, else what the facts at hand say."""
-    if matrix.lock is not None:
-        used = matrix.lock.facts
-    else:
-        from factory.matrix.refresh import facts_used
-
-        used = facts_used(cells, matrix.facts)
+    used = matrix.lock.facts if matrix.lock is not None else facts_used(cells, matrix.facts)
     out = [(f.what, f.origin.describe()) for f in used]
     kind = "locked with" if matrix.lock is not None else "resolved against"
     out.append((f"the facts this builder has now ({kind}: see above)",

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from packaging.requirements import InvalidRequirement, Requirement
+
+from factory.ci import runner_label
 from factory.commands._common import (
     add_matrix_arg,
     add_store_arg,
@@ -18,9 +20,12 @@ from factory.commands._common import (
     print_json,
     store_from_args,
 )
-
-if TYPE_CHECKING:
-    from factory.matrix.load import Matrix
+from factory.errors import UsageError
+from factory.hosts.request import request, request_cell
+from factory.matrix.expand import one_off
+from factory.matrix.load import Matrix
+from factory.planning.budget import requested_budget
+from factory.runners import RUNNERS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index-url", default=None,
                         help="the index root hosts install from (default: $FACTORY_INDEX_URL, "
                              "or the local store as a file:// URL)")
-    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None)
+    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
     parser.add_argument("--memory", default=None, help="memory cap for a build, e.g. 16g")
     parser.add_argument("--out", type=Path, default=None, help="where a built wheel goes (default: dist/)")
     parser.add_argument("--print-cell", action="store_true",
@@ -49,15 +54,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.hosts.request import request, request_cell
-    from factory.planning.budget import requested_budget
-
     matrix = matrix_from_args(args)
     spec, torch, cuda = _resolved(matrix, args)
     cell = request_cell(spec, torch=torch, cuda=cuda, archs=args.arch, python=args.python)
     if args.print_cell:
-        from factory.ci import runner_label
-
         pc = matrix.find(cell.id)  # validates the cell against the recipe and the torch/CUDA table
         if args.json:
             print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,
@@ -88,11 +88,6 @@ def run(args: argparse.Namespace) -> int:
 def _resolved(matrix: Matrix, args: argparse.Namespace) -> tuple[str, str, str]:
     """SPEC, --torch and --cuda with their rules resolved as the matrix resolves its own
     ('latest', 'default', a bare package name), said on stderr when one was a rule."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    from factory.errors import UsageError
-    from factory.matrix.expand import one_off
-
     spec = args.spec
     try:
         req = Requirement(spec)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from factory.commands._common import add_matrix_arg, print_json
 from factory.commands.matrix import add_selection_args, selected_cells
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.schedule import load_builders, schedule
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -17,9 +19,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.planning.memory_model import MemoryHistory
-    from factory.planning.schedule import load_builders, schedule
-
     builders = load_builders(args.builders)
     cells = selected_cells(args)
     found = schedule(cells, builders, history=MemoryHistory.load())

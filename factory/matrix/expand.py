@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from factory.errors import ConfigError, UsageError
 from factory.matrix.cell import Cell
 from factory.matrix.lock import LockedCell
+from factory.matrix.package import PackageSpec
 from factory.matrix.rules import (
     Rule,
     cuda_rule,
@@ -22,12 +24,11 @@ from factory.matrix.rules import (
     resolve_cuda,
     resolve_python,
     resolve_torch,
+    resolve_versions,
     torch_rule,
+    version_rule,
 )
 from factory.upstream.facts import Facts
-
-if TYPE_CHECKING:
-    from factory.matrix.load import PackageSpec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -96,9 +97,6 @@ def one_off(facts: Facts, pkg: PackageSpec, *, version: str | None, torch: str, 
     """A one-off request's (version, torch, CUDA), resolved by the matrix's rules: ``latest``
     for torch, ``default`` for the CUDA, no version for the package's newest release. A rule
     that names more than one value is refused: a request is one cell."""
-    from factory.errors import UsageError
-    from factory.matrix.rules import resolve_versions, version_rule
-
     def one(values: list[str], flag: str, text: str) -> str:
         if len(values) != 1:
             raise UsageError(f"{flag} {text!r} names {len(values)} values "
@@ -115,7 +113,5 @@ def one_off(facts: Facts, pkg: PackageSpec, *, version: str | None, torch: str, 
     t = one(torches, "--torch", torch)
     cudas, empty = resolve_cuda([cuda_rule(cuda, "--cuda")], facts, torch=t, platform=platform)
     if empty:
-        from factory.errors import ConfigError
-
         raise ConfigError(empty[0][1])
     return one(chosen, "the version", version or "latest"), t, one(cudas, "--cuda", cuda)

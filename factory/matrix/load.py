@@ -9,15 +9,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import tomllib
+import os
+import platform as _platform
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
+import tomllib
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from factory.errors import CellError, ConfigError, ConfigErrors
 from factory.matrix.cell import (
     DEFAULT_PLATFORM,
     Cell,
@@ -27,11 +29,11 @@ from factory.matrix.cell import (
     parse_python,
     parse_version,
 )
-from factory.errors import CellError, ConfigError, ConfigErrors
 from factory.matrix.expand import Skipped, locked_cell, product
 from factory.matrix.lock import Lock, LockedCell, lock_path, matrix_digest, read_lock
+from factory.matrix.manylinux import host_glibc, manylinux_name, plat_for_image
+from factory.matrix.package import PackageSpec
 from factory.matrix.rules import (
-    Rule,
     cuda_rule,
     python_range,
     python_rule,
@@ -40,8 +42,11 @@ from factory.matrix.rules import (
     version_rule,
 )
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
+from factory.matrix.tags import local_tag, plat_for_platform, variant_of_filename
 from factory.recipes import Recipe, get_recipe
+from factory.runners import runner_kind
 from factory.toolchain.resolve import Toolchain, check_cell_archs, resolve_toolchain
+from factory.toolchain.sdist import check_sdist_exists
 from factory.upstream.facts import Facts, load_facts
 from factory.upstream.read import Indexes
 
@@ -107,36 +112,6 @@ def _scalar_axis(value: Any, where: str, parse: Any) -> list[str]:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PackageSpec:
-    name: str
-    recipe: Recipe
-    versions: tuple[str, ...]  # resolved: exact versions, and what the rules gave
-    source: str  # "pypi" or a path (relative to the matrix file's directory)
-    sha256: str | None
-    axes: dict[str, list[Any]]
-    manylinux: str | None = None  # the package's glibc floor, over [settings] manylinux
-    version_rules: tuple[Rule, ...] = ()  # versions = [...] as written
-    python_range: SpecifierSet | None = None  # what python = ["torch"] may give
-
-    def sha256_of(self, version: str, facts: Facts | None) -> tuple[str | None, str | None]:
-        """(sdist filename, sha256) of ``version``: the matrix's pin for its one exact
-        version, else what the facts list (None where they do not know the release)."""
-        release = (facts.packages.get(self.name, {}).get(version)
-                   if facts is not None and self.source == "pypi" else None)
-        pinned = self.sha256 if len(self.version_rules) == 1 and not self.version_rules[0].tracking \
-            and self.versions == (version,) else None
-        if pinned and release and release.sha256 and release.sha256 != pinned.lower():
-            raise ConfigError(
-                f"[packages.{self.name}] sha256 {pinned} is not the sha256 PyPI lists for "
-                f"{release.sdist} ({release.sha256}; {release.origin.describe()})")
-        if pinned:
-            return (release.sdist if release else None), pinned
-        if release is not None:
-            return release.sdist, release.sha256
-        return None, None
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
 class PlannedCell:
     """A cell with everything resolved that the later stages need."""
 
@@ -156,8 +131,6 @@ class PlannedCell:
     @property
     def variant(self) -> str:
         """Its per-variant index: 'cu130-torch2.14-sm100' (the arch set unless the default)."""
-        from factory.matrix.tags import variant_of_filename
-
         return variant_of_filename(self.wheel) or self.cell.variant
 
     def as_dict(self) -> dict[str, Any]:
@@ -223,8 +196,6 @@ class Matrix:
                 f"{pkg.source!r} is built as {known}",
                 tip="add the version to the package's versions in the matrix",
             )
-        from factory.toolchain.wheelhouse import check_sdist_exists
-
         try:
             check_sdist_exists(pkg.name, version, self.settings.wheelhouse / "sdists")
         except CellError as exc:
@@ -255,8 +226,6 @@ class Matrix:
 
 
 def wheel_filename(cell: Cell, recipe: Recipe, plat: str) -> str:
-    from factory.matrix.tags import local_tag
-
     local = local_tag(
         cuda=cell.cuda, torch_minor=cell.torch_minor, archs=cell.archs, default_archs=recipe.default_archs
     )
@@ -268,24 +237,17 @@ def default_plat(
     settings: Settings, python: str | None = None, platform: str = DEFAULT_PLATFORM
 ) -> str:
     """The wheel's platform tag: the build environment's glibc floor, the cell's CPU."""
-    from factory.matrix.tags import plat_for_platform
-
     return plat_for_platform(_environment_plat(settings, python), platform)
 
 
 def _environment_plat(settings: Settings, python: str | None) -> str:
     if settings.plat != "auto":
         return settings.plat
-    if settings.runner == "local":
-        # the local runner builds against this host's glibc, so the tag follows it
-        import platform
-
-        lib, ver = platform.libc_ver()
-        if lib == "glibc" and ver:
-            major, minor = ver.split(".")[:2]
-            return f"manylinux_{major}_{minor}_{platform.machine()}"
-    from factory.toolchain.images import plat_for_image
-
+    if runner_kind(settings.runner).host_glibc:
+        # a runner on this host links against its glibc, so the tag follows it
+        glibc = host_glibc()
+        if glibc is not None:
+            return f"{manylinux_name(glibc)}_{_platform.machine()}"
     return plat_for_image(settings.image_for(python))
 
 
@@ -500,7 +462,6 @@ def _resolve_versions(matrix: Matrix, problems: _Problems) -> Matrix:
 def _indexes(raw: Any) -> Indexes:
     """``[indexes]``: where the facts are read. ``pypi``: PyPI's simple API or a mirror (default
     $PIP_INDEX_URL, else PyPI); ``pytorch``: the one pattern of PyTorch's per-CUDA indexes."""
-    import os
 
     if not isinstance(raw, dict):
         raise ConfigError("[indexes] must be a table (pypi = URL, pytorch = URL pattern)")
@@ -721,11 +682,11 @@ def _parse_axes(raw: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
         if axis == "archs":
             out[axis] = _archs_axis(value, w)
         elif axis == "torch":
-            out[axis] = _scalar_axis(value, w, lambda v: torch_rule(v, w))
+            out[axis] = _scalar_axis(value, w, lambda v, w=w: torch_rule(v, w))
         elif axis == "cuda":
-            out[axis] = _scalar_axis(value, w, lambda v: cuda_rule(v, w))
+            out[axis] = _scalar_axis(value, w, lambda v, w=w: cuda_rule(v, w))
         elif axis == "python":
-            out[axis] = _scalar_axis(value, w, lambda v: python_rule(v, w))
+            out[axis] = _scalar_axis(value, w, lambda v, w=w: python_rule(v, w))
         elif axis == "platform":
             out[axis] = [parse_platform(v) for v in _scalar_axis(value, w, parse_platform)]
         elif axis == "python-range":

@@ -11,7 +11,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from factory.errors import UpstreamError
-from factory.index.links import parse_anchors
+from factory.links import parse_anchors
 from factory.upstream.sources import Response
 
 
