@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import os
 import platform as _platform
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -23,92 +22,42 @@ from factory.errors import CellError, ConfigError, ConfigErrors
 from factory.matrix.cell import (
     DEFAULT_PLATFORM,
     Cell,
-    parse_arch,
     parse_cuda,
     parse_platform,
     parse_python,
     parse_version,
 )
 from factory.matrix.expand import Skipped, locked_cell, product
+from factory.matrix.indexes import indexes_table, torch_indexes_table
 from factory.matrix.lock import Lock, LockedCell, lock_path, matrix_digest, read_lock
 from factory.matrix.manylinux import host_glibc, manylinux_name, plat_for_image
-from factory.matrix.package import PackageSpec
+from factory.matrix.package import (
+    AXES,
+    AXIS_DEFAULTS,
+    AXIS_MODIFIERS,
+    PackageSpec,
+    archs_axis,
+    parse_axes,
+    parse_package,
+)
 from factory.matrix.rules import (
     cuda_rule,
-    python_range,
     python_rule,
     resolve_versions,
     torch_rule,
-    version_rule,
 )
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
 from factory.matrix.tags import local_tag, plat_for_platform, variant_of_filename
-from factory.recipes import Recipe, get_recipe
+from factory.recipes import Recipe
 from factory.runners import runner_kind
 from factory.toolchain.resolve import Toolchain, check_cell_archs, resolve_toolchain
 from factory.toolchain.sdist import check_sdist_exists
 from factory.upstream.facts import Facts, load_facts
 from factory.upstream.read import Indexes
 
-AXES = ("torch", "cuda", "archs", "python", "platform")
-# Axes a matrix may leave out, and the value they then take.
-AXIS_DEFAULTS: dict[str, list[Any]] = {"platform": [DEFAULT_PLATFORM]}
 TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes",
             "indexes"}
-# Keys beside the axes that narrow what a rule resolves to.
-AXIS_MODIFIERS = ("python-range",)
-PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", "manylinux", *AXES, *AXIS_MODIFIERS}
 RULE_KEYS = {"package", "version", *AXES, "reason", "manylinux"}
-
-
-def _as_list(value: Any, where: str) -> list[Any]:
-    if isinstance(value, list):
-        if not value:
-            raise ConfigError(f"{where} is an empty list")
-        return value
-    if isinstance(value, (str, int, float)):
-        return [value]
-    raise ConfigError(f"{where} must be a string or a list, not {type(value).__name__}")
-
-
-def _archs_axis(value: Any, where: str) -> list[tuple[int, ...]]:
-    """archs = ["10.0"] (one set), [["9.0"], ["10.0"]] (two sets), or "10.0"."""
-    items = _as_list(value, where)
-    if all(isinstance(v, list) for v in items):
-        sets = items
-    elif any(isinstance(v, list) for v in items):
-        raise ConfigError(f"{where} mixes arch sets and single archs")
-    else:
-        sets = [items]
-    out: list[tuple[int, ...]] = []
-    for s in sets:
-        if not s:
-            raise ConfigError(f"{where} has an empty arch set")
-        try:
-            out.append(tuple(sorted({parse_arch(str(a)) for a in s})))
-        except CellError as exc:
-            raise ConfigError(f"{where}: {exc.message}") from None
-    return out
-
-
-def _scalar_axis(value: Any, where: str, parse: Any) -> list[str]:
-    """Version strings, each checked by ``parse`` (which may also accept a tracking rule: it
-    raises CellError or ConfigError with the reason)."""
-    out = []
-    for v in _as_list(value, where):
-        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-            raise ConfigError(f"{where} must hold version strings")
-        if isinstance(v, float):
-            # TOML reads 2.10 as the number 2.1: a version written as a float loses digits.
-            raise ConfigError(
-                f"{where}: {v} is a TOML number; quote versions (\"2.10\" reads as 2.1)"
-            )
-        try:
-            parse(str(v))
-        except CellError as exc:
-            raise ConfigError(f"{where}: {exc.message}") from None
-        out.append(str(v).strip())
-    return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -315,7 +264,7 @@ def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str, cell_axes: Ma
         want = rule[axis]
         have = cell_axes[axis]
         if axis == "archs":
-            if _archs_axis(want, "exclude.archs")[0] != have:
+            if archs_axis(want, "exclude.archs")[0] != have:
                 return False
         elif axis == "python":
             if parse_python(str(want)) != parse_python(have):
@@ -401,17 +350,17 @@ def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path, use_lo
         settings = Settings.from_table(raw_settings, root=root)
     torch_indexes: dict[str, str] = {}
     with problems.part():
-        torch_indexes = _torch_indexes(data.get("torch-indexes", {}))
+        torch_indexes = torch_indexes_table(data.get("torch-indexes", {}))
     indexes = Indexes()
     with problems.part():
-        indexes = _indexes(data.get("indexes", {}))
+        indexes = indexes_table(data.get("indexes", {}))
     global_axes: dict[str, list[Any]] | None = None
     with problems.part():
         axes_raw = data.get("axes", {})
         if not isinstance(axes_raw, dict):
             raise ConfigError("[axes] must be a table")
         check_keys(axes_raw, {*AXES, *AXIS_MODIFIERS}, "[axes]")
-        global_axes = _parse_axes(axes_raw, "axes")
+        global_axes = parse_axes(axes_raw, "axes")
     packages = _packages(data.get("packages", {}), root=root, global_axes=global_axes,
                          problems=problems)
     rules: dict[str, list[dict[str, Any]]] = {}
@@ -459,38 +408,6 @@ def _resolve_versions(matrix: Matrix, problems: _Problems) -> Matrix:
     return dataclasses.replace(matrix, packages=packages)
 
 
-def _indexes(raw: Any) -> Indexes:
-    """``[indexes]``: where the facts are read. ``pypi``: PyPI's simple API or a mirror (default
-    $PIP_INDEX_URL, else PyPI); ``pytorch``: the one pattern of PyTorch's per-CUDA indexes."""
-
-    if not isinstance(raw, dict):
-        raise ConfigError("[indexes] must be a table (pypi = URL, pytorch = URL pattern)")
-    check_keys(raw, {"pypi", "pytorch"}, "[indexes]")
-    pypi = raw.get("pypi") or os.environ.get("PIP_INDEX_URL") or Indexes().pypi
-    pattern = raw.get("pytorch", Indexes().pytorch)
-    for key, value in (("pypi", pypi), ("pytorch", pattern)):
-        if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-            raise ConfigError(f"[indexes] {key} must be an http(s) URL")
-    if "{cuda_tag}" not in pattern and "{cuda}" not in pattern:
-        raise ConfigError("[indexes] pytorch must name the CUDA: a pattern with {cuda_tag} "
-                          "(cu130) or {cuda} (13.0)")
-    return Indexes(pypi=pypi, pytorch=pattern)
-
-
-def _torch_indexes(raw: Any) -> dict[str, str]:
-    """``[torch-indexes]``: CUDA version = the PyTorch index URL for its torch builds."""
-    if not isinstance(raw, dict):
-        raise ConfigError("[torch-indexes] must be a table of CUDA version = URL")
-    for k, v in raw.items():
-        try:
-            parse_cuda(k)
-        except CellError as exc:
-            raise ConfigError(f"[torch-indexes]: {exc.message}") from None
-        if not isinstance(v, str) or not v.startswith(("http://", "https://", "file://")):
-            raise ConfigError(f"[torch-indexes] {k!r} must be an http(s) or file URL")
-    return dict(raw)
-
-
 def _packages(raw: Any, *, root: Path, global_axes: Mapping[str, list[Any]] | None,
               problems: _Problems) -> dict[str, PackageSpec]:
     """Every ``[packages.NAME]`` that is valid; the problems of the others go to ``problems``."""
@@ -501,59 +418,11 @@ def _packages(raw: Any, *, root: Path, global_axes: Mapping[str, list[Any]] | No
     packages: dict[str, PackageSpec] = {}
     for name, spec in raw.items():
         with problems.part():
-            pkg = _package(name, spec, root=root, global_axes=global_axes)
+            pkg = parse_package(name, spec, root=root, global_axes=global_axes)
             if pkg.name in packages:
                 raise ConfigError(f"package {name!r} is declared twice")
             packages[pkg.name] = pkg
     return packages
-
-
-def _package(name: str, spec: Any, *, root: Path,
-             global_axes: Mapping[str, list[Any]] | None) -> PackageSpec:
-    """One ``[packages.NAME]`` table; its own axes override the global ones."""
-    where = f"[packages.{name}]"
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{where} must be a table")
-    check_keys(spec, PACKAGE_KEYS, where)
-    recipe = get_recipe(str(spec.get("recipe", "torch-extension")))
-    if "versions" not in spec:
-        raise ConfigError(f"{where} needs versions = [...]")
-    written = _scalar_axis(spec["versions"], f"{where} versions",
-                           lambda v: version_rule(v, f"{where} versions", name))
-    version_rules = tuple(version_rule(v, f"{where} versions", name) for v in written)
-    source = spec.get("source", "pypi")
-    if not isinstance(source, str) or not source:
-        raise ConfigError(f"{where} source must be 'pypi' or a directory path")
-    tracking = [r.text for r in version_rules if r.tracking]
-    if source != "pypi" and tracking:
-        raise ConfigError(f"{where} versions {tracking[0]!r}: a rule follows the package's "
-                          "releases on PyPI; a source directory is built as the versions it "
-                          "names")
-    if source != "pypi" and not (root / source).is_dir():
-        looked = (root / source).resolve()
-        raise ConfigError(
-            f"{where} source directory {source!r} does not exist (looked for {looked}; "
-            "a relative source counts from the matrix file's directory)"
-        )
-    sha = spec.get("sha256")
-    if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
-        raise ConfigError(f"{where} sha256 must be 64 hex digits")
-    axes = dict(global_axes or {})
-    axes.update(_parse_axes({k: spec[k] for k in (*AXES, *AXIS_MODIFIERS) if k in spec},
-                            f"packages.{name}"))
-    for axis in AXES:
-        if axis not in axes and axis in AXIS_DEFAULTS:
-            axes[axis] = list(AXIS_DEFAULTS[axis])
-        if axis not in axes and global_axes is not None:  # else [axes] has its own problem
-            raise ConfigError(f"{where} has no {axis} axis and [axes] sets none")
-    floor = check_manylinux(spec["manylinux"], where) if "manylinux" in spec else None
-    spread = axes.pop("python-range", None)
-    return PackageSpec(
-        name=canonicalize_name(name), recipe=recipe,
-        versions=tuple(r.text for r in version_rules if not r.tracking), source=source,
-        sha256=sha, axes=axes, manylinux=floor, version_rules=version_rules,
-        python_range=spread[0] if spread else None,
-    )
 
 
 def _rules(data: Mapping[str, Any], kind: str, declared: Iterable[str] | None,
@@ -573,7 +442,7 @@ def _rules(data: Mapping[str, Any], kind: str, declared: Iterable[str] | None,
                 raise ConfigError(
                     f"[[{kind}]] #{i + 1} names unknown package {rule['package']!r}"
                 )
-            parsed = _parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
+            parsed = parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
             for axis, rule_of in (("torch", torch_rule), ("cuda", cuda_rule),
                                   ("python", python_rule)):
                 for v in parsed.get(axis, []):
@@ -667,31 +536,12 @@ def _included_cell(rule: Mapping[str, Any], where: str,
         parse_version(version, pkg.name)
     except CellError as exc:
         raise ConfigError(f"{where}: {exc.message}") from None
-    values = {**AXIS_DEFAULTS, **_parse_axes({a: rule[a] for a in AXES if a in rule}, where)}
+    values = {**AXIS_DEFAULTS, **parse_axes({a: rule[a] for a in AXES if a in rule}, where)}
     cell = Cell(
         package=pkg.name, version=version, torch=values["torch"][0], cuda=values["cuda"][0],
         archs=values["archs"][0], python=values["python"][0], platform=values["platform"][0],
     )
     return pkg, cell
-
-
-def _parse_axes(raw: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for axis, value in raw.items():
-        w = f"{where}.{axis}"
-        if axis == "archs":
-            out[axis] = _archs_axis(value, w)
-        elif axis == "torch":
-            out[axis] = _scalar_axis(value, w, lambda v, w=w: torch_rule(v, w))
-        elif axis == "cuda":
-            out[axis] = _scalar_axis(value, w, lambda v, w=w: cuda_rule(v, w))
-        elif axis == "python":
-            out[axis] = _scalar_axis(value, w, lambda v, w=w: python_rule(v, w))
-        elif axis == "platform":
-            out[axis] = [parse_platform(v) for v in _scalar_axis(value, w, parse_platform)]
-        elif axis == "python-range":
-            out[axis] = [python_range(value, w)]
-    return out
 
 
 def default_matrix_path() -> Path:
