@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
                         for c in result.changes],
         })
         return 1 if (args.check and result.differs) else 0
-    where = "the facts this builder has" if args.offline else "the indexes, read now"
-    print(f"lock {result.path} from {where} ({result.facts.describe()})")
+    print(f"lock {result.path} against {result.facts.describe()}")
     for note in result.facts.notes:
         print(f"note: {note}")
     for line in change_table(result.changes):

@@ -151,9 +151,9 @@ class Facts:
         return None
 
     def describe(self) -> str:
-        where = {"snapshot": "the shipped snapshot", "cache": "the cached index answers",
-                 "live": "the indexes"}.get(self.kind, self.kind)
-        return f"{where} of {self.generated}"
+        where = {"snapshot": "the shipped snapshot of", "cache": "the cached index answers of",
+                 "live": "the indexes as read at"}.get(self.kind, f"{self.kind} of")
+        return f"{where} {self.generated}"
 
     def build_for(self, *, torch: str, cuda: str, platform: str, python: str) -> TorchBuild:
         """The build a cell installs: PyPI's where it is that CUDA for that CPU and Python,

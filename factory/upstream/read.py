@@ -171,33 +171,27 @@ def _torch_releases(page: Response, chosen: Mapping[tuple[str, str, str], _Wheel
 
 def _pypi_builds(source: Source, chosen: Mapping[tuple[str, str, str], _Wheel]
                  ) -> list[TorchBuild]:
-    """PyPI's build of each version, per CPU: the CUDA its wheels' requirements pin (read
-    from one wheel per version and CPU: the pins do not differ by Python)."""
+    """PyPI's build of each version: per CPU, the CUDA its wheels' requirements pin (read from
+    one wheel per version and CPU: the pins do not differ by Python). CPUs whose wheels pin
+    the same CUDA release share one build; a CPU whose wheel pins none is a CPU build."""
     groups: dict[tuple[str, str], dict[str, _Wheel]] = defaultdict(dict)
     for (version, cpu, python), w in chosen.items():
         groups[(version, cpu)][python] = w
-    merged: dict[tuple[str, str, str | None], dict[str, object]] = {}
+    origins: dict[tuple[str, str, str], Origin] = {}
+    files: dict[tuple[str, str, str], dict[str, dict[str, WheelFile]]] = defaultdict(dict)
     for (version, cpu), per_python in sorted(groups.items()):
         sample = per_python.get("3.11") or per_python[min(per_python)]
         meta = source.metadata(sample.file.url, pep658=sample.file.core_metadata)
         pin = cuda_pin(meta.body, platform=cpu, python=sample.python)
         if pin is None:
-            continue  # a CPU build: PyPI has no CUDA torch for this CPU
+            continue
         key = (version, pin.cuda, pin.release)
-        entry = merged.setdefault(key, {"files": {}, "origin": _origin(
-            meta, note=f"{pin.requirement} in {sample.file.filename}")})
-        files = entry["files"]
-        assert isinstance(files, dict)
-        files[cpu] = {py: WheelFile(filename=w.file.filename, sha256=w.file.sha256)
-                      for py, w in per_python.items()}
-    out = []
-    for (version, cuda, release), entry in merged.items():
-        origin = entry["origin"]
-        files = entry["files"]
-        assert isinstance(origin, Origin) and isinstance(files, dict)
-        out.append(TorchBuild(version=version, cuda=cuda, index=None, release=release,
-                              files=files, origin=origin))
-    return out
+        origins.setdefault(key, _origin(meta, f"{pin.requirement} in {sample.file.filename}"))
+        files[key][cpu] = {py: WheelFile(filename=w.file.filename, sha256=w.file.sha256)
+                           for py, w in per_python.items()}
+    return [TorchBuild(version=version, cuda=cuda, index=None, release=release,
+                       files=files[(version, cuda, release)], origin=origin)
+            for (version, cuda, release), origin in origins.items()]
 
 
 def _cuda_minors(files: Iterable[IndexFile]) -> list[str]:
