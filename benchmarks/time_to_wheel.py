@@ -87,30 +87,35 @@ def _build_lines(stderr: str) -> list[str]:
             if "built " in line or "attempt" in line.lower() and "compile" in line.lower()][-6:]
 
 
-def predicted() -> dict[str, Any]:
-    """flash-attn's cells for the newest torch in the default matrix, on .github/builders.toml."""
+def predicted() -> list[dict[str, Any]]:
+    """flash-attn's cells for each of the two newest torch releases in the default matrix
+    (what that release brought), scheduled on .github/builders.toml with none of them built."""
     from factory.matrix.load import load_matrix
     from factory.upstream.facts import shipped_snapshot
 
-    newest = str(shipped_snapshot().torch_versions()[-1])
-    with tempfile.TemporaryDirectory() as tmp:
-        text = (REPO / "matrix.toml").read_text().replace(
-            'torch = ["latest:2"]', f'torch = ["{newest}"]')
-        text = text.split("\n[[include]]\n")[0]  # the one-off cells are no release's
-        matrix = Path(tmp) / "matrix.toml"
-        matrix.write_text(text.replace('source = "tests/example_ext"',
-                                       f'source = "{REPO / "tests" / "example_ext"}"'))
-        cells = [pc.cell.id for pc in load_matrix(matrix).cells_of(["flash-attn"])]
-        r = subprocess.run([sys.executable, "-m", "factory", "schedule", "--matrix", str(matrix),
-                            "--builders", str(REPO / ".github" / "builders.toml"),
-                            "--package", "flash-attn", "--json"],
-                           capture_output=True, text=True, cwd=REPO, timeout=600)
-        if r.returncode != 0:
-            raise SystemExit(r.stderr)
-        doc = json.loads(r.stdout)
-    return {"torch": newest, "cells": len(cells), "makespan_s": doc["makespan_seconds"],
-            "group_bound_s": doc["group_bound_seconds"],
-            "fluid_bound_s": doc["lower_bound_seconds"], "unplaced": len(doc["unplaced"])}
+    out = []
+    for version in [str(v) for v in shipped_snapshot().torch_versions()[-2:]][::-1]:
+        with tempfile.TemporaryDirectory() as tmp:
+            text = (REPO / "matrix.toml").read_text().replace(
+                'torch = ["latest:2"]', f'torch = ["{version}"]')
+            text = text.split("\n[[include]]\n")[0]  # the one-off cells are no release's
+            matrix = Path(tmp) / "matrix.toml"
+            matrix.write_text(text.replace('source = "tests/example_ext"',
+                                           f'source = "{REPO / "tests" / "example_ext"}"'))
+            cells = load_matrix(matrix).cells_of(["flash-attn"])
+            r = subprocess.run(
+                [sys.executable, "-m", "factory", "schedule", "--matrix", str(matrix),
+                 "--builders", str(REPO / ".github" / "builders.toml"), "--package",
+                 "flash-attn", "--json"], capture_output=True, text=True, cwd=REPO, timeout=600)
+            if r.returncode != 0:
+                raise SystemExit(r.stderr)
+            doc = json.loads(r.stdout)
+        out.append({"torch": version, "cells": len(cells),
+                    "cudas": sorted({pc.cell.cuda for pc in cells}),
+                    "makespan_s": doc["makespan_seconds"],
+                    "group_bound_s": doc["group_bound_seconds"],
+                    "fluid_bound_s": doc["lower_bound_seconds"], "unplaced": len(doc["unplaced"])})
+    return out
 
 
 def main() -> int:
@@ -123,10 +128,11 @@ def main() -> int:
     results: dict[str, Any] = {"predicted_flash_attn": predicted()}
     if not args.predict_only:
         results["example"] = measured(cold=args.cold)
-    p = results["predicted_flash_attn"]
-    print(f"flash-attn, torch {p['torch']}: {p['cells']} cells on .github/builders.toml, "
-          f"predicted makespan {p['makespan_s'] / 60:.0f} min (whole-group bound "
-          f"{p['group_bound_s'] / 60:.0f} min)")
+    for p in results["predicted_flash_attn"]:
+        print(f"flash-attn, torch {p['torch']} (CUDA {', '.join(p['cudas'])}): {p['cells']} "
+              f"cells on .github/builders.toml, predicted makespan {p['makespan_s'] / 60:.0f} "
+              f"min (whole-group bound {p['group_bound_s'] / 60:.0f} min, fluid "
+              f"{p['fluid_bound_s'] / 60:.0f} min)")
     if "example" in results:
         e = results["example"]
         print(f"example, torch {NEW_TORCH} appears ({'cold' if e['cold'] else 'warm'}):")
