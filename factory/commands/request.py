@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     spec, torch, cuda = _resolved(matrix, args)
     cell = request_cell(spec, torch=torch, cuda=cuda, archs=args.arch, python=args.python)
     if args.print_cell:
-        pc = matrix.find(cell.id)  # validates the cell against the recipe and the torch/CUDA table
+        pc = matrix.find(cell.id)  # validates the cell against the recipe and the facts
         if args.json:
             print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,
                         "content_key": pc.content_key, "runner": runner_label(pc.cell.package),
