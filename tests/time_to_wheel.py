@@ -131,8 +131,7 @@ class Setup:
                 "--disable-pip-version-check", "--report", str(report),
                 "--index-url", f"{self.url}simple/", "--extra-index-url", f"{index}simple/",
                 f"torch=={NEW_TORCH}", PACKAGE)
-        env = {k: v for k, v in self.env.items() if not k.startswith("PIP_")}
-        env["PIP_CONFIG_FILE"] = os.devnull
+        env = {k: v for k, v in self.env.items() if k != "PIP_INDEX_URL"}
         t0 = time.monotonic()
         r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
         return Step(name="install", argv=argv, seconds=time.monotonic() - t0,
@@ -172,9 +171,14 @@ def standin_setup(*, wheelhouse: Path, cache: Path, venvs: Path,
                 store=store, wheelhouse=wh, work=scratch / "work", venvs=venvs,
                 compile_cache=cache.parent / "compile-cache", pypi=url,
                 source=REPO / "tests" / "example_ext"))
-            env = {**os.environ, "CI": "true", "PIP_INDEX_URL": f"{url}simple/",
-                   "PYTHONPATH": str(REPO)}
-            env.pop("FACTORY_FACTS", None)  # the stand-in's answers, not the snapshot
+            # pip as on a builder whose index is the stand-in: none of this machine's pip
+            # configuration (its mirrors, and a constraint that caps torch at what its disk
+            # holds, which a torch 2.99.0 would trip over)
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith("PIP_") and k != "FACTORY_FACTS"}
+            env.update({"CI": "true", "PIP_INDEX_URL": f"{url}simple/",
+                        "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                        "PYTHONPATH": str(REPO)})
             yield Setup(root=scratch, standin=standin, url=url, matrix=matrix, store=store,
                         env=env)
     finally:
