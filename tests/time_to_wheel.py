@@ -30,6 +30,7 @@ from pypi_standin import StandIn, copy_tree_linked, fake_release
 REPO = Path(__file__).resolve().parent.parent
 NEW_TORCH = "2.99.0"
 PACKAGE = "factory-example-ext"
+NEW_CELL_ID = f"{PACKAGE}-0.1.0-torch{NEW_TORCH}-cu130-sm100-cp311"
 
 MATRIX = """\
 version = 1
@@ -155,8 +156,13 @@ def _now() -> str:
 def standin_setup(*, wheelhouse: Path, cache: Path, venvs: Path,
                   root: Path | None = None) -> Iterator[Setup]:
     """The stand-in serving ``wheelhouse/cp311`` (hard links, nothing copied), a matrix that
-    tracks torch latest:2 for the example, an empty store; cleaned up after."""
+    tracks torch latest:2 for the example, an empty store; cleaned up after. The work dir sits
+    beside ``cache`` (so the toolkit and sysroots beside it are the session's), with the new
+    cell's build tree and the index answers of earlier runs removed first."""
     scratch = root or Path(tempfile.mkdtemp(prefix="time-to-wheel-"))
+    work = cache.parent / "work-time-to-wheel"
+    for stale in (work / NEW_CELL_ID, work / "upstream"):
+        shutil.rmtree(stale, ignore_errors=True)
     try:
         standin = StandIn(hashes=_hashes(cache))
         for f in sorted((wheelhouse / "cp311").glob("*.whl")):
@@ -168,7 +174,7 @@ def standin_setup(*, wheelhouse: Path, cache: Path, venvs: Path,
             store = scratch / "store"
             matrix = scratch / "matrix.toml"
             matrix.write_text(MATRIX.format(
-                store=store, wheelhouse=wh, work=scratch / "work", venvs=venvs,
+                store=store, wheelhouse=wh, work=work, venvs=venvs,
                 compile_cache=cache.parent / "compile-cache", pypi=url,
                 source=REPO / "tests" / "example_ext"))
             # pip as on a builder whose index is the stand-in: none of this machine's pip

@@ -1,4 +1,5 @@
-"""factory request SPEC --torch V --cuda V --arch A --python V [--store] [--matrix] [--index-url URL]
+"""factory request SPEC --torch V --cuda V --arch A --python V [--store] [--matrix]
+[--index-url URL]
 
 Prints progress on stderr and the install line alone on stdout, so a script can run
 ``$(factory request ...)``.
@@ -38,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="CUDA version of that torch build, e.g. 12.8, or 'default' "
                         "(PyPI's build of that torch)")
     parser.add_argument("--arch", action="append", required=True,
-                        help="GPU compute capability, e.g. 10.0 (repeat or comma-separate for several)")
+                        help="GPU compute capability, e.g. 10.0 (repeat or comma-separate for "
+                        "several)")
     parser.add_argument("--python", required=True, help="Python version, e.g. 3.12")
     add_store_arg(parser)
     add_matrix_arg(parser)
@@ -47,9 +49,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "or the local store as a file:// URL)")
     parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
     parser.add_argument("--memory", default=None, help="memory cap for a build, e.g. 16g")
-    parser.add_argument("--out", type=Path, default=None, help="where a built wheel goes (default: dist/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where a built wheel goes (default: dist/)")
     parser.add_argument("--print-cell", action="store_true",
-                        help="only print the cell id (and its runner label) and exit: no store, no build")
+                        help="only print the cell id (and its runner label) and exit: no store, "
+                        "no build")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

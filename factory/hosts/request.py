@@ -17,10 +17,11 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from factory.build.pipeline import BuildOptions, build_cells
+from factory.build.job import BuildOptions
+from factory.build.pipeline import build_cells
 from factory.engine import docker_client, image_exists
 from factory.errors import BuildError, EngineError, StoreError, ToolchainError, UsageError
-from factory.matrix.cell import Cell, parse_arch
+from factory.matrix.cell import Cell, parse_arch_list
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
 from factory.runners import runner_kind
@@ -48,7 +49,8 @@ def parse_spec(spec: str) -> tuple[str, str]:
     try:
         req = Requirement(spec)
     except InvalidRequirement:
-        raise UsageError(f"cannot read the request {spec!r}", tip="write it like flash-attn==2.8.3.post2") from None
+        raise UsageError(f"cannot read the request {spec!r}",
+                         tip="write it like flash-attn==2.8.3.post2") from None
     specs = list(req.specifier)
     if len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
         raise UsageError(f"{spec!r} must pin exactly one version with ==",
@@ -60,14 +62,11 @@ def parse_spec(spec: str) -> tuple[str, str]:
 
 def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], python: str) -> Cell:
     package, version = parse_spec(spec)
-    sms: set[int] = set()
-    for a in archs:
-        for part in str(a).replace(";", ",").split(","):
-            if part.strip():
-                sms.add(parse_arch(part))
+    sms = {sm for a in archs for sm in parse_arch_list(str(a))}
     if not sms:
         raise UsageError("--arch needs at least one GPU arch, e.g. --arch 10.0")
-    return Cell(package=package, version=version, torch=torch, cuda=cuda, archs=tuple(sorted(sms)), python=python)
+    return Cell(package=package, version=version, torch=torch, cuda=cuda, archs=tuple(sorted(sms)),
+                python=python)
 
 
 def index_url_for(store_spec: str, index_url: str | None) -> str:
@@ -89,7 +88,8 @@ def install_line(index_url: str, variant: str, wheel: str) -> str:
 
     name, version, _, _ = parse_wheel_filename(wheel)
     # The full version with its local tag: '==2.8.3.post2' alone would accept any variant.
-    return f"pip install --extra-index-url {index_url}/{variant}/simple/ {canonicalize_name(name)}=={version}"
+    return (f"pip install --extra-index-url {index_url}/{variant}/simple/ "
+            f"{canonicalize_name(name)}=={version}")
 
 
 def find_published(store: Any, pc: PlannedCell) -> PublishedBuild | None:
@@ -104,8 +104,10 @@ def find_published(store: Any, pc: PlannedCell) -> PublishedBuild | None:
     if same:
         b = same[-1]
         raise StoreError(
-            f"{b.manifest.wheel} (the build of {pc.cell.id}) is yanked: {b.yanked or 'no reason given'}",
-            tip="pip still installs it with an exact == pin; publish a fixed build under a new recipe revision",
+            f"{b.manifest.wheel} (the build of {pc.cell.id}) is yanked: "
+            f"{b.yanked or 'no reason given'}",
+            tip="pip still installs it with an exact == pin; publish a fixed build under a new "
+            "recipe revision",
         )
     return None
 
@@ -152,7 +154,8 @@ def request(
     store = open_store(store_spec)
     found = find_published(store, pc)
     if found is not None:
-        return RequestResult(cell_id=pc.cell.id, content_key=pc.content_key, wheel=found.manifest.wheel,
+        return RequestResult(cell_id=pc.cell.id, content_key=pc.content_key,
+                             wheel=found.manifest.wheel,
                              variant=pc.variant, built=False,
                              install=install_line(url, pc.variant, found.manifest.wheel))
     check_buildable_here(pc, runner)

@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
+from factory.matrix.cell import sm_names
 from factory.matrix.tags import (
     glibc_floor,
     local_tag_of_filename,
@@ -242,7 +243,7 @@ def _finder_cells(row: FinderRow) -> dict[str, str]:
         "version": str(version),
         "torch": lt.torch_minor if lt else "",
         "cuda": lt.cuda if lt else "",
-        "arch": ("+".join(f"sm_{a}" for a in lt.archs) if lt.archs else "default") if lt else "",
+        "arch": (sm_names(lt.archs, sep="+") if lt.archs else "default") if lt else "",
         "python": " ".join(pythons),
         "platform": wheel_platform(platforms) if "any" not in platforms else "any",
         "glibc": glibc_floor(platforms) or "",

@@ -22,7 +22,7 @@ import tomllib
 from packaging.version import Version
 
 from factory.errors import ConfigError, ToolchainError
-from factory.matrix.cell import Cell, parse_cuda
+from factory.matrix.cell import Cell, parse_cuda, sm_name
 
 # The CUDA component wheels that together make a CUDA_HOME able to build torch extensions.
 CUDA13_COMPONENTS = (
@@ -54,7 +54,8 @@ def check_cell_archs(cell: Cell) -> None:
         need = arch_min_cuda(sm)
         if need and parse_cuda(need) > (cmaj, cmin):
             raise ConfigError(
-                f"sm_{sm} needs CUDA >= {need}, but the cell asks for CUDA {cell.cuda} ({cell.id})"
+                f"{sm_name(sm)} needs CUDA >= {need}, but the cell asks for CUDA {cell.cuda} "
+                f"({cell.id})"
             )
 
 
@@ -102,7 +103,8 @@ def resolve_toolchain(
             path = find_system_cuda(cell.cuda, system_root=system_root)
             if path is not None:
                 return Toolchain(
-                    cuda=cell.cuda, nvcc_source="system", nvcc_requirements=(), system_path=str(path),
+                    cuda=cell.cuda, nvcc_source="system", nvcc_requirements=(),
+                    system_path=str(path),
                     image=None, torch_requirement=torch_req, torch_index=torch_index,
                 )
     raise ToolchainError(
@@ -153,7 +155,8 @@ def nvcc_version(nvcc: Path) -> Version:
     import subprocess
 
     try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
+                             check=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         raise ToolchainError(f"cannot run {nvcc}: {exc}") from None
     m = re.search(r"release (\d+\.\d+)", out)
