@@ -102,8 +102,10 @@ class Setup:
     def nightly(self) -> list[Step]:
         """What the nightly runs, in order (one builder; the schedule is the unit tests')."""
         lock = self.factory("lock", "lock", "--matrix", str(self.matrix)).check()
+        # the nightly passes each slot's share of its builder; this builder's share is 6 GiB
         build = self.factory("build", "build", "--missing", "--publish", "--cache",
-                             "--store", str(self.store), "--matrix", str(self.matrix)).check()
+                             "--memory", "6g", "--store", str(self.store),
+                             "--matrix", str(self.matrix)).check()
         index = self.factory("index", "index", "rebuild", "--store", str(self.store)).check()
         return [lock, build, index]
 
