@@ -206,7 +206,7 @@ def write_tiny_cuda_ext(root: Path, *, torch_headers: bool) -> Path:
 def _facts_from_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
     """Matrices resolve against the shipped snapshot, never against whatever this machine's
     work dir cached last (tests that read indexes pass their facts or their own work dir)."""
-    from factory.upstream.facts import FACTS_ENV
+    from factory.environment import FACTS_ENV
 
     monkeypatch.setenv(FACTS_ENV, "snapshot")
 

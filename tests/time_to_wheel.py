@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from http_fixtures import factory_serve
 from pypi_standin import StandIn, copy_tree_linked, fake_release
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,22 +109,9 @@ class Setup:
         index = self.factory("index", "index", "rebuild", "--store", str(self.store)).check()
         return [lock, build, index]
 
-    @contextlib.contextmanager
-    def served(self) -> Iterator[str]:
+    def served(self) -> contextlib.AbstractContextManager[str]:
         """``factory serve`` on the store, on a free loopback port: its root URL."""
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "factory", "serve", "--store", str(self.store),
-             "--host", "127.0.0.1", "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self.env)
-        try:
-            assert proc.stdout is not None
-            first = proc.stdout.readline()
-            m = re.search(r" at (http://\S+?)simple/", first)
-            assert m, f"factory serve said {first!r}"
-            yield m.group(1)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+        return factory_serve(self.store, "--host", "127.0.0.1")
 
     def install(self, index: str) -> Step:
         """pip resolves the new torch and our wheel for it (PEP 658 metadata from both

@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
 from factory.errors import UsageError
-from factory.matrix.load import default_matrix_path, load_matrix
+from factory.matrix.load import load_matrix, matrix_path
 from factory.matrix.refresh import read_indexes
 from factory.upstream.facts import SNAPSHOT, Facts, age
 from factory.upstream.snapshot import make_snapshot
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return _snapshot(args)
     matrix = matrix_from_args(args) if args.action == "show" else None
     if args.action == "refresh":
-        shell = load_matrix(args.matrix or default_matrix_path(), use_lock=False, expand=False)
+        shell = load_matrix(matrix_path(args.matrix), use_lock=False, expand=False)
         facts = read_indexes(shell)
     else:
         assert matrix is not None

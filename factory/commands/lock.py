@@ -8,10 +8,9 @@ when the lock would change.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from factory.commands._common import add_matrix_arg, print_json
-from factory.matrix.load import default_matrix_path
+from factory.matrix.load import matrix_path
 from factory.matrix.lock import change_table
 from factory.matrix.refresh import refresh_lock
 
@@ -29,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    path: Path = args.matrix or default_matrix_path()
+    path = matrix_path(args.matrix)
     result = refresh_lock(path, offline=args.offline, check=args.check, timeout=args.timeout)
     lock = result.new
     counts = f"{len(lock.cells)} cell(s), {len(lock.skips)} known not to build"

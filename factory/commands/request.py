@@ -1,5 +1,5 @@
-"""factory request SPEC --torch V --cuda V --arch A --python V [--store] [--matrix]
-[--index-url URL]
+"""factory request SPEC --torch V --cuda V --arch A --python V [--platform CPU] [--store]
+                  [--matrix] [--index-url URL] [--print-cell [--builders FILE]]
 
 Prints progress on stderr and the install line alone on stdout, so a script can run
 ``$(factory request ...)``.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from factory.ci import runner_label
+from factory.ci import DEFAULT_BUILDERS, runs_on
 from factory.commands._common import (
     add_matrix_arg,
     add_store_arg,
@@ -23,9 +23,11 @@ from factory.commands._common import (
 )
 from factory.errors import UsageError
 from factory.hosts.request import request, request_cell
+from factory.matrix.cell import DEFAULT_PLATFORM, PLATFORMS
 from factory.matrix.expand import one_off
 from factory.matrix.load import Matrix
 from factory.planning.budget import requested_budget
+from factory.planning.schedule import load_builders
 from factory.runners import RUNNERS
 
 
@@ -40,8 +42,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "(PyPI's build of that torch)")
     parser.add_argument("--arch", action="append", required=True,
                         help="GPU compute capability, e.g. 10.0 (repeat or comma-separate for "
-                        "several)")
+                             "several)")
     parser.add_argument("--python", required=True, help="Python version, e.g. 3.12")
+    parser.add_argument("--platform", default=DEFAULT_PLATFORM, choices=PLATFORMS,
+                        help=f"the CPU of the hosts (default {DEFAULT_PLATFORM}; aarch64: Grace "
+                             "hosts such as GB200)")
     add_store_arg(parser)
     add_matrix_arg(parser)
     parser.add_argument("--index-url", default=None,
@@ -52,20 +57,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="where a built wheel goes (default: dist/)")
     parser.add_argument("--print-cell", action="store_true",
-                        help="only print the cell id (and its runner label) and exit: no store, "
-                        "no build")
+                        help="only print the cell id (and, with --json, the runs-on labels of a "
+                             "builder for it) and exit: no store, no build")
+    parser.add_argument("--builders", type=Path, default=None, metavar="FILE",
+                        help=f"the builders a --print-cell --json runner label comes from "
+                             f"(default: {DEFAULT_BUILDERS})")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run(args: argparse.Namespace) -> int:
     matrix = matrix_from_args(args)
     spec, torch, cuda = _resolved(matrix, args)
-    cell = request_cell(spec, torch=torch, cuda=cuda, archs=args.arch, python=args.python)
+    cell = request_cell(spec, torch=torch, cuda=cuda, archs=args.arch, python=args.python,
+                        platform=args.platform)
     if args.print_cell:
         pc = matrix.find(cell.id)  # validates the cell against the recipe and the facts
         if args.json:
+            where = runs_on(pc.cell.package, pc.cell.platform,
+                            load_builders(args.builders or DEFAULT_BUILDERS))
             print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,
-                        "content_key": pc.content_key, "runner": runner_label(pc.cell.package),
+                        "content_key": pc.content_key, "runner": where.label, "cpu": where.cpu,
+                        "builder": where.builder,
                         # the request with its rules resolved: what the build job is given
                         "spec": f"{pc.cell.package}=={pc.cell.version}", "torch": pc.cell.torch,
                         "cuda": pc.cell.cuda})

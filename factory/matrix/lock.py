@@ -22,9 +22,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from factory.errors import ConfigError
+from factory.tomlread import tomllib
 from factory.upstream.facts import Origin
 
 LOCK_VERSION = 1

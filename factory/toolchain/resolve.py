@@ -18,11 +18,11 @@ import functools
 import importlib.resources
 from pathlib import Path
 
-import tomllib
 from packaging.version import Version
 
 from factory.errors import ConfigError, ToolchainError
 from factory.matrix.cell import Cell, parse_cuda, sm_name
+from factory.tomlread import tomllib
 
 # The CUDA component wheels that together make a CUDA_HOME able to build torch extensions.
 CUDA13_COMPONENTS = (

@@ -29,6 +29,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from factory.environment import FACTS_ENV, env_value
 from factory.errors import ConfigError
 
 # The oldest torch the facts cover: from 2.7 on, torch's Linux wheels are manylinux_2_28 and
@@ -317,16 +318,13 @@ def _cached(path: str, mtime_ns: int) -> Facts:
     return Facts.loads(Path(path).read_text(), kind="cache", path=path)
 
 
-# FACTORY_FACTS=snapshot makes every command use the shipped snapshot (reproducible tests and
-# runs that must not depend on what this builder read last).
-FACTS_ENV = "FACTORY_FACTS"
-
-
 def load_facts(work_dir: Path) -> Facts:
     """The newest facts this builder has: the cache under ``work_dir`` when it is at least as
     new as the shipped snapshot, else the snapshot. Never touches the network."""
     snapshot = shipped_snapshot()
-    if os.environ.get(FACTS_ENV) == "snapshot":
+    # FACTORY_FACTS=snapshot: every command uses the shipped snapshot (reproducible tests and
+    # runs that must not depend on what this builder read last)
+    if env_value(FACTS_ENV) == "snapshot":
         return snapshot
     path = cached_facts_path(work_dir)
     try:

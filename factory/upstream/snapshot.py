@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import tomllib
-
 from factory.errors import ConfigError
+from factory.tomlread import tomllib
 from factory.upstream.facts import Facts
 from factory.upstream.read import Declared, Indexes, read_facts
 from factory.upstream.sources import DirectorySource, LiveSource
