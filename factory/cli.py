@@ -14,8 +14,10 @@ from factory.commands import (
     build,
     cache,
     doctor,
+    facts,
     image,
     index,
+    lock,
     matrix,
     plan,
     publish,
@@ -45,6 +47,9 @@ class Command(Protocol):
 # name -> (the module that implements it, one-line help), in the order --help lists them.
 COMMANDS: dict[str, tuple[Command, str]] = {
     "matrix": (matrix, "expand matrix.toml into cells"),
+    "lock": (lock, "resolve matrix.toml's rules against the indexes into <matrix>.lock"),
+    "facts": (facts, "what the indexes say about torch and the packages, and where it came "
+              "from"),
     "plan": (plan, "choose MAX_JOBS / NVCC_THREADS for a cell under a memory and CPU budget"),
     "schedule": (schedule,
                  "assign the (missing) cells to builders; print the assignment and makespan"),

@@ -16,6 +16,7 @@ INDEX_URL_ENV = "FACTORY_INDEX_URL"
 S3_ENDPOINT_ENV = "FACTORY_S3_ENDPOINT_URL"
 DEBUG_ENV = "FACTORY_DEBUG"
 KEEP_CONTAINER_ENV = "FACTORY_KEEP_CONTAINER"
+FACTS_ENV = "FACTORY_FACTS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,8 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar(S3_ENDPOINT_ENV, "an S3-compatible endpoint for s3:// stores (unset: AWS)"),
     EnvVar(DEBUG_ENV, "1: show tracebacks (--debug)"),
     EnvVar(KEEP_CONTAINER_ENV, "1: keep a build's container for inspection"),
+    EnvVar(FACTS_ENV, "snapshot: resolve against the shipped snapshot of the indexes, not the "
+           "work dir's cache"),
 )
 
 

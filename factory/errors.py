@@ -120,3 +120,10 @@ class IndexError_(FactoryError):
     """The index pages do not match the store (``factory index verify``)."""
 
     exit_code = 15
+
+
+class UpstreamError(FactoryError):
+    """A public index (PyPI, PyTorch's per-CUDA indexes) could not be read, or answered
+    something that is not an index page or a wheel."""
+
+    exit_code = 16

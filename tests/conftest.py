@@ -203,6 +203,15 @@ def write_tiny_cuda_ext(root: Path, *, torch_headers: bool) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def _facts_from_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Matrices resolve against the shipped snapshot, never against whatever this machine's
+    work dir cached last (tests that read indexes pass their facts or their own work dir)."""
+    from factory.environment import FACTS_ENV
+
+    monkeypatch.setenv(FACTS_ENV, "snapshot")
+
+
+@pytest.fixture(autouse=True)
 def _memory_history_outside_the_repo(tmp_path_factory: pytest.TempPathFactory,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Builds run by tests record into a throwaway memory history, never the shipped one."""

@@ -49,6 +49,7 @@ from factory.planning.shared_history import BadRecord, merge_into, push
 from factory.runners import RunnerKind, get_runner, runner_kind
 from factory.runners.base import Runner, RunResult
 from factory.store import Store, open_store
+from factory.store.base import published
 from factory.toolchain.sysroot import FloorPlan
 from factory.units import format_size
 from factory.wheels.finalize import finalize_wheel
@@ -174,7 +175,7 @@ def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: BuildPlan,
 def _already_published(pc: PlannedCell, run: BuildRun) -> bool:
     if run.store is None or run.opts.force:
         return False
-    return pc.content_key in run.store.published_content_keys()
+    return published(run.store).has(pc.content_key, pc.wheel)
 
 
 def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
@@ -184,7 +185,8 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     t0 = time.monotonic()
     log.step(f"cell {pc.cell.id}")
     if not opts.dry_run and _already_published(pc, run):
-        log.detail(f"already published (content key {pc.content_key}); nothing to build")
+        log.detail(f"already published (content key {pc.content_key}, or its wheel "
+                   f"{pc.wheel}); nothing to build")
         return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
                             detail="already published")
     floor = floor_plan(matrix, pc, run.kind)  # an unreachable floor fails here

@@ -33,7 +33,14 @@ def add_store_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def matrix_from_args(args: argparse.Namespace) -> Matrix:
-    return load_matrix(matrix_path(args.matrix))
+    """The matrix: its lock's cells while the lock matches it; a stale lock is said once."""
+    matrix = load_matrix(matrix_path(args.matrix))
+    if matrix.lock_state == "stale" and not getattr(args, "_warned_stale", False):
+        args._warned_stale = True
+        print(f"WARNING {matrix.lock_file} is out of date with {matrix.path} (its rules "
+              f"changed): the cells are resolved against {matrix.facts.describe()}; "
+              "'factory lock' writes the lock again", file=sys.stderr)
+    return matrix
 
 
 def store_from_args(args: argparse.Namespace) -> str:

@@ -1,5 +1,5 @@
-"""factory build CELL... | --all [--dry-run] [--runner docker|local|cibuildwheel] [--memory SIZE]
-[--out DIR]"""
+"""factory build CELL... | --all | --missing [--dry-run] [--runner docker|local|cibuildwheel]
+[--memory SIZE] [--out DIR]"""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from factory.commands._common import (
     matrix_from_args,
     store_from_args,
 )
+from factory.commands.matrix import selected_cells
 from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
 from factory.planning.budget import requested_budget
@@ -27,6 +28,8 @@ from factory.runners import RUNNERS, runner_kind
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cells", nargs="*", metavar="CELL", help="cell ids (see 'factory matrix')")
     parser.add_argument("--all", action="store_true", help="every cell of the matrix")
+    parser.add_argument("--missing", action="store_true",
+                        help="every cell of the matrix that --store lacks (implies --all)")
     parser.add_argument("--package", action="append", help="with --all: only these packages")
     add_matrix_arg(parser)
     parser.add_argument("--dry-run", action="store_true",
@@ -79,10 +82,17 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be at least 1, not {value}")
     matrix = matrix_from_args(args)
+    args.all = args.all or args.missing
     if args.all == bool(args.cells):
         raise UsageError("give cell ids or --all (not both)",
                          tip="'factory matrix' lists the cell ids")
-    cells = matrix.cells_of(args.package) if args.all else [matrix.find(c) for c in args.cells]
+    if args.missing:
+        cells = selected_cells(args, matrix)
+        Log().step(f"{len(cells)} cell(s) of the matrix are not in {store_from_args(args)}")
+    elif args.all:
+        cells = matrix.cells_of(args.package)
+    else:
+        cells = [matrix.find(c) for c in args.cells]
     budget = requested_budget(matrix.settings, memory=args.memory, cpus=args.cpus)
     store = store_from_args(args) if (args.publish or args.store) else None
     opts = BuildOptions(

@@ -157,6 +157,8 @@ class Store(Protocol):
 
     def published_content_keys(self) -> set[str]: ...
 
+    def published_wheel_names(self) -> set[str]: ...
+
     def wheels(
         self, project: str | None = None, *, known: dict[str, WheelEntry] | None = None
     ) -> builtins.list[WheelEntry]: ...
@@ -250,6 +252,11 @@ class StoreBase:
                 entries.add(obj.key[: -len(ENTRY_SUFFIX)])
         return sorted(wheels - entries)
 
+    def published_wheel_names(self) -> set[str]:
+        """The filename of every committed wheel (its entry written)."""
+        return {o.key.rsplit("/", 1)[-1][: -len(ENTRY_SUFFIX)]
+                for o in self.list(f"{FILES}/", sizes=False) if o.key.endswith(ENTRY_SUFFIX)}
+
     def published_content_keys(self) -> set[str]:
         """The ``content_key`` of every provenance manifest whose wheel is in the store."""
         keys = [o.key for o in self.list(f"{FILES}/", sizes=False)]
@@ -268,6 +275,25 @@ class StoreBase:
             if isinstance(value, str) and value:
                 out.add(value)
         return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Published:
+    """What a store has, for "is this cell built?": the content keys of its manifests, and its
+    wheel filenames. A cell counts as built when either is there: a wheel is made per torch
+    minor (its local tag and its ``torch==MAJ.MIN.*`` pin), so the cell of a new torch patch
+    release names a wheel that is already published."""
+
+    content_keys: frozenset[str]
+    wheels: frozenset[str]
+
+    def has(self, content_key: str, wheel: str) -> bool:
+        return content_key in self.content_keys or wheel in self.wheels
+
+
+def published(store: Store) -> Published:
+    return Published(content_keys=frozenset(store.published_content_keys()),
+                     wheels=frozenset(store.published_wheel_names()))
 
 
 def parallel_reads(

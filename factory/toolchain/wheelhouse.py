@@ -18,10 +18,11 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from factory.errors import BuildError
 from factory.matrix.cell import DEFAULT_PLATFORM
 from factory.matrix.load import PlannedCell
 from factory.process import run_command
-from factory.toolchain.sdist import configured_index
+from factory.toolchain.sdist import _sha256, configured_index
 
 _log = logging.getLogger(__name__)
 
@@ -214,7 +215,34 @@ def prepare_wheelhouse(
             "files": sorted(f.name for f in files),
         }
         _write_json_atomic(manifest_path, manifest)
+    if platform == cell.platform:  # a cross build's host wheelhouse holds the builder's torch
+        _check_locked_torch(pc, dest, manifest, manifest_path)
     return dest
+
+
+def _check_locked_torch(pc: PlannedCell, dest: Path, manifest: dict[str, object],
+                        manifest_path: Path) -> None:
+    """The torch wheel the cell's lock names must be the one in the wheelhouse, byte for byte
+    (its sha256, as the index listed it when the lock was made). Checked once per file."""
+    if not (pc.torch_wheel and pc.torch_sha256):
+        return
+    path = dest / pc.torch_wheel
+    if not path.is_file():
+        raise BuildError(f"the wheelhouse has no {pc.torch_wheel}, which {pc.cell.id} is locked "
+                         f"to (in {dest})")
+    stat = path.stat()
+    seen: dict[str, object] = manifest.setdefault("verified", {})  # type: ignore[assignment]
+    stamp = f"{stat.st_size}:{stat.st_mtime_ns}:{pc.torch_sha256}"
+    if seen.get(path.name) == stamp:
+        return
+    got = _sha256(path)
+    if got != pc.torch_sha256:
+        raise BuildError(f"{path.name} in the wheelhouse has sha256 {got}; the lock pins "
+                         f"{pc.torch_sha256} for {pc.cell.id}",
+                         tip="the index now serves other bytes under that name: refresh the "
+                         "lock ('factory lock') or remove the file to fetch it again")
+    seen[path.name] = stamp
+    _write_json_atomic(manifest_path, manifest)
 
 
 # -- sdists -----------------------------------------------------------------------------------

@@ -60,6 +60,21 @@ def test_actionlint_does_find_mistakes(tmp_path: Path) -> None:
     assert "mem-999g" in messages and "\"nope\" is not defined" in messages
 
 
+def test_nightly_refreshes_the_lock_before_it_schedules() -> None:
+    jobs = _load("nightly.yml")["jobs"]
+    lock = jobs["lock"]
+    assert lock["permissions"] == {"contents": "write"}
+    run = " ".join(s.get("run", "") for s in lock["steps"])
+    assert "factory lock | tee lock.txt" in run and "GITHUB_STEP_SUMMARY" in run
+    assert "git add matrix.lock" in run and 'git push -q origin "HEAD:$BRANCH"' in run
+    schedule = jobs["schedule"]
+    assert schedule["needs"] == "lock"
+    checkout = schedule["steps"][0]
+    assert checkout["with"]["ref"] == "${{ needs.lock.outputs.ref || github.sha }}"
+    build_checkout = jobs["build"]["steps"][0]
+    assert build_checkout["with"]["ref"] == "${{ needs.schedule.outputs.ref }}"
+
+
 def test_nightly_schedules_missing_cells_one_job_per_builder() -> None:
     doc = _load("nightly.yml")
     assert doc["on"]["schedule"][0]["cron"] and "workflow_dispatch" in doc["on"]
@@ -147,9 +162,14 @@ def test_request_shares_the_per_cell_group_and_has_typed_inputs() -> None:
     inputs = doc["on"]["workflow_dispatch"]["inputs"]
     assert set(inputs) == {"spec", "torch", "cuda", "arch", "python", "platform"}
     assert inputs["platform"]["options"] == ["x86_64", "aarch64"]
-    assert inputs["cuda"]["type"] == "choice" and "13.0" in inputs["cuda"]["options"]
-    assert inputs["python"]["type"] == "choice"
-    assert all(inputs[k]["type"] == "string" for k in ("spec", "torch", "arch"))
+    # the matrix's rules, not a hand list of versions: resolved by the resolve job
+    assert all(inputs[k]["type"] == "string" for k in ("spec", "torch", "cuda", "arch", "python"))
+    assert inputs["torch"]["default"] == "latest" and inputs["cuda"]["default"] == "default"
+    steps = doc["jobs"]["request"]["steps"]
+    env = next(s["env"] for s in steps if "factory request" in s.get("run", ""))
+    assert env["TORCH"] == "${{ needs.resolve.outputs.torch }}"
+    assert env["CUDA"] == "${{ needs.resolve.outputs.cuda }}"
+    assert env["PLATFORM"] == "${{ inputs.platform }}"
     group = doc["jobs"]["request"]["concurrency"]["group"]
     assert group.split("${{")[0] == "factory-publish-"
     assert group.endswith("${{ needs.resolve.outputs.cell }}")
@@ -198,13 +218,13 @@ def _request_runners() -> list[dict[str, str]]:
     from factory.matrix.load import load_matrix
 
     out = []
-    seen = set()
-    for pc in load_matrix(REPO / "matrix.toml").cells:
-        if pc.cell.package in seen:
-            continue
-        seen.add(pc.cell.package)
-        c = pc.cell
+    cells = [pc.cell for pc in load_matrix(REPO / "matrix.toml").cells]
+    for package in dict.fromkeys(c.package for c in cells):
         for platform in PLATFORMS:
+            # a cell of the matrix for that CPU (a torch build exists there), else the
+            # package's first one asked for on that CPU
+            c = next((c for c in cells if c.package == package and c.platform == platform),
+                     next(c for c in cells if c.package == package))
             r = factory_cli("request", f"{c.package}=={c.version}", "--torch", c.torch,
                             "--cuda", c.cuda, "--arch", ",".join(f"{a / 10:.1f}" for a in c.archs),
                             "--python", c.python, "--platform", platform, "--print-cell",
