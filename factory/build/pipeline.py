@@ -73,7 +73,8 @@ class BuildOutcome:
 
 def load_history(matrix: Matrix, explicit: str | Path | None = None):  # type: ignore[no-untyped-def]
     """--history, else $FACTORY_MEMORY_HISTORY, else the matrix's memory-history setting."""
-    from factory.planning.memory_model import HISTORY_ENV, MemoryHistory
+    from factory.planning.history_file import HISTORY_ENV
+    from factory.planning.memory_model import MemoryHistory
 
     path = explicit or os.environ.get(HISTORY_ENV) or matrix.settings.memory_history
     return MemoryHistory.load(path)
@@ -550,7 +551,7 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                   epoch: int | None = None) -> tuple[Any, Any, list[dict[str, Any]]]:
     """Attempts until one builds a wheel: after an OOM kill the next resumes with a smaller
     plan. Returns (the last plan, the good attempt's result, every attempt's record)."""
-    from factory.planning.memory_model import record_build
+    from factory.planning.record import record_build
 
     attempts: list[dict[str, Any]] = []
     for attempt in range(1, opts.attempts + 1):

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from factory.errors import StoreError
 from factory.matrix.cell import Cell
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory, RecordedRun
 
 RECORDS_PREFIX = "history/records/"
 RECORD_VERSION = 1
@@ -44,7 +44,7 @@ def record_document(m: BuildMeasurement) -> dict[str, Any]:
         "version": RECORD_VERSION, "cell": m.cell.as_dict(), "nvcc_threads": m.nvcc_threads,
         "max_jobs": m.max_jobs, "cpus": m.cpus, "peak_job_bytes": m.peak_job_bytes,
         "object_seconds": dict(m.object_seconds), "object_peaks": dict(m.object_peaks),
-        "source": m.source,
+        "source": m.source, "run": m.run.as_dict() if m.run else None,
     }
 
 
@@ -61,6 +61,7 @@ def measurement_of(doc: dict[str, Any]) -> BuildMeasurement:
             object_seconds={str(k): float(v) for k, v in doc.get("object_seconds", {}).items()},
             object_peaks={str(k): int(v) for k, v in doc.get("object_peaks", {}).items()},
             source=str(doc.get("source", "")),
+            run=RecordedRun.from_dict(doc["run"]) if doc.get("run") else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreError(f"corrupt history record: {exc}") from None

@@ -14,7 +14,8 @@ from factory.matrix.cell import Cell
 from factory.cli import main
 from factory.errors import PlanError
 from factory.matrix.load import PlannedCell, load_matrix
-from factory.planning.memory_model import MemoryHistory, shipped_history_path
+from factory.planning.history_file import shipped_history_path
+from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import (
     BuildPlan,
     jobs_that_fit,

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from factory.matrix.cell import Cell
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory, shipped_history_path
+from factory.planning.history_file import shipped_history_path
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory
 from factory.planning.planner import plan_after_oom, plan_for
 from factory.planning.replay import (
     PEAK_WINDOW_SECONDS,

@@ -16,7 +16,8 @@ import pytest
 from factory.cli import main
 from factory.errors import ConfigError
 from factory.matrix.load import PlannedCell, load_matrix
-from factory.planning.memory_model import MemoryHistory, shipped_history_path
+from factory.planning.history_file import shipped_history_path
+from factory.planning.memory_model import MemoryHistory
 from factory.planning.schedule import (
     CELL_OVERHEAD_SECONDS,
     MAX_LANES,

@@ -1,0 +1,111 @@
+"""What one finished build attempt adds to the memory history: its per-job peak, each object's
+seconds and peak, and the attempt as a whole run (its span and peak, the jobs and CPUs it
+had, the machine) from which later plans take their ranges."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from factory.errors import FactoryError
+from factory.planning.history_file import today
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory, RecordedRun
+from factory.planning.ninja_log import compile_span, object_key, read_entries
+from factory.units import format_size
+
+if TYPE_CHECKING:
+    from factory.matrix.load import PlannedCell
+
+
+class CompileMeasurements(Protocol):
+    """What record_build reads from a runner's result (factory.runners.base.RunResult)."""
+
+    oom_killed: bool
+    compile_peak_rss_bytes: int | None  # peak of the summed RSS of all compiler processes
+    max_concurrent_compiles: int | None  # most compile jobs alive at one sample
+    cache_hits: int | None
+    sccache_hits: int | None
+    objects_built: int | None  # objects compiled in this attempt (ninja's [N/M] lines)
+    object_peak_rss_bytes: Mapping[str, int] | None  # output path -> its job's peak RSS
+    log_path: Path
+
+
+class PlanShape(Protocol):
+    max_jobs: int
+    nvcc_threads: int
+    cpus: int
+
+
+def machine() -> str:
+    """This builder's CPU model and CPU count, as a run record names its machine."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    count = os.cpu_count() or 0
+    return ", ".join(x for x in (model, f"{count} CPUs" if count else "") if x)
+
+
+def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, *,
+                 build_tree: Path | None = None, history: MemoryHistory | None = None,
+                 share: Callable[[BuildMeasurement], None] | None = None) -> str:
+    """Fold one finished attempt into the history; returns a line for the build log.
+
+    Per-job peak: the compilers' peak summed RSS over the most jobs seen at once (a peak of
+    the sum, like the shipped 16-job figure). Object times: the build tree's .ninja_log, which
+    after an OOM resume holds every attempt's objects; skipped when a compile cache answered
+    (hits are not compile times). The run as a whole (span, peak) only when this attempt
+    compiled every object of the log: a resumed attempt's span is not a build's. An
+    OOM-killed attempt is recorded by plan_after_oom instead. A history that cannot be
+    written is reported, never fatal: the wheel matters more.
+    """
+    if result.oom_killed:
+        return "memory history: OOM attempt (recorded by the re-plan)"
+    peak = result.compile_peak_rss_bytes
+    jobs = result.max_concurrent_compiles
+    per_job = peak // jobs if peak and jobs else None
+    if not result.objects_built:
+        # a resumed build with every object already there only links: its small peak says
+        # nothing about a compile job, and would drag the model down
+        per_job = None
+    # build.py keeps the tree in <work>/src and logs in <work>/logs/attempt-N.log.
+    tree = build_tree if build_tree is not None else result.log_path.parent.parent / "src"
+    seconds: dict[str, float] = {}
+    run = None
+    cached = bool(result.cache_hits or result.sccache_hits)
+    if not cached:  # any hit: not compile times
+        entries = [e for log in sorted(tree.glob("build/temp*/.ninja_log"))
+                   for e in read_entries(log)]
+        seconds = {e.key: e.seconds for e in entries}
+        if entries and result.objects_built == len(seconds):
+            run = RecordedRun(
+                source=f"factory build {pc.cell.id}", date=today(), max_jobs=plan.max_jobs,
+                cpus=plan.cpus, compile_seconds=round(compile_span(entries), 1),
+                peak_bytes=peak, peak_of="compilers", machine=machine())
+    # A cache hit's process is small: only a compile's peak says what the object needs.
+    peaks = {} if cached else {
+        object_key(path): int(v) for path, v in (result.object_peak_rss_bytes or {}).items()}
+    if per_job is None and not seconds and not peaks:
+        return "memory history: nothing measured"
+    history = history if history is not None else MemoryHistory.load()
+    measurement = BuildMeasurement(
+        cell=pc.cell, nvcc_threads=plan.nvcc_threads, max_jobs=plan.max_jobs,
+        peak_job_bytes=per_job, object_seconds=seconds, object_peaks=peaks, cpus=plan.cpus,
+        source=f"factory build {today()}, {plan.max_jobs} job(s) x {plan.nvcc_threads} "
+        "thread(s): peak compiler RSS / most jobs at once", run=run,
+    )
+    try:
+        history.record(measurement)
+        if share is not None:
+            share(measurement)  # other builders merge it (factory.planning.shared_history)
+    except FactoryError as exc:
+        return f"memory history: not recorded ({exc.message})"
+    got = f"{format_size(per_job)} per job" if per_job else "no memory figure"
+    return (f"memory history {history.path}: {got}, {len(seconds)} object time(s), "
+            f"{len(peaks)} object peak(s)" + (", the run as a whole" if run else ""))
