@@ -90,6 +90,10 @@ class Estimate:
     # per_job_bytes. The planner counts it for the first jobs (planner.predicted_peak).
     largest_object_bytes: int = 0
     largest_object_source: str = ""
+    # The least of the record's recent peaks, scaled as per_job_bytes (0: per_job_bytes) and
+    # how many there are: the spread of the builds the estimate comes from.
+    per_job_low_bytes: int = 0
+    peaks_seen: int = 0
 
     @property
     def largest(self) -> int:
@@ -311,7 +315,7 @@ class MemoryHistory:
             rec = records[key]
             return Estimate(per_job_bytes=_peak(rec), exact=True,
                             source=f"measured for {key.describe()} ({_provenance(rec)})",
-                            **_largest(rec, 1.0))
+                            **_largest(rec, 1.0), **_low(rec, 1.0))
 
         def best(match: Any) -> tuple[ModelKey, Mapping[str, Any]] | None:
             found = [(k, r) for k, r in records.items() if match(k)]
@@ -342,7 +346,8 @@ class MemoryHistory:
             return Estimate(per_job_bytes=value, exact=False,
                             source=f"inferred from {what}: {k.describe()} "
                             f"({_provenance(rec)}){extra}",
-                            **_largest(rec, c / k.concurrent_archs * (1 + margin)))
+                            **_largest(rec, c / k.concurrent_archs * (1 + margin)),
+                            **_low(rec, c / k.concurrent_archs * (1 + margin)))
         found = self._default(model_key or p)
         if found is None:
             raise ConfigError(f"the memory history has no default for {model_key or p!r} nor '*'")
@@ -523,6 +528,12 @@ def _largest(rec: Mapping[str, Any], scale: float) -> dict[str, Any]:
         "largest_object_bytes": int(int(rec["largest_object_bytes"]) * scale),
         "largest_object_source": str(rec.get("largest_object_source", "")),
     }
+
+
+def _low(rec: Mapping[str, Any], scale: float) -> dict[str, Any]:
+    """The least of the record's recent peaks, scaled like its peak, and how many it has."""
+    peaks = [int(p) for p in rec.get("recent_peaks", [])] or [_peak(rec)]
+    return {"per_job_low_bytes": int(min(peaks) * scale), "peaks_seen": len(peaks)}
 
 
 def _peak(rec: Mapping[str, Any]) -> int:

@@ -2,8 +2,8 @@
 
 The story that motivated the factory (five OOM kills and a reboot) came from picking MAX_JOBS by the
 core count. Here the per-job PEAK memory at a given thread count comes from the memory model
-(factory.planning.memory_model), and the plan is the (jobs, threads) pair with the shortest predicted
-compile time among those whose predicted peak fits:
+(factory.planning.memory_model), and the plan is the (jobs, threads) pair with the shortest
+predicted compile time among those whose predicted peak fits:
 
     predicted peak = headroom + min(jobs, 2) x largest + max(0, jobs - 2) x per_job
 
@@ -32,12 +32,11 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from factory.planning.budget import BudgetRequest
-from factory.units import format_size
-from factory.matrix.cell import Cell
 from factory.errors import ConfigError, PlanError
+from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell
-from factory.planning.memory_model import MemoryHistory, ModelKey, ObjectTimes
+from factory.planning.budget import BudgetRequest
+from factory.planning.memory_model import Estimate, MemoryHistory, ModelKey, ObjectTimes
 from factory.planning.replay import (
     PEAK_WINDOW_SECONDS,
     TAIL_FRACTION,
@@ -45,6 +44,8 @@ from factory.planning.replay import (
     contention_factor,
     replay,
 )
+from factory.planning.spread import RunCheck, Spread, spread
+from factory.units import format_size
 
 # A tie within this fraction of the best predicted time goes to the plan with the lower peak:
 # the time model is not that precise, and memory left over is safety.
@@ -68,6 +69,11 @@ class BuildPlan:
     attempt: int = 1  # 1 for the first plan, n+1 after the n-th OOM
     reasons: tuple[str, ...] = ()
     largest_object_bytes: int = 0  # the heaviest single object (predicted_peak); 0: per_job
+    # the point figures' ranges from the recorded runs the plan drew on (planning.spread);
+    # None where the plan predicts no time (or after an OOM re-plan)
+    predicted_seconds_range: tuple[float, float] | None = None
+    predicted_peak_range: tuple[int, int] | None = None
+    range_runs: tuple[RunCheck, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +88,11 @@ class BuildPlan:
             "largest_object_bytes": max(self.largest_object_bytes, self.per_job_bytes),
             "headroom_bytes": self.headroom_bytes,
             "predicted_seconds": self.predicted_seconds,
+            "predicted_seconds_range": (list(self.predicted_seconds_range)
+                                        if self.predicted_seconds_range else None),
+            "predicted_peak_bytes_range": (list(self.predicted_peak_range)
+                                           if self.predicted_peak_range else None),
+            "range_runs": [c.as_dict() for c in self.range_runs],
             "model_key": self.model_key.as_dict(),
             "attempt": self.attempt,
             "reasons": list(self.reasons),
@@ -117,6 +128,7 @@ class _Option:
     largest: int = 0
     largest_source: str = ""
     replayed: bool = False  # the peak comes from the per-object replay
+    estimate: Estimate | None = None  # the per-job estimate at these threads
 
 
 HEAVY_JOBS = 2  # jobs counted at the largest object's peak
@@ -223,7 +235,7 @@ def plan_for(
         sizes = {"per_job": est.per_job_bytes, "largest": est.largest, "headroom": headroom}
         by_cpu = cpus // conc
         most = min(by_cpu, n_objects or by_cpu)
-        big = {"largest": est.largest, "largest_source": est.largest_object_source}
+        largest, largest_source = est.largest, est.largest_object_source
         objects = ObjectReplay.of(cell, times, threads)
         if objects is not None:
             shape = {"threads": threads, "archs": archs, "cpus": cpus}
@@ -234,8 +246,8 @@ def plan_for(
             jobs, run = objects.jobs_that_fit(memory, headroom=beside, most=most, **shape)
             if headroom > memory:
                 jobs, run = 0, None
-            big = {"largest": max(p for _, p in objects.objects),
-                   "largest_source": "per-object peaks"}
+            largest = max(p for _, p in objects.objects)
+            largest_source = "per-object peaks"
             peak = max(run.peak_bytes + beside, headroom) if run else one_peak
             seconds = run.span_seconds if run else None
             source = (f"per-object peaks replayed in start order ({objects.source}), "
@@ -248,7 +260,7 @@ def plan_for(
             source = est.source
         one = _Option(jobs=1, threads=threads, per_job=est.per_job_bytes, source=source,
                       peak=one_peak, seconds=None, parallelism=conc, replayed=objects is not None,
-                      **big)
+                      estimate=est, largest=largest, largest_source=largest_source)
         if smallest is None or one.peak < smallest.peak:
             smallest = one
         if jobs < 1:
@@ -256,7 +268,8 @@ def plan_for(
         options.append(_Option(
             jobs=int(jobs), threads=threads, per_job=est.per_job_bytes, source=source,
             peak=peak, seconds=seconds, parallelism=int(jobs) * conc,
-            replayed=objects is not None, **big,
+            replayed=objects is not None, estimate=est, largest=largest,
+            largest_source=largest_source,
         ))
 
     budget_txt = f"{format_size(memory)} ({memory_source})"
@@ -278,13 +291,50 @@ def plan_for(
     best_cost = min(cost(o) for o in options)
     near = [o for o in options if cost(o) <= best_cost * (1 + _TIE)]
     chosen = min(near, key=lambda o: (o.peak, -o.threads))
+    ranges = _spread(cell, chosen, times, headroom=headroom,
+                     beside=history.non_compile_bytes(memory_model_key or cell.package))
     return dataclasses.replace(
         _plan(cell, chosen, memory=memory, cpus=cpus, headroom=headroom,
               memory_model_key=memory_model_key),
         reasons=_explain(cell, chosen, options, memory=memory, cpus=cpus, headroom=headroom,
                          budget_txt=budget_txt, cpus_source=cpus_source,
-                         supports_threads=supports_threads, n_objects=n_objects, times=times),
+                         supports_threads=supports_threads, n_objects=n_objects, times=times)
+        + tuple(ranges.reasons()),
+        predicted_seconds_range=ranges.seconds, predicted_peak_range=ranges.peak,
+        range_runs=ranges.checks,
     )
+
+
+def _spread(cell: Cell, o: _Option, times: ObjectTimes | None, *, headroom: int,
+            beside: int) -> Spread:
+    """The chosen option's ranges: the model replayed at each recorded run's jobs and CPUs
+    (planning.spread), the per-object replay where the plan used it, else the list schedule
+    of the object times; a per-job peak's range from its record's recent peaks."""
+    checks: list[RunCheck] = []
+    if times is not None:
+        archs, threads = len(times.archs), times.nvcc_threads
+        objects = ObjectReplay.of(cell, times, threads) if o.replayed else None
+        for run in times.runs:
+            if run.max_jobs < 1 or run.cpus < 1:
+                continue
+            if objects is not None:
+                r = objects.run(run.max_jobs, threads=threads, archs=archs, cpus=run.cpus)
+                peak = r.peak_bytes + (beside if run.peak_of == "host" else 0)
+                checks.append(RunCheck(run=run, predicted_seconds=r.span_seconds,
+                                       predicted_peak_bytes=peak if run.peak_bytes else None))
+            else:
+                seconds = _predict(times, archs, run.max_jobs, threads, run.cpus)
+                checks.append(RunCheck(run=run, predicted_seconds=seconds or 0.0))
+    fallback, fallback_source = None, ""
+    est = o.estimate
+    if not o.replayed and est is not None and est.peaks_seen:
+        low = predicted_peak(o.jobs, per_job=est.per_job_low_bytes or o.per_job,
+                             largest=o.largest, headroom=headroom)
+        fallback = (low, o.peak)
+        fallback_source = (f"per job from the {est.peaks_seen} recent peak(s) of the record "
+                           "the estimate comes from")
+    return spread(o.seconds, o.peak, checks, peak_fallback=fallback,
+                  peak_fallback_source=fallback_source)
 
 
 def _plan(cell: Cell, o: _Option, *, memory: int, cpus: int, headroom: int,
