@@ -22,7 +22,10 @@ Measured peaks are what each run measured: "host" is the host's used memory abov
 (compilers + setup.py and ninja: the replay adds the measured 0.47 GiB for them); "compilers"
 is the runners' sampler's summed RSS of the compiler processes. Every memory figure is GiB.
 
-    python benchmarks/replay_real_runs.py [--fit]
+    python benchmarks/replay_real_runs.py [--fit | --history-runs]
+
+``--history-runs`` prints the runs as the memory history records them (RecordedRun, per arch
+set): how factory/data/memory_history.json's "runs" were made.
 """
 
 from __future__ import annotations
@@ -79,6 +82,9 @@ class Run:
     # per-object peaks the sampler recorded in this run (object key -> bytes); {}: none
     object_peaks: Mapping[str, int] = dataclasses.field(default_factory=dict)
     fit_input: bool = False  # its peak is an input of the per-object fit
+    # built in the order the factory writes into build.ninja (longest first); the baseline ran
+    # in setup.py's order, so its span and peak are not what a plan replays
+    factory_order: bool = True
 
     def entries(self) -> list[LoggedObject]:
         return read_entries(self.log)
@@ -118,9 +124,9 @@ def _flagship() -> tuple[Run, ...]:
 
 H200_VM = "2x H200 VM, 32 cores, 251 GiB"
 RUNS: tuple[Run, ...] = (
-    Run(order=1, name="sm_90, 16 jobs, setup.py order (FIELD-NOTES s.3)", date="before 11-29",
+    Run(order=1, name="sm_90, 16 jobs, setup.py order (FIELD-NOTES s.3)", date="before 2026-11-29",
         log=BASE, archs=(90,), jobs=16, cpus=16, peak_gib=67.01, peak_of="host",
-        machine="H200 host, 16 cores, 128 GB", fit_input=True),
+        machine="H200 host, 16 cores, 128 GB", fit_input=True, factory_order=False),
     Run(order=2, name="sm_90, 16 jobs, longest first, 64 GiB cap", date="2026-11-29", log=LF,
         archs=(90,), jobs=16, cpus=16, peak_gib=56.25, peak_of="host",
         machine=H200_VM + ", cap 64 GiB / 16 CPUs", fit_input=True),
@@ -356,13 +362,34 @@ def fits_table(history: MemoryHistory) -> list[str]:
     return out
 
 
+def history_runs(runs: Sequence[Run]) -> dict[str, list[dict[str, object]]]:
+    """The runs built in the factory's order as RecordedRun records, per arch set ("90")."""
+    from factory.planning.memory_model import RecordedRun
+
+    out: dict[str, list[dict[str, object]]] = {}
+    for run in sorted(runs, key=lambda r: r.order):
+        if not run.factory_order:
+            continue
+        rec = RecordedRun(source=run.name, date=run.date, max_jobs=run.jobs, cpus=run.cpus,
+                          compile_seconds=round(run.span(), 1),
+                          peak_bytes=int(run.peak_gib * GIB), peak_of=run.peak_of,
+                          machine=run.machine)
+        out.setdefault("+".join(map(str, run.archs)), []).append(rec.as_dict())
+    return out
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="print the fitted per-object peaks")
+    ap.add_argument("--history-runs", action="store_true",
+                    help="print the runs as the memory history's records (JSON)")
     args = ap.parse_args(argv)
     if args.fit:
         for k, v in fit().items():
             print(f"{k}\t{v}")
+        return 0
+    if args.history_runs:
+        print(json.dumps(history_runs(RUNS), indent=1))
         return 0
     rows = predict(RUNS)
     print("\n".join(table(rows)))

@@ -328,8 +328,9 @@ def _spread(cell: Cell, o: _Option, times: ObjectTimes | None, *, headroom: int,
     fallback, fallback_source = None, ""
     est = o.estimate
     if not o.replayed and est is not None and est.peaks_seen:
-        low = predicted_peak(o.jobs, per_job=est.per_job_low_bytes or o.per_job,
-                             largest=o.largest, headroom=headroom)
+        per_job = est.per_job_low_bytes or o.per_job
+        low = predicted_peak(o.jobs, per_job=per_job,
+                             largest=max(est.largest_object_bytes, per_job), headroom=headroom)
         fallback = (low, o.peak)
         fallback_source = (f"per job from the {est.peaks_seen} recent peak(s) of the record "
                            "the estimate comes from")
@@ -503,4 +504,6 @@ def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: in
         per_job_source=f"raised after an OOM kill at {plan.max_jobs} job(s)",
         predicted_peak_bytes=peak, predicted_seconds=None, model_key=new_key,
         attempt=attempt + 1, reasons=reasons,
+        # the kill proved the model wrong here: no range from the runs it drew on
+        predicted_seconds_range=None, predicted_peak_range=None, range_runs=(),
     )

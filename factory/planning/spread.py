@@ -57,10 +57,10 @@ class RunCheck:
 
     def describe(self) -> str:
         out = (f"{self.run.describe()}: compile measured {self.run.compile_seconds:.0f} s, "
-               f"replayed {self.predicted_seconds:.0f} s")
+               f"the model at its jobs and CPUs {self.predicted_seconds:.0f} s")
         if self.peak_ratio is not None and self.run.peak_bytes and self.predicted_peak_bytes:
             out += (f"; peak ({self.run.peak_of}) measured {format_size(self.run.peak_bytes)}, "
-                    f"replayed {format_size(self.predicted_peak_bytes)}")
+                    f"the model {format_size(self.predicted_peak_bytes)}")
         return out
 
 
