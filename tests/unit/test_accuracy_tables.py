@@ -61,3 +61,48 @@ def test_the_fit_inputs_are_marked_in_sample_and_the_others_are_not() -> None:
     # every real run in the repo is a row, the 32-job run of 2026-12-01 included
     assert rr.SM90_32 in {r.run.log for r in rows}
     assert len(rows) == len(rr.RUNS)
+
+
+def test_the_memory_bound_is_below_every_schedule_that_fits_the_cap() -> None:
+    # The bound of simulate_schedule.py against two kinds of schedule under the same replay
+    # model, on seeded random instances: the memory-aware dispatcher and fixed jobs in LPT
+    # order (where their replayed peak fits the cap).
+    import random
+
+    import simulate_schedule as ss
+
+    from factory.planning.replay import contention_factor, replay
+    from factory.units import GIB
+
+    rng = random.Random(7)
+    for _ in range(40):
+        n = rng.randint(3, 25)
+        seconds = {f"o{i}": rng.uniform(20, 500) for i in range(n)}
+        peaks = {k: int(rng.uniform(0.5, 6) * GIB) for k in seconds}
+        cores = rng.choice([1, 2, 4, 8, 16])
+        cap = int(rng.uniform(7, 40) * GIB)
+        bound = ss.memory_bound(seconds, peaks, cap, cores, 0)
+        order = sorted(seconds, key=lambda k: -seconds[k])
+        assert ss.memory_aware(seconds, peaks, order, cap, cores, 0) >= bound - 1e-6
+        alone = ss.fastest(seconds, cores)
+        for jobs in range(1, min(cores, n) + 1):
+            f = contention_factor(jobs, cores) / contention_factor(1, cores)
+            r = replay([(alone[k] * f, peaks[k]) for k in order], jobs)
+            if r.peak_bytes <= cap:
+                assert r.span_seconds >= bound - 1e-6
+
+
+def test_the_best_packing_is_a_packing_no_longer_than_lpt() -> None:
+    import random
+
+    import simulate_schedule as ss
+
+    from factory.planning.planner import list_schedule
+
+    rng = random.Random(3)
+    for _ in range(30):
+        d = [rng.uniform(1, 100) for _ in range(rng.randint(2, 40))]
+        slots = rng.randint(1, 8)
+        best = ss.best_packing(d, slots)
+        assert max(sum(d) / slots, max(d)) - 1e-6 <= best
+        assert best <= list_schedule(sorted(d, reverse=True), slots) + 1e-6
