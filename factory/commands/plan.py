@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
             lo_s, hi_s = plan.predicted_seconds_range
             line += f" (range {lo_s / 60:.0f} to {hi_s / 60:.0f} min)"
         print(line + f" from {len(plan.range_runs)} recorded run(s) of its objects")
+        print(f"    predicted cell {(plan.predicted_cell_seconds or 0) / 60:.0f} min: the "
+              f"compile + {plan.cell_overhead_seconds:.0f} s around it")
     for reason in plan.reasons:
         print(f"    - {reason}")
     return 0

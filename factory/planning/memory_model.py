@@ -271,7 +271,8 @@ class MemoryHistory:
                 out[key] = rec
         return out
 
-    def _default(self, model_key: str) -> tuple[str, Mapping[str, Any]] | None:
+    def default(self, model_key: str) -> tuple[str, Mapping[str, Any]] | None:
+        """The recipe's defaults table (its name, the table), else "*"; None: neither."""
         for layer in self._layers():
             defaults = layer.get("defaults", {})
             for name in (model_key, "*"):
@@ -280,7 +281,7 @@ class MemoryHistory:
         return None
 
     def headroom_bytes(self, model_key: str) -> int:
-        found = self._default(model_key)
+        found = self.default(model_key)
         if found and "headroom_bytes" in found[1]:
             return int(found[1]["headroom_bytes"])
         return 2 * 1024**3
@@ -288,7 +289,7 @@ class MemoryHistory:
     def non_compile_bytes(self, model_key: str) -> int:
         """Memory held beside the compiles (setup.py with torch imported, ninja), measured;
         the headroom where nobody measured it."""
-        found = self._default(model_key)
+        found = self.default(model_key)
         if found and "non_compile_bytes" in found[1]:
             return int(found[1]["non_compile_bytes"])
         return self.headroom_bytes(model_key)
@@ -348,7 +349,7 @@ class MemoryHistory:
                             f"({_provenance(rec)}){extra}",
                             **_largest(rec, c / k.concurrent_archs * (1 + margin)),
                             **_low(rec, c / k.concurrent_archs * (1 + margin)))
-        found = self._default(model_key or p)
+        found = self.default(model_key or p)
         if found is None:
             raise ConfigError(f"the memory history has no default for {model_key or p!r} nor '*'")
         name, default = found

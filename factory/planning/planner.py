@@ -36,6 +36,7 @@ from factory.errors import ConfigError, PlanError
 from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell
 from factory.planning.budget import BudgetRequest
+from factory.planning.cell_model import cell_time
 from factory.planning.memory_model import Estimate, MemoryHistory, ModelKey, ObjectTimes
 from factory.planning.replay import (
     PEAK_WINDOW_SECONDS,
@@ -74,6 +75,10 @@ class BuildPlan:
     predicted_seconds_range: tuple[float, float] | None = None
     predicted_peak_range: tuple[int, int] | None = None
     range_runs: tuple[RunCheck, ...] = ()
+    # the whole cell as `factory schedule` counts it (factory.planning.cell_model): the
+    # compile + the recipe's measured overhead around it
+    cell_overhead_seconds: float = 0.0
+    predicted_cell_seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +98,9 @@ class BuildPlan:
             "predicted_peak_bytes_range": (list(self.predicted_peak_range)
                                            if self.predicted_peak_range else None),
             "range_runs": [c.as_dict() for c in self.range_runs],
+            "cell_overhead_seconds": round(self.cell_overhead_seconds, 1),
+            "predicted_cell_seconds": (round(self.predicted_cell_seconds, 1)
+                                       if self.predicted_cell_seconds is not None else None),
             "model_key": self.model_key.as_dict(),
             "attempt": self.attempt,
             "reasons": list(self.reasons),
@@ -293,15 +301,20 @@ def plan_for(
     chosen = min(near, key=lambda o: (o.peak, -o.threads))
     ranges = _spread(cell, chosen, times, headroom=headroom,
                      beside=history.non_compile_bytes(memory_model_key or cell.package))
+    plan = _plan(cell, chosen, memory=memory, cpus=cpus, headroom=headroom,
+                 memory_model_key=memory_model_key)
+    whole = cell_time(cell, plan, history, model_key=memory_model_key)
     return dataclasses.replace(
-        _plan(cell, chosen, memory=memory, cpus=cpus, headroom=headroom,
-              memory_model_key=memory_model_key),
+        plan,
         reasons=_explain(cell, chosen, options, memory=memory, cpus=cpus, headroom=headroom,
                          budget_txt=budget_txt, cpus_source=cpus_source,
                          supports_threads=supports_threads, n_objects=n_objects, times=times)
-        + tuple(ranges.reasons()),
+        + tuple(ranges.reasons())
+        + (f"around the compile {whole.overhead_seconds:.0f} s (venv, pip, link, tag, repair, "
+           f"verify): {whole.overhead_source}",),
         predicted_seconds_range=ranges.seconds, predicted_peak_range=ranges.peak,
-        range_runs=ranges.checks,
+        range_runs=ranges.checks, cell_overhead_seconds=whole.overhead_seconds,
+        predicted_cell_seconds=whole.seconds if plan.predicted_seconds is not None else None,
     )
 
 
@@ -506,4 +519,5 @@ def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: in
         attempt=attempt + 1, reasons=reasons,
         # the kill proved the model wrong here: no range from the runs it drew on
         predicted_seconds_range=None, predicted_peak_range=None, range_runs=(),
+        predicted_cell_seconds=None,
     )

@@ -18,8 +18,8 @@ from factory.errors import ConfigError
 from factory.matrix.load import PlannedCell, load_matrix
 from factory.planning.history_file import shipped_history_path
 from factory.planning.memory_model import MemoryHistory
+from factory.planning.cell_model import CELL_OVERHEAD_SECONDS
 from factory.planning.schedule import (
-    CELL_OVERHEAD_SECONDS,
     MAX_LANES,
     Builder,
     CellTimes,
@@ -31,6 +31,7 @@ from factory.planning.schedule import (
     group_bound,
     group_cells,
     lower_bound,
+    overhead,
     platform_of,
     schedule,
     shared_span,
@@ -175,6 +176,9 @@ class FakeTimes(CellTimes):
         if jobs < 1:
             return None
         return Phase(work=work * (1 + grow * jobs), parallel=jobs, longest=longest)
+
+    def overhead(self, pc: Any) -> Phase:
+        return overhead()  # a fake cell has no recipe: the default overhead
 
 
 def instance(seed: int, n_groups: int, n_builders: int) -> tuple[

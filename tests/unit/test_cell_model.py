@@ -1,0 +1,72 @@
+"""One cell model for `factory plan` and `factory schedule` (factory.planning.cell_model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from factory.cli import main
+from factory.matrix.load import load_matrix
+from factory.planning.cell_model import CELL_OVERHEAD_SECONDS, cell_time, overhead_of
+from factory.planning.history_file import shipped_history_path
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.planner import plan_for
+from factory.planning.schedule import Builder, CellTimes, schedule, shared_span
+from factory.units import GIB
+
+MATRIX = """
+[axes]
+torch = ["2.11.0"]
+cuda = ["13.0"]
+archs = [["9.0"]]
+python = ["3.12"]
+
+[packages.flash-attn]
+recipe = "flash-attn"
+versions = ["2.8.3.post2"]
+"""
+
+
+def shipped() -> MemoryHistory:
+    return MemoryHistory.load(shipped_history_path())
+
+
+@pytest.mark.parametrize(("memory", "cpus"), [(64, 16), (160, 32), (32, 8)])
+def test_a_cell_alone_takes_the_planners_span_in_the_schedule(memory: int, cpus: int) -> None:
+    pc = load_matrix(text=MATRIX).cells[0]
+    h = shipped()
+    plan = plan_for(pc.cell, supports_threads=True, memory_model_key="flash-attn",
+                    memory=memory * GIB, cpus=cpus, history=h)
+    times = CellTimes(h)
+    compile_phase = times.compile(pc, memory * GIB, cpus)
+    assert compile_phase is not None and plan.predicted_seconds is not None
+    assert shared_span(cpus, [[compile_phase]])[0] == pytest.approx(plan.predicted_seconds)
+    t = cell_time(pc.cell, plan, h, model_key="flash-attn")
+    one = schedule([pc], (Builder(name="b", memory_bytes=memory * GIB, cpus=cpus,
+                                  platform="x86_64"),), history=h)
+    assert one.makespan_seconds == pytest.approx(t.seconds)
+
+
+def test_the_overhead_is_the_median_of_the_measured_runs() -> None:
+    doc = shipped().as_document()
+    doc["defaults"]["flash-attn"]["cell_overhead"] = [
+        {"seconds": 50.0, "source": "a"}, {"seconds": 70.0, "source": "b"},
+        {"seconds": 64.0, "source": "c"}]
+    seconds, source = overhead_of(MemoryHistory(doc, path=None), "flash-attn")
+    assert seconds == 64.0 and "3 measured run(s)" in source
+    del doc["defaults"]["flash-attn"]["cell_overhead"]
+    assert overhead_of(MemoryHistory(doc, path=None), "flash-attn")[0] == CELL_OVERHEAD_SECONDS
+
+
+def test_plan_json_has_the_whole_cell(capsys: pytest.CaptureFixture[str],
+                                      tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text("version = 1\n" + MATRIX)
+    assert main(["plan", "flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312", "--matrix",
+                 str(matrix), "--memory", "64g", "--cpus", "16", "--history",
+                 str(tmp_path / "h.json"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["predicted_cell_seconds"] == pytest.approx(
+        out["predicted_seconds"] + out["cell_overhead_seconds"], abs=0.2)
