@@ -17,12 +17,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.planning.memory_model import MemoryHistory
+    from factory.build.pipeline import load_history
+    from factory.commands._common import matrix_from_args
     from factory.planning.schedule import load_builders, schedule
 
     builders = load_builders(args.builders)
     cells = selected_cells(args)
-    found = schedule(cells, builders, history=MemoryHistory.load())
+    # the history `factory plan` and `factory build` read: one cell model for all three
+    found = schedule(cells, builders, history=load_history(matrix_from_args(args)))
     if args.json:
         print_json(found.as_dict())
         return 0

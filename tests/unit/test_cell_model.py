@@ -70,3 +70,30 @@ def test_plan_json_has_the_whole_cell(capsys: pytest.CaptureFixture[str],
     out = json.loads(capsys.readouterr().out)
     assert out["predicted_cell_seconds"] == pytest.approx(
         out["predicted_seconds"] + out["cell_overhead_seconds"], abs=0.2)
+
+
+def test_schedule_reads_the_history_plan_reads(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # The matrix's memory-history setting, as `factory plan` and `factory build` read it: a
+    # builder whose own runs were twice as slow predicts twice the compile.
+    monkeypatch.delenv("FACTORY_MEMORY_HISTORY", raising=False)
+    doc = shipped().as_document()
+    slow = [dict(e) for e in doc["objects"] if e["package"] == "flash-attn"]
+    for e in slow:
+        e["seconds"] = {k: 2 * v for k, v in e["seconds"].items()}
+    (tmp_path / "h.json").write_text(json.dumps({"version": 1, "objects": slow}))
+    (tmp_path / "builders.toml").write_text(
+        '[[builder]]\nname = "b"\nmemory = "64g"\ncpus = 16\n')
+    spans = []
+    for settings in ("", '[settings]\nmemory-history = "h.json"\n'):
+        (tmp_path / "matrix.toml").write_text(f"version = 1\n{settings}{MATRIX}")
+        assert main(["schedule", "--matrix", str(tmp_path / "matrix.toml"), "--builders",
+                     str(tmp_path / "builders.toml"), "--json"]) == 0
+        spans.append(json.loads(capsys.readouterr().out)["makespan_seconds"])
+        assert main(["plan", "flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312", "--matrix",
+                     str(tmp_path / "matrix.toml"), "--memory", "64g", "--cpus", "16",
+                     "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        assert spans[-1] == pytest.approx(plan["predicted_cell_seconds"], abs=0.2)
+    assert spans[1] > 1.8 * spans[0] - 120
