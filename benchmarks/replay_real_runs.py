@@ -317,6 +317,33 @@ def summary(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def sampled_table(runs: Sequence[Run]) -> list[str]:
+    """Every run replayed with the per-object peaks the sampler measured (each object's own
+    largest RSS, as every build now records them) against the fitted ones: the replay's
+    coincidence rule (each object at its peak for its first 60 s) with true per-object maxima.
+    The sampled peaks come from one run (#5): a ratio for that run is in-sample."""
+    sampled = {k: v for r in runs for k, v in r.object_peaks.items() if r.archs == (90,)}
+    source = next((r.order for r in runs if r.object_peaks and r.archs == (90,)), None)
+    if not sampled or source is None:
+        return []
+    fitted = fit()
+    out = [f"| # | run | measured GiB | replayed, fitted peaks | replayed, sm_90 peaks sampled in #"
+           f"{source} | measured / replayed with sampled peaks |",
+           "|---:|---|---:|---:|---:|---:|"]
+    for run in sorted(runs, key=lambda r: r.order):
+        t, f = alone(run), contention_factor(run.jobs, run.cpus)
+        extra = NON_COMPILE_MIB / 1024 if run.peak_of == "host" else 0.0
+        got = []
+        for peaks in (fitted, sampled):
+            heaviest = max(peaks.values())
+            objects = [(t[o.key] * f, peaks.get(o.key, heaviest)) for o in run.entries()]
+            got.append(replay(objects, run.jobs).peak_bytes / GIB + extra)
+        note = " (in-sample)" if run.order == source else ""
+        out.append(f"| {run.order} | {run.name} | {run.peak_gib:.1f} | {got[0]:.1f} | "
+                   f"{got[1]:.1f} | {run.peak_gib / got[1]:.3f}{note} |")
+    return out
+
+
 def fits_table(history: MemoryHistory) -> list[str]:
     """Every real run under a cap: what happened, and what today's planner says of it."""
     from factory.matrix.cell import Cell
@@ -397,6 +424,8 @@ def main(argv: list[str]) -> int:
     print("\n".join(summary(rows)))
     print()
     print("\n".join(fits_table(MemoryHistory.load(shipped_history_path()))))
+    print()
+    print("\n".join(sampled_table(RUNS)))
     return 0
 
 
