@@ -88,9 +88,13 @@ def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, 
                 source=f"factory build {pc.cell.id}", date=today(), max_jobs=plan.max_jobs,
                 cpus=plan.cpus, compile_seconds=round(compile_span(entries), 1),
                 peak_bytes=peak, peak_of="compilers", machine=machine())
-    # A cache hit's process is small: only a compile's peak says what the object needs.
+    # A cache hit's process is small: only a compile's peak says what the object needs. The
+    # sampler names a job by its -o, which also catches the link (.so) and the assembler's
+    # temporary .s of a host compile: where ninja's log lists the objects, only those count.
     peaks = {} if cached else {
         object_key(path): int(v) for path, v in (result.object_peak_rss_bytes or {}).items()}
+    if seconds:
+        peaks = {k: v for k, v in peaks.items() if k in seconds}
     if per_job is None and not seconds and not peaks:
         return "memory history: nothing measured"
     history = history if history is not None else MemoryHistory.load()

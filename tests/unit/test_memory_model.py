@@ -390,3 +390,16 @@ def test_a_run_travels_through_the_shared_records() -> None:
     assert back.run == run
     assert measurement_of(json.loads(json.dumps(record_document(
         dataclasses.replace(m, run=None))))).run is None
+
+
+def test_only_the_logs_objects_get_a_peak(tmp_path: Path) -> None:
+    # Seen in the 32-job run: the sampler also named the link's .so and a host compile's
+    # temporary assembler file (tmp/ccXXXX.s) as objects.
+    tree = _tree_with_objects(tmp_path / "w", [(0, 1000)])
+    h = MemoryHistory.load(tmp_path / "h.json")
+    record_build(_planned_ext(), FakePlan(), FakeResult(objects_built=1, object_peak_rss_bytes={
+        "/factory/src/build/temp.linux-x86_64-cpython-311/csrc/o0.o": 3 * GB,
+        "build/lib.linux-x86_64-cpython-311/x.cpython-311-x86_64-linux-gnu.so": GB,
+        "/tmp/ccnC64oo.s": 2 * GB}), build_tree=tree, history=h)
+    entry = json.loads((tmp_path / "h.json").read_text())["objects"][0]
+    assert entry["peak_bytes"] == {"csrc/o0": 3 * GB}
