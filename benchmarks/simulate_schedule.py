@@ -278,7 +278,7 @@ class Row:
     lpt: float = 0.0
     packed: float = 0.0  # best packing found on the plan's jobs
     dispatcher: float | None = None  # one arch: the memory-aware dispatcher of the model
-    fit: int | None = None  # jobs that really fit (one arch only), None: not replayed
+    fit: int | None = None  # jobs the replay lets fit (one arch only), None: not replayed
     oom: bool = False  # the plan's replayed peak exceeds the cap
     upstream_jobs: int = 0
     upstream_oom: bool = False

@@ -342,8 +342,8 @@ class Slot:
 class Schedule:
     slots: tuple[Slot, ...]
     makespan_seconds: float
-    lower_bound_seconds: float  # the fluid bound (``lower_bound``)
-    group_bound_seconds: float  # the whole-group bound (``group_bound``), never below it
+    lower_bound_seconds: float  # the fluid bound (``lower_bound``), for every policy
+    group_bound_seconds: float  # the policy-family bound (``group_bound``), never below it
     unplaced: tuple[str, ...]  # cells no builder can build (platform or memory)
 
     def as_dict(self) -> dict[str, Any]:
@@ -375,8 +375,8 @@ class Schedule:
                        f"CPUs): {len(s.cells)} cell(s), predicted {s.seconds / 60:.0f} min")
             out += [f"    {c}" for c in s.cells]
         out.append(f"predicted makespan {self.makespan_seconds / 60:.0f} min (lower bounds: "
-                   f"whole groups {self.group_bound_seconds / 60:.0f} min, fluid "
-                   f"{self.lower_bound_seconds / 60:.0f} min)")
+                   f"any policy {self.lower_bound_seconds / 60:.0f} min, the factory's whole "
+                   f"groups in lanes {self.group_bound_seconds / 60:.0f} min)")
         out += [f"unplaced: {c} (no builder has its platform or the memory)"
                 for c in self.unplaced]
         return out
