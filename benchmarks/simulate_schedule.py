@@ -516,10 +516,12 @@ def story(history: MemoryHistory) -> None:
         for archs, what in (((80, 90, 100, 120), "4 default archs"), ((100,), "sm_100 only")):
             plan = plan_for(cell(archs), supports_threads=True, memory_model_key="flash-attn",
                             memory=int(ram * 1e9), cpus=128, history=history)
+            times = history.object_times(cell(archs))
             print(f"- planner at {ram * 1e9 / GIB:.0f} GiB, 128 cores, {what}: "
                   f"MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads}, predicted peak "
                   f"{plan.predicted_peak_bytes / GIB:.0f} GiB, compile "
-                  f"{(plan.predicted_seconds or 0) / 60:.0f} min (H200-host object times)")
+                  f"{(plan.predicted_seconds or 0) / 60:.0f} min (object times: "
+                  f"{times.source if times else 'none'})")
 
 
 if __name__ == "__main__":
