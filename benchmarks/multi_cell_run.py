@@ -156,7 +156,9 @@ def main(argv: list[str]) -> int:
     env.update({**S3_ENV, "FACTORY_S3_ENDPOINT_URL": endpoint})
     import boto3
 
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                 aws_access_key_id=S3_ENV["AWS_ACCESS_KEY_ID"],
+                 aws_secret_access_key=S3_ENV["AWS_SECRET_ACCESS_KEY"]).create_bucket(
         Bucket=BUCKET)
     store = f"s3://{BUCKET}/wheels"
     record: dict[str, Any] = {"version": 1, "date": time.strftime("%Y-%m-%d"),
