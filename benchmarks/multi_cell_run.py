@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,19 +61,15 @@ class _SerialWrites:
         return self.app(environ, start_response)
 
 
-def moto() -> Iterator[str]:
+def moto() -> tuple[str, Any]:
+    """An S3 API server on loopback in a thread: (its URL, the server: shut it down)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import make_server
 
     server = make_server("127.0.0.1", 0, _SerialWrites(
         DomainDispatcherApplication(create_backend_app)), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", server
 
 
 def matrix_text(*, work: Path, history: Path, archs: list[str], pythons: list[str]) -> str:
@@ -150,8 +146,15 @@ def main(argv: list[str]) -> int:
     scratch = args.dir.resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     args.results.mkdir(parents=True, exist_ok=True)
-    server = moto()
-    endpoint = next(server)
+    endpoint, server = moto()
+    try:
+        return _run(args, builders, scratch, endpoint)
+    finally:
+        server.shutdown()  # while its thread still runs (not at interpreter exit)
+
+
+def _run(args: argparse.Namespace, builders: list[list[str]], scratch: Path,
+         endpoint: str) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FACTORY_"))}
     env.update({**S3_ENV, "FACTORY_S3_ENDPOINT_URL": endpoint})
     import boto3
@@ -223,13 +226,17 @@ def main(argv: list[str]) -> int:
                         "--cpus", cpu, "--cache", "--publish", "--store", store, "--json",
                         "--out", str(d / "dist"), env=env, log=d / f"slot-{i}.log")
             procs.append((name, i, cells, p, time.monotonic()))
-    slots_out = []
-    for name, i, cells, p, began in procs:
-        rc = p.wait()
-        slots_out.append({"builder": name, "slot": i, "cells": cells, "rc": rc,
-                          "started": round(began - start, 1),
-                          "ended": round(time.monotonic() - start, 1)})
-    measured = max(s["ended"] for s in slots_out)
+    ended: dict[int, float] = {}
+    while len(ended) < len(procs):  # each slot's end as it happens, whichever ends first
+        for k, (_, _, _, p, _) in enumerate(procs):
+            if k not in ended and p.poll() is not None:
+                ended[k] = time.monotonic() - start
+        time.sleep(1.0)
+    slots_out: list[dict[str, Any]] = [
+        {"builder": name, "slot": i, "cells": cells, "rc": p.returncode,
+         "started": round(began - start, 1), "ended": round(ended[k], 1)}
+        for k, (name, i, cells, p, began) in enumerate(procs)]
+    measured = max(ended.values())
     record["measured_makespan_seconds"] = round(measured, 1)
     record["load_average_before"] = load_before
     record["load_average_after"] = os.getloadavg()
@@ -251,7 +258,6 @@ def main(argv: list[str]) -> int:
           f"({100 * (pred / measured - 1):+.1f} %); slots: "
           + "; ".join(f"{s['builder']}/{s['slot']} rc {s['rc']} {s['ended']:.0f} s"
                       for s in slots_out))
-    next(server, None)
     return 0 if all(s["rc"] == 0 for s in slots_out) else 1
 
 
