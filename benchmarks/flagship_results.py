@@ -32,8 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from factory.planning.memory_model import RecordedRun  # noqa: E402
-from factory.planning.ninja_log import compile_span, object_key, read_entries  # noqa: E402
-from factory.planning.record import machine  # noqa: E402
+from factory.planning.ninja_log import compile_span, read_entries  # noqa: E402
+from factory.planning.record import machine, object_peaks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "factory" / "data" / "memory_history.json"
@@ -60,9 +60,7 @@ def collect(cell: str, work: Path, dist: Path, cpu: Path | None, name: str,
     attempt_log = Path(str(good["log"]))
     report_path = tree / "logs" / (attempt_log.name + ".report.json")
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
-    peaks = {object_key(k): int(v) for k, v in
-             (report.get("object_peak_rss_bytes") or {}).items()}
-    peaks = {k: v for k, v in peaks.items() if k in seconds}
+    peaks = object_peaks(report.get("object_peak_rss_bytes") or {}, seconds)
     span = compile_span(entries)
     doc: dict[str, Any] = {
         "version": 1, "name": name, "cell": cell, "date": prov["created"][:10],

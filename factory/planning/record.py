@@ -5,7 +5,7 @@ had, the machine) from which later plans take their ranges."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -52,6 +52,32 @@ def machine() -> str:
     return ", ".join(x for x in (model, f"{count} CPUs" if count else "") if x)
 
 
+def object_peaks(raw: Mapping[str, int], objects: Iterable[str]) -> dict[str, int]:
+    """The sampler's peaks (by each compile process's ``-o``) -> the peak of each of
+    ``objects`` (object keys, from ninja's log).
+
+    Without a compile cache a job's -o is its object. Through the cache (sccache runs nvcc's
+    stages in its server, each with an -o in a temp dir named after the source:
+    ``/tmp/sccache_nvccXXXX/<name>.ptx`` for cicc, ``.cubin`` for ptxas) an object's peak is
+    its largest stage, matched by the source's name where that name is one object's alone.
+    Anything else is left out: the link (.so), a host compile's temporary ``cc*.s``, the
+    anonymous ``x_0.cpp1.ii`` stages."""
+    wanted = set(objects)
+    by_name: dict[str, list[str]] = {}
+    for k in wanted:
+        by_name.setdefault(k.rsplit("/", 1)[-1], []).append(k)
+    out: dict[str, int] = {}
+    for path, value in raw.items():
+        key = object_key(path)
+        if key not in wanted:
+            match = by_name.get(Path(path).name.split(".", 1)[0], [])
+            if len(match) != 1:
+                continue
+            key = match[0]
+        out[key] = max(int(value), out.get(key, 0))
+    return out
+
+
 def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, *,
                  build_tree: Path | None = None, history: MemoryHistory | None = None,
                  share: Callable[[BuildMeasurement], None] | None = None) -> str:
@@ -88,13 +114,10 @@ def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, 
                 source=f"factory build {pc.cell.id}", date=today(), max_jobs=plan.max_jobs,
                 cpus=plan.cpus, compile_seconds=round(compile_span(entries), 1),
                 peak_bytes=peak, peak_of="compilers", machine=machine())
-    # A cache hit's process is small: only a compile's peak says what the object needs. The
-    # sampler names a job by its -o, which also catches the link (.so) and the assembler's
-    # temporary .s of a host compile: where ninja's log lists the objects, only those count.
-    peaks = {} if cached else {
-        object_key(path): int(v) for path, v in (result.object_peak_rss_bytes or {}).items()}
-    if seconds:
-        peaks = {k: v for k, v in peaks.items() if k in seconds}
+    # A cache hit's process is small: only a compile's peak says what the object needs.
+    raw = {} if cached else dict(result.object_peak_rss_bytes or {})
+    peaks = object_peaks(raw, seconds) if seconds else {
+        object_key(path): int(v) for path, v in raw.items()}
     if per_job is None and not seconds and not peaks:
         return "memory history: nothing measured"
     history = history if history is not None else MemoryHistory.load()

@@ -403,3 +403,19 @@ def test_only_the_logs_objects_get_a_peak(tmp_path: Path) -> None:
         "/tmp/ccnC64oo.s": 2 * GB}), build_tree=tree, history=h)
     entry = json.loads((tmp_path / "h.json").read_text())["objects"][0]
     assert entry["peak_bytes"] == {"csrc/o0": 3 * GB}
+
+
+def test_peaks_through_the_compile_cache_land_on_their_objects() -> None:
+    # Seen in the flagship build with --cache: sccache ran nvcc's stages in its server, so
+    # the sampler saw cicc and ptxas with -o in sccache's temp dir, named after the source.
+    from factory.planning.record import object_peaks
+
+    objects = ["csrc/flash_attn/src/flash_bwd_hdim256_fp16_sm80", "csrc/flash_attn/flash_api"]
+    raw = {
+        "/tmp/sccache_nvccAB12cd/flash_bwd_hdim256_fp16_sm80.ptx": 7 * GB,
+        "/tmp/sccache_nvccAB12cd/flash_bwd_hdim256_fp16_sm80.cubin": 2 * GB,
+        "/tmp/sccache_nvccAB12cd/x_0.cpp1.ii": 9 * GB,  # anonymous: nobody's
+        "/f/src/build/temp.linux-x86_64-cpython-311/csrc/flash_attn/flash_api.o": GB,
+        "/tmp/cc0Uhdig.s": 9 * GB,
+    }
+    assert object_peaks(raw, objects) == {objects[0]: 7 * GB, objects[1]: GB}
