@@ -402,7 +402,7 @@ def history_runs(runs: Sequence[Run]) -> dict[str, list[dict[str, object]]]:
         rec = RecordedRun(source=run.name, date=run.date, max_jobs=run.jobs, cpus=run.cpus,
                           compile_seconds=round(run.span(), 1),
                           peak_bytes=int(run.peak_gib * GIB), peak_of=run.peak_of,
-                          machine=run.machine)
+                          machine=run.machine, order=tuple(o.key for o in run.entries()))
         out.setdefault("+".join(map(str, run.archs)), []).append(rec.as_dict())
     return out
 

@@ -119,9 +119,14 @@ class RecordedRun:
     peak_bytes: int | None = None
     peak_of: str = "compilers"
     machine: str = ""  # the builder's CPU model and count, where recorded
+    # the objects in the order the run started them (a plan's check replays it in that order:
+    # a later build's order, from newer times, is not the one this run's peak came from)
+    order: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["order"] = list(self.order)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RecordedRun:
@@ -133,7 +138,8 @@ class RecordedRun:
                    max_jobs=int(d["max_jobs"]), cpus=int(d["cpus"]),
                    compile_seconds=float(d["compile_seconds"]),
                    peak_bytes=int(peak) if peak is not None else None, peak_of=peak_of,
-                   machine=str(d.get("machine", "")))
+                   machine=str(d.get("machine", "")),
+                   order=tuple(str(k) for k in d.get("order", ())))
 
     def describe(self) -> str:
         return (f"{self.date or 'undated'} {self.max_jobs} job(s) on {self.cpus} CPU(s)"

@@ -46,7 +46,7 @@ from factory.planning.replay import (
     replay,
 )
 from factory.planning.spread import RunCheck, Spread, spread
-from factory.units import format_size
+from factory.units import GIB, format_size
 
 # A tie within this fraction of the best predicted time goes to the plan with the lower peak:
 # the time model is not that precise, and memory left over is safety.
@@ -175,6 +175,7 @@ class ObjectReplay:
 
     objects: tuple[tuple[float, int], ...]
     source: str
+    keys: tuple[str, ...] = ()  # the objects' keys, in the same order
 
     @classmethod
     def of(cls, cell: Cell, times: ObjectTimes | None, threads: int) -> ObjectReplay | None:
@@ -193,7 +194,19 @@ class ObjectReplay:
         heaviest = max(peaks.values())  # an object nobody sampled: as heavy as the heaviest
         order = sorted(seconds, key=lambda k: -seconds[k])  # critical_path's order
         return cls(objects=tuple((seconds[k], peaks.get(k, heaviest)) for k in order),
-                   source=times.source)
+                   source=times.source, keys=tuple(order))
+
+    def in_order(self, order: Sequence[str]) -> ObjectReplay:
+        """The same objects started in ``order`` (a recorded run's own start order); those
+        it does not name keep their place after them."""
+        if not order or not self.keys:
+            return self
+        by_key = dict(zip(self.keys, self.objects, strict=True))
+        first = [k for k in order if k in by_key]
+        rest = [k for k in self.keys if k not in set(first)]
+        keys = first + rest
+        return dataclasses.replace(self, objects=tuple(by_key[k] for k in keys),
+                                   keys=tuple(keys))
 
     def run(self, jobs: int, *, threads: int, archs: int, cpus: int) -> Replay:
         factor = contention_factor(jobs * min(threads, archs), cpus)
@@ -283,10 +296,16 @@ def plan_for(
     budget_txt = f"{format_size(memory)} ({memory_source})"
     if not options:
         assert smallest is not None
+        beside = history.non_compile_bytes(memory_model_key or cell.package)
+        what = (f"its heaviest object, {format_size(smallest.largest)} at {smallest.threads} "
+                f"nvcc thread(s), + {format_size(beside)} beside it; the link needs "
+                f"{format_size(headroom)}" if smallest.replayed else
+                f"one job of {format_size(smallest.largest)} at {smallest.threads} nvcc "
+                f"thread(s) + {format_size(headroom)} headroom")
         raise PlanError(
-            f"{cell.id} needs at least {format_size(smallest.peak)} of memory "
-            f"(one job of {format_size(smallest.largest)} at {smallest.threads} nvcc thread(s) "
-            f"+ {format_size(headroom)} headroom) but the budget is {budget_txt}",
+            # rounded up: "needs 7.0 GiB" of a 7.0 GiB budget would read as a fit
+            f"{cell.id} needs at least {math.ceil(smallest.peak / GIB * 10) / 10:.1f} GiB of "
+            f"memory ({what}) but the budget is {budget_txt}",
             tip="raise --memory / the container's memory limit, or build fewer archs per cell",
         )
 
@@ -330,8 +349,9 @@ def _spread(cell: Cell, o: _Option, times: ObjectTimes | None, *, headroom: int,
         for run in times.runs:
             if run.max_jobs < 1 or run.cpus < 1:
                 continue
-            if objects is not None:
-                r = objects.run(run.max_jobs, threads=threads, archs=archs, cpus=run.cpus)
+            if objects is not None:  # in the run's own start order, where it was recorded
+                r = objects.in_order(run.order).run(run.max_jobs, threads=threads,
+                                                    archs=archs, cpus=run.cpus)
                 peak = r.peak_bytes + (beside if run.peak_of == "host" else 0)
                 checks.append(RunCheck(run=run, predicted_seconds=r.span_seconds,
                                        predicted_peak_bytes=peak if run.peak_bytes else None))

@@ -113,7 +113,8 @@ def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, 
             run = RecordedRun(
                 source=f"factory build {pc.cell.id}", date=today(), max_jobs=plan.max_jobs,
                 cpus=plan.cpus, compile_seconds=round(compile_span(entries), 1),
-                peak_bytes=peak, peak_of="compilers", machine=machine())
+                peak_bytes=peak, peak_of="compilers", machine=machine(),
+                order=tuple(e.key for e in sorted(entries, key=lambda e: e.start)))
     # A cache hit's process is small: only a compile's peak says what the object needs.
     raw = {} if cached else dict(result.object_peak_rss_bytes or {})
     peaks = object_peaks(raw, seconds) if seconds else {

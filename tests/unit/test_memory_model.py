@@ -71,12 +71,23 @@ def test_shipped_history_is_version_1_and_seeded_from_the_measurements() -> None
 
 
 def test_shipped_object_times_are_the_16_job_log() -> None:
-    times = MemoryHistory.load(shipped_history_path()).object_times(fa_cell())
+    times = MemoryHistory.load(shipped_history_path()).object_times(fa_cell(archs=(90,)))
     assert times is not None
     assert len(times.seconds) == 73
     assert round(sum(times.seconds.values())) == 16212
     longest = max(times.seconds, key=lambda k: times.seconds[k])
     assert longest == "csrc/flash_attn/src/flash_fwd_split_hdim64_fp16_sm80"
+
+
+def test_the_sm100_cell_has_its_own_shipped_objects() -> None:
+    # the flagship build on the 2-core builder: its 73 objects' seconds and sampled peaks, and
+    # the two real runs of these objects (that build and the H200 sm_100 run)
+    times = MemoryHistory.load(shipped_history_path()).object_times(fa_cell())
+    assert times is not None and times.archs == (100,)
+    assert len(times.seconds) == len(times.peaks) == 73
+    assert (times.max_jobs, times.cpus) == (2, 2)
+    assert max(times.peaks.values()) > 6.5 * 2**30  # flash_bwd_hdim256, as measured alone
+    assert sorted(r.max_jobs for r in times.runs) == [2, 9]
 
 
 def test_model_key_counts_archs_compiled_at_once() -> None:
