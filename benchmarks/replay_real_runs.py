@@ -386,7 +386,7 @@ def fits_table(history: MemoryHistory) -> list[str]:
         says = "OOM" if gib > cap else "fits"
         oom = "OOM" in happened
         right = "yes" if (says == "OOM") == oom else "**no**"
-        out.append(f"| {name} | {cap} | {jobs} | {happened} | {gib:.1f} ({how}) | {says} "
+        out.append(f"| {name} | {cap} | {jobs} | {happened} | {gib:.2f} ({how}) | {says} "
                    f"| {right} |")
     return out
 
