@@ -31,34 +31,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from index_fixtures import S3_ENV, _SerialWrites  # noqa: E402  (moto with S3's semantics)
 
 from factory.planning.ninja_log import compile_span, read_entries  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "multicell"
-S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-          "AWS_DEFAULT_REGION": "us-east-1"}
 CACHE = ROOT / ".cache" / "factory"
-
-
-class _SerialWrites:
-    """moto checks a conditional put and writes in two steps; S3 does both at once. One write
-    at a time gives the run S3's semantics (as tests/index_fixtures.py does)."""
-
-    def __init__(self, app: Callable[..., Any]) -> None:
-        self.app = app
-        self.lock = threading.Lock()
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        if environ.get("REQUEST_METHOD") in {"PUT", "POST", "DELETE"}:
-            with self.lock:
-                return list(self.app(environ, start_response))
-        return self.app(environ, start_response)
 
 
 def moto() -> tuple[str, Any]:

@@ -5,7 +5,6 @@ here, once."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from typing import Protocol
@@ -31,6 +30,7 @@ from factory.commands import (
     wheelhouse,
     yank,
 )
+from factory.environment import DEBUG_ENV, ENVIRONMENT, env_value
 from factory.errors import FactoryError, UsageError
 
 
@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="factory",
         description="Prebuilt CUDA wheels from a build matrix, served from a private index: "
         "matrix -> cell -> plan -> build -> wheel -> verify -> publish -> index.",
+        epilog=environment_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"factory {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -90,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def environment_help() -> str:
+    """The FACTORY_* variables and the one precedence they share, for ``factory --help``."""
+    width = max(len(v.name) for v in ENVIRONMENT)
+    lines = ["environment (command line > environment > matrix.toml > default):"]
+    lines += [f"  {v.name:<{width}}  {v.what}" for v in ENVIRONMENT]
+    return "\n".join(lines)
+
+
 def _one_line(text: str) -> str:
     """Escape what would break the one error line: argparse quotes user input raw, and a
     newline or carriage return in an argument would otherwise start a line of its own."""
@@ -98,7 +108,7 @@ def _one_line(text: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or os.environ.get("FACTORY_DEBUG") == "1"
+    debug = "--debug" in argv or env_value(DEBUG_ENV) == "1"
     logger.configure()
     try:
         args = build_parser().parse_args(argv)

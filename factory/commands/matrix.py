@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
-from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
-
-if TYPE_CHECKING:
-    from factory.matrix.load import PlannedCell
+from factory.build.readiness import ReadinessChecker
+from factory.commands._common import (
+    add_matrix_arg,
+    add_store_arg,
+    matrix_from_args,
+    print_json,
+    store_from_args,
+)
+from factory.matrix.load import PlannedCell
+from factory.store import open_existing_store
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def add_selection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--missing", action="store_true", help="only cells not yet published in --store")
+    parser.add_argument("--missing", action="store_true",
+                        help="only cells not yet published in --store")
     add_store_arg(parser)
     parser.add_argument("--package", action="append", default=None, help="only these packages")
 
@@ -28,8 +34,6 @@ def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
     matrix = matrix_from_args(args)
     cells = matrix.cells_of(args.package)
     if args.missing:
-        from factory.index.store import open_existing_store
-
         store = open_existing_store(store_from_args(args))
         published = store.published_content_keys()
         cells = [c for c in cells if c.content_key not in published]
@@ -38,13 +42,13 @@ def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
 
 def run(args: argparse.Namespace) -> int:
     cells = selected_cells(args)
-    from factory.toolchain.readiness import ReadinessChecker
 
     checker = ReadinessChecker(matrix_from_args(args).settings)
     ready = {c.cell.id: checker.check(c) for c in cells}
     if args.json:
         print_json({
-            "cells": [{**c.as_dict(), "toolchain_ready": ready[c.cell.id].as_dict()} for c in cells],
+            "cells": [{**c.as_dict(),
+                       "toolchain_ready": ready[c.cell.id].as_dict()} for c in cells],
             "include": [{"cell": c.cell.id} for c in cells],
         })
         return 0

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from factory.commands._common import add_matrix_arg, print_json
+from factory.build.pipeline import load_history
+from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
 from factory.commands.matrix import add_selection_args, selected_cells
+from factory.planning.schedule import load_builders, schedule
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -17,10 +19,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.build.pipeline import load_history
-    from factory.commands._common import matrix_from_args
-    from factory.planning.schedule import load_builders, schedule
-
     builders = load_builders(args.builders)
     cells = selected_cells(args)
     # the history `factory plan` and `factory build` read: one cell model for all three

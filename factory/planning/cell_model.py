@@ -17,19 +17,25 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from factory.matrix.cell import Cell
 from factory.planning.memory_model import MemoryHistory
+from factory.planning.record import PlanShape
 from factory.planning.replay import contention_factor
-
-if TYPE_CHECKING:
-    from factory.planning.planner import BuildPlan
 
 # Where no run measured a recipe's overhead: flash-attn's resumed link-only build of 2026-11-29
 # (setup.py, link, tag, repair, verify) on the H200 machine.
 CELL_OVERHEAD_SECONDS = 79.0
 UNKNOWN_COMPILE_SECONDS = 600.0  # a package with no object times in the history
+
+
+class PlanFigures(PlanShape, Protocol):
+    """What a cell's time reads from a plan (factory.planning.planner.BuildPlan, which imports
+    this module)."""
+
+    @property
+    def predicted_seconds(self) -> float | None: ...
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,7 +64,7 @@ def overhead_of(history: MemoryHistory, model_key: str) -> tuple[float, str]:
         "whole build minus compile)")
 
 
-def cell_time(cell: Cell, plan: BuildPlan, history: MemoryHistory, *,
+def cell_time(cell: Cell, plan: PlanFigures, history: MemoryHistory, *,
               model_key: str) -> CellTime:
     """The cell under ``plan``: the planner's compile span and its CPU-seconds, the overhead."""
     archs = len(cell.archs)

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from factory.environment import HISTORY_ENV
 from factory.errors import ConfigError
 
-HISTORY_ENV = "FACTORY_MEMORY_HISTORY"
 HISTORY_VERSION = 1
 
 

@@ -32,10 +32,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from factory.environment import HISTORY_ENV
 from factory.errors import ConfigError
 from factory.matrix.cell import Cell
 from factory.planning.history_file import (
-    HISTORY_ENV,
     atomic_write_json,
     checked,
     empty_document,

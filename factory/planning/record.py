@@ -7,35 +7,48 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from factory.errors import FactoryError
+from factory.matrix.load import PlannedCell
 from factory.planning.history_file import today
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory, RecordedRun
 from factory.planning.ninja_log import compile_span, object_key, read_entries
 from factory.units import format_size
 
-if TYPE_CHECKING:
-    from factory.matrix.load import PlannedCell
-
 
 class CompileMeasurements(Protocol):
     """What record_build reads from a runner's result (factory.runners.base.RunResult)."""
 
-    oom_killed: bool
-    compile_peak_rss_bytes: int | None  # peak of the summed RSS of all compiler processes
-    max_concurrent_compiles: int | None  # most compile jobs alive at one sample
-    cache_hits: int | None
-    sccache_hits: int | None
-    objects_built: int | None  # objects compiled in this attempt (ninja's [N/M] lines)
-    object_peak_rss_bytes: Mapping[str, int] | None  # output path -> its job's peak RSS
-    log_path: Path
+    @property
+    def oom_killed(self) -> bool: ...
+    @property
+    def compile_peak_rss_bytes(self) -> int | None:
+        """Peak of the summed RSS of all compiler processes."""
+    @property
+    def max_concurrent_compiles(self) -> int | None:
+        """Most compile jobs alive at one sample."""
+    @property
+    def cache_hits(self) -> int | None: ...
+    @property
+    def sccache_hits(self) -> int | None: ...
+    @property
+    def objects_built(self) -> int | None:
+        """Objects compiled in this attempt (ninja's [N/M] lines)."""
+    @property
+    def object_peak_rss_bytes(self) -> Mapping[str, int] | None:
+        """Output path -> its job's peak RSS."""
+    @property
+    def log_path(self) -> Path: ...
 
 
 class PlanShape(Protocol):
-    max_jobs: int
-    nvcc_threads: int
-    cpus: int
+    @property
+    def max_jobs(self) -> int: ...
+    @property
+    def nvcc_threads(self) -> int: ...
+    @property
+    def cpus(self) -> int: ...
 
 
 def machine() -> str:

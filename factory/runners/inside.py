@@ -209,7 +209,7 @@ class Sampler(threading.Thread):
 
 
 # -- cgroup counters (v1 and v2) --------------------------------------------------------------
-# The build's own view of its cgroup. The host's reads live in factory/runners/cgroup.py; this
+# The build's own view of its cgroup. The host's reads live in factory/planning/cgroup.py; this
 # script cannot import them: it runs on the builder image's python, stdlib only, as one file.
 
 
@@ -900,7 +900,8 @@ class _OomFault:
         # touched pages (b"x" * n), not calloc'd ones, so the cgroup really fills up
         self.hog = subprocess.Popen(
             [sys.executable, "-c",
-             "import time\nb = []\nwhile True:\n    b.append(b'x' * (32 << 20))\n    time.sleep(0.01)"],
+             "import time\nb = []\nwhile True:\n"
+             "    b.append(b'x' * (32 << 20))\n    time.sleep(0.01)"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
 

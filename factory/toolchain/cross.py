@@ -28,8 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from factory.engine import docker_client
 from factory.errors import EngineError
 from factory.matrix.cell import DEFAULT_PLATFORM, PLATFORMS, Cell, parse_platform
+from factory.toolchain.images import DEBIAN_MIRROR, debootstrap_foreign
 from factory.toolchain.python_image import SUITE_PYTHONS
 
 
@@ -40,7 +42,6 @@ class CpuPlatform:
     debian_arch: str  # dpkg's name: "arm64"
     elf_machine: int  # e_machine in the ELF header
     elf_name: str  # as readelf prints it
-    docker_platform: str  # "linux/arm64"
     cuda_redist: str  # NVIDIA's redist archives for toolkits that run on it: "linux-sbsa"
 
 
@@ -51,7 +52,6 @@ CPU_PLATFORMS = {
         debian_arch="amd64",
         elf_machine=62,
         elf_name="X86-64",
-        docker_platform="linux/amd64",
         cuda_redist="linux-x86_64",
     ),
     "aarch64": CpuPlatform(
@@ -60,7 +60,6 @@ CPU_PLATFORMS = {
         debian_arch="arm64",
         elf_machine=183,
         elf_name="AArch64",
-        docker_platform="linux/arm64",
         cuda_redist="linux-sbsa",  # Arm servers, Grace too
     ),
 }
@@ -120,8 +119,6 @@ def ensure_cross_image(base: str, *, target: str, python: str, client: Any | Non
     """The cross builder image for ``base`` (made once: a container from ``base`` with the
     network on installs the packages, then is committed). Returns its name."""
     from docker.errors import APIError, ImageNotFound
-
-    from factory.runners.engine import docker_client
 
     client = client or docker_client()
     name = cross_image_name(base, target)
@@ -298,8 +295,6 @@ def ensure_target_sysroot(
     import os
     import shutil
     import tempfile
-
-    from factory.toolchain.images import DEBIAN_MIRROR, debootstrap_foreign
 
     suite = sysroot_suite(python)
     if suite is None:

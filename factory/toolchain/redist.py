@@ -28,7 +28,9 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from factory.engine import docker_client
 from factory.errors import ToolchainError
+from factory.tarsafe import extract
 from factory.toolchain.cross import CPU_PLATFORMS, builder_platform
 from factory.toolchain.toolkit import HEADER_EXTRAS, STAMP
 
@@ -153,7 +155,7 @@ def _unpack(data: bytes, archive: Archive, home: Path, scratch: Path) -> None:
     out = scratch / archive.component
     try:
         with tarfile.open(tarball, "r:xz") as tf:
-            tf.extractall(out, filter="data")
+            extract(tf, out)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ToolchainError(f"cannot unpack {archive.relative_path}: {exc}") from None
     tops = [p for p in out.iterdir() if p.is_dir()]
@@ -219,8 +221,6 @@ def image_dockerfile(cuda: str, *, base: str) -> str:
 def make_cuda_image(home: Path, cuda: str, *, base: str, name: str) -> str:
     """Build ``name`` from ``base`` plus the toolkit in ``home`` (no network, no registry)."""
     from docker.errors import APIError, BuildError
-
-    from factory.runners.engine import docker_client
 
     client = docker_client()
     with tempfile.TemporaryDirectory(prefix=".image-", dir=home.parent) as tmp:

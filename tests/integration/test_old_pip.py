@@ -11,16 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from client_fixtures import OLD_PIP
 from conftest import cache_root
 from index_wheels import variant_wheel
 
 from factory.index.publish import publish
 from factory.index.server import running_server
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.download]
-
-OLD_PIP = "23.0.1"  # Debian 12's python3-pip
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from factory.environment import HISTORY_ENV
 from factory.errors import ConfigError
 from factory.matrix.cell import Cell
-from factory.planning.history_file import HISTORY_ENV, history_path, shipped_history_path
+from factory.planning.history_file import history_path, shipped_history_path
 from factory.planning.memory_model import (
     INFERRED_MARGIN,
     RECENT_PEAKS,

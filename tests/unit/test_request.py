@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ops_builds import REPO, factory_cli, planned, publish_build, write_matrix
 
 from factory import cli
 from factory.matrix.load import PlannedCell
-
-from ops_builds import REPO, factory_cli, planned, publish_build, write_matrix
 
 SPEC = "flash-attn==2.8.3.post2"
 
@@ -54,27 +53,30 @@ def test_published_cell_prints_the_install_line_without_building(
                     "--index-url", "http://index.example:8080/")
     assert r.returncode == 0, r.stderr
     version = pc.wheel.split("-")[1]
-    assert r.stdout == (f"pip install --extra-index-url http://index.example:8080/{pc.variant}/simple/ "
-                        f"flash-attn=={version}\n")
+    why, line = r.stdout.splitlines()  # plain http by name: pip must be told to trust it
+    assert why.startswith("# plain http to index.example:8080: pip uses an http index only on ")
+    assert line == ("python3 -m pip install --trusted-host index.example:8080 --extra-index-url "
+                    f"http://index.example:8080/{pc.variant}/simple/ flash-attn=={version}")
     assert "already published, nothing to build" in r.stderr
     # Without --index-url a local store names itself, as a file:// URL pip can read.
     r = factory_cli("request", *_args(pc), "--matrix", str(matrix), "--store", str(store), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["built"] is False and doc["content_key"] == pc.content_key
-    assert doc["install"].startswith(f"pip install --extra-index-url {store.resolve().as_uri()}/")
+    assert doc["install"].startswith(
+        f"python3 -m pip install --extra-index-url {store.resolve().as_uri()}/")
 
 
 def test_rerun_of_a_published_cell_never_calls_the_build(
     setup: tuple[Path, Path, list[PlannedCell]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     matrix, store, cells = setup
-    import factory.build.pipeline
+    import factory.hosts.request
 
     def must_not_build(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("build_cells was called for a published cell")
 
-    monkeypatch.setattr(factory.build.pipeline, "build_cells", must_not_build)
+    monkeypatch.setattr(factory.hosts.request, "build_cells", must_not_build)
     for pc in (cells[0], cells[10]):
         code = cli.main(["request", *_args(pc), "--matrix", str(matrix), "--store", str(store)])
         out = capsys.readouterr()
@@ -87,7 +89,7 @@ def test_missing_cell_is_built_with_publish_then_answered(
     capsys: pytest.CaptureFixture[str], tmp_path: Path,
 ) -> None:
     matrix, store, cells = setup
-    import factory.build.pipeline
+    import factory.hosts.request
 
     calls: list[tuple[list[str], Any]] = []
 
@@ -97,12 +99,14 @@ def test_missing_cell_is_built_with_publish_then_answered(
             publish_build(opts.store, tmp_path / "built", p)
         return []
 
-    monkeypatch.setattr(factory.build.pipeline, "build_cells", fake_build_cells)
+    monkeypatch.setattr(factory.hosts.request, "build_cells", fake_build_cells)
     pc = cells[1]
     args = ["request", *_args(pc), "--matrix", str(matrix), "--store", str(store), "--index-url", "http://i"]
     assert cli.main(args) == 0
     out = capsys.readouterr()
-    assert out.out == f"pip install --extra-index-url http://i/{pc.variant}/simple/ flash-attn=={pc.wheel.split('-')[1]}\n"
+    assert out.out.splitlines()[-1] == (f"python3 -m pip install --trusted-host i --extra-index-url "
+                                        f"http://i/{pc.variant}/simple/ "
+                                        f"flash-attn=={pc.wheel.split('-')[1]}")
     assert "built and published" in out.err
     ((ids, opts),) = calls
     assert ids == [pc.cell.id] and opts.publish is True and opts.store == str(store)
@@ -114,9 +118,9 @@ def test_missing_cell_is_built_with_publish_then_answered(
 def test_cuda12_cell_fails_in_one_line_without_building(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import factory.build.pipeline
+    import factory.hosts.request
 
-    monkeypatch.setattr(factory.build.pipeline, "build_cells", lambda *a, **k: pytest.fail("build called"))
+    monkeypatch.setattr(factory.hosts.request, "build_cells", lambda *a, **k: pytest.fail("build called"))
     args = ["request", SPEC, "--torch", "2.10.0", "--cuda", "12.8", "--arch", "10.0", "--python", "3.12",
             "--matrix", str(REPO / "matrix.toml"), "--store", str(tmp_path / "store")]
     r = factory_cli(*args)
@@ -145,7 +149,7 @@ def test_bad_requests_are_usage_errors(tmp_path: Path) -> None:
 def test_yanked_only_build_is_reported(setup: tuple[Path, Path, list[PlannedCell]]) -> None:
     matrix, store, cells = setup
     from factory.index.publish import yank
-    from factory.index.store import open_store
+    from factory.store import open_store
 
     yank(open_store(str(store)), cells[5].wheel, "bad kernels")
     r = factory_cli("request", *_args(cells[5]), "--matrix", str(matrix), "--store", str(store))

@@ -1,11 +1,11 @@
 """Host-side cgroup reads (v1 and v2): where cgroups are, peak memory, the OOM-kill counter.
-The limits are covered with the budget (tests/test_budget.py)."""
+The limits are covered with the budget (test_budget.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from factory.runners import cgroup
+from factory.planning import cgroup
 
 
 def test_v2_oom_kill_counter(tmp_path: Path) -> None:
