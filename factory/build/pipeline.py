@@ -43,8 +43,9 @@ from factory.index.publish import publish
 from factory.logger import Log, NinjaProgress
 from factory.matrix.cell import sm_names
 from factory.matrix.load import Matrix, PlannedCell
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory, record_build
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory
 from factory.planning.planner import BuildPlan, plan_after_oom, plan_build, predicted_peak
+from factory.planning.record import record_build
 from factory.planning.shared_history import BadRecord, merge_into, push
 from factory.runners import RunnerKind, get_runner, runner_kind
 from factory.runners.base import Runner, RunResult

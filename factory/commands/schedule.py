@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from factory.commands._common import add_matrix_arg, print_json
+from factory.build.pipeline import load_history
+from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
 from factory.commands.matrix import add_selection_args, selected_cells
-from factory.planning.memory_model import MemoryHistory
 from factory.planning.schedule import load_builders, schedule
 
 
@@ -21,7 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     builders = load_builders(args.builders)
     cells = selected_cells(args)
-    found = schedule(cells, builders, history=MemoryHistory.load())
+    # the history `factory plan` and `factory build` read: one cell model for all three
+    found = schedule(cells, builders, history=load_history(matrix_from_args(args)))
     if args.json:
         print_json(found.as_dict())
         return 0

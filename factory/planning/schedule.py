@@ -16,9 +16,10 @@ shared budget, nothing counted twice) and all its CPUs, so the CPUs are shared: 
 finishes, or a cell in its single-threaded link, leaves its CPUs to the others (oversubscribed
 compilers slow each other proportionally; replay.contention_factor). A cell is a compile phase
 (its objects' measured CPU seconds, at most its planned jobs at once, never shorter than its
-longest object) and the measured per-cell overhead outside the compile (link, tag, repair,
-verify: 79 s in the H200 run of 2026-11-29), simulated by ``shared_span``. A cell the planner
-refuses at a lane's memory cannot go there.
+planner's predicted span alone: factory.planning.cell_model, the one cell model `factory plan`
+uses too) and the measured per-cell overhead outside the compile (venv and pip, link, tag,
+repair, verify), simulated by ``shared_span``. A cell the planner refuses at a lane's memory
+cannot go there.
 """
 
 from __future__ import annotations
@@ -35,16 +36,14 @@ from typing import Any
 from factory.errors import ConfigError, PlanError
 from factory.matrix.load import PlannedCell
 from factory.matrix.tags import wheel_platform
+from factory.planning.cell_model import CELL_OVERHEAD_SECONDS, cell_time, overhead_of
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import plan_for
-from factory.planning.replay import contention_factor
 from factory.tomlread import tomllib
 from factory.toolchain.cross import can_build
 from factory.units import format_size, parse_size
 
 CACHED_FRACTION = 0.10  # a later Python version's compile against the first's (measured)
-CELL_OVERHEAD_SECONDS = 79.0  # link + tag + repair + verify of one flash-attn cell (measured)
-UNKNOWN_COMPILE_SECONDS = 600.0  # a package with no object times in the history
 MAX_LANES = 16  # cells a builder runs side by side at most
 SCHEDULE_VERSION = 1
 
@@ -143,7 +142,8 @@ def group_cells(cells: Iterable[PlannedCell]) -> tuple[Group, ...]:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Phase:
     """A stretch of one cell: ``work`` CPU-seconds on at most ``parallel`` CPUs at once, and
-    never in less than ``longest`` seconds (its longest object)."""
+    never in less than ``longest`` seconds (a compile: the planner's span alone on its CPUs,
+    which is at least its longest object)."""
 
     work: float
     parallel: int
@@ -155,8 +155,8 @@ class Phase:
             float(self.parallel)
 
 
-def overhead() -> Phase:
-    return Phase(work=CELL_OVERHEAD_SECONDS, parallel=1, longest=CELL_OVERHEAD_SECONDS)
+def overhead(seconds: float = CELL_OVERHEAD_SECONDS) -> Phase:
+    return Phase(work=seconds, parallel=1, longest=seconds)
 
 
 class CellTimes:
@@ -175,25 +175,20 @@ class CellTimes:
         return self._memo[key]
 
     def _compile(self, pc: PlannedCell, memory: int, cpus: int) -> Phase | None:
+        key = pc.recipe.memory_model_key or pc.recipe.name
         try:
             plan = plan_for(pc.cell, supports_threads=pc.recipe.supports_threads(),
-                            memory_model_key=pc.recipe.memory_model_key or pc.recipe.name,
-                            memory=memory, cpus=cpus, history=self.history)
+                            memory_model_key=key, memory=memory, cpus=cpus,
+                            history=self.history)
         except PlanError:
             return None
-        archs = len(pc.cell.archs)
-        parallel = plan.max_jobs * min(plan.nvcc_threads, archs)
-        times = self.history.object_times(pc.cell)
-        if times is None or not times.seconds:
-            return Phase(work=UNKNOWN_COMPILE_SECONDS * parallel, parallel=parallel,
-                         longest=UNKNOWN_COMPILE_SECONDS)
-        base = dataclasses.replace(times, seconds=times.alone())
-        seconds = base.scaled(archs, plan.nvcc_threads)
-        # every CPU busy: each object at the full contention factor
-        busy = contention_factor(1, 1)
-        per_arch = min(plan.nvcc_threads, archs)
-        return Phase(work=sum(seconds.values()) * busy * per_arch, parallel=parallel,
-                     longest=max(seconds.values()) * busy)
+        t = cell_time(pc.cell, plan, self.history, model_key=key)
+        return Phase(work=t.cpu_seconds, parallel=t.parallel, longest=t.compile_seconds)
+
+    def overhead(self, pc: PlannedCell) -> Phase:
+        """The cell's measured overhead outside the compile (cell_model.overhead_of)."""
+        return overhead(overhead_of(self.history, pc.recipe.memory_model_key
+                                    or pc.recipe.name)[0])
 
     def phases(self, g: Group, memory: int, cpus: int) -> list[Phase] | None:
         """The group's cells in order: the first compiles everything, the later ones
@@ -203,9 +198,9 @@ class CellTimes:
             return None
         cached = dataclasses.replace(first, work=first.work * CACHED_FRACTION,
                                      longest=first.longest * CACHED_FRACTION)
-        out = [first, overhead()]
-        for _ in g.cells[1:]:
-            out += [cached, overhead()]
+        out = [first, self.overhead(g.cells[0])]
+        for pc in g.cells[1:]:
+            out += [cached, self.overhead(pc)]
         return out
 
     def work(self, g: Group, memory: int, cpus: int) -> float | None:
@@ -346,8 +341,8 @@ class Slot:
 class Schedule:
     slots: tuple[Slot, ...]
     makespan_seconds: float
-    lower_bound_seconds: float  # the fluid bound (``lower_bound``)
-    group_bound_seconds: float  # the whole-group bound (``group_bound``), never below it
+    lower_bound_seconds: float  # the fluid bound (``lower_bound``), for every policy
+    group_bound_seconds: float  # the policy-family bound (``group_bound``), never below it
     unplaced: tuple[str, ...]  # cells no builder can build (platform or memory)
 
     def as_dict(self) -> dict[str, Any]:
@@ -379,8 +374,8 @@ class Schedule:
                        f"CPUs): {len(s.cells)} cell(s), predicted {s.seconds / 60:.0f} min")
             out += [f"    {c}" for c in s.cells]
         out.append(f"predicted makespan {self.makespan_seconds / 60:.0f} min (lower bounds: "
-                   f"whole groups {self.group_bound_seconds / 60:.0f} min, fluid "
-                   f"{self.lower_bound_seconds / 60:.0f} min)")
+                   f"any policy {self.lower_bound_seconds / 60:.0f} min, the factory's whole "
+                   f"groups in lanes {self.group_bound_seconds / 60:.0f} min)")
         out += [f"unplaced: {c} (no builder has its platform or the memory)"
                 for c in self.unplaced]
         return out
@@ -388,16 +383,19 @@ class Schedule:
 
 def lower_bound(groups: Sequence[Group], builders: Sequence[Builder],
                 times: CellTimes) -> float:
-    """The fluid bound: max(all groups' CPU work / all CPUs, the longest group alone on the
-    builder where it is fastest). CPU work: the group's phases at one CPU (the cache effect
-    and the overheads included); nothing a schedule does shrinks it. Loose: it lets a group's
-    work flow over every builder's CPUs, and ignores that memory limits how many compilers a
-    builder runs at once; ``group_bound`` is the one for whole groups."""
+    """The fluid bound, for every policy (not only whole groups): max(all groups' CPU work /
+    all CPUs, the longest single cell alone on the builder where it is fastest). CPU work: the
+    group's phases at one CPU (the cache effect and the overheads included: a policy that
+    splits a group only adds work); nothing a schedule does shrinks it. Loose: it lets work
+    flow over every builder's CPUs, and ignores that memory limits how many compilers a
+    builder runs at once; ``group_bound`` is the one for the factory's family of policies
+    (whole groups in lanes). Both are bounds of the cell model, not of real builds."""
     work = 0.0
     longest = 0.0
     for g in groups:
         fits = [b for b in builders if b.builds(g.platform)]
-        alone = [shared_span(b.cpus, [p])[0] for b in fits
+        # a group's first cell (compile + overhead) is its longest: the others are cached
+        alone = [shared_span(b.cpus, [p[:2]])[0] for b in fits
                  if (p := times.phases(g, b.memory_bytes, b.cpus)) is not None]
         if not alone:
             continue

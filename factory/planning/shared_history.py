@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from factory.errors import FactoryError, StoreError
 from factory.matrix.cell import Cell
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory, RecordedRun
 
 RECORDS_PREFIX = "history/records/"
 RECORD_VERSION = 1
@@ -47,7 +47,7 @@ def record_document(m: BuildMeasurement) -> dict[str, Any]:
         "version": RECORD_VERSION, "cell": m.cell.as_dict(), "nvcc_threads": m.nvcc_threads,
         "max_jobs": m.max_jobs, "cpus": m.cpus, "peak_job_bytes": m.peak_job_bytes,
         "object_seconds": dict(m.object_seconds), "object_peaks": dict(m.object_peaks),
-        "source": m.source,
+        "source": m.source, "run": m.run.as_dict() if m.run else None,
     }
 
 
@@ -79,6 +79,7 @@ def measurement_of(doc: object) -> BuildMeasurement:
             object_peaks={str(k): _count(v, "an object peak", 0, _MAX_BYTES)
                           for k, v in _table(doc, "object_peaks")},
             source=str(doc.get("source", "")),
+            run=RecordedRun.from_dict(doc["run"]) if doc.get("run") else None,
         )
     except (KeyError, TypeError, ValueError, FactoryError) as exc:
         what = exc.message if isinstance(exc, FactoryError) else str(exc)
