@@ -7,13 +7,13 @@ kernels are not shared, docs/BENCHMARKS.md "Compile cache"). Builders: 64/128/25
 cells; sm_80's object times are the nearest history entry's) and two more builders of 96 and
 192 GiB with 24 and 48 CPUs.
 
-Cell times come from one model for both policies (factory.planning.schedule.CellTimes): the
+Cell times come from one model for both policies (factory.planning.cell_times.CellTimes): the
 planner's predicted compile at the slot's memory and CPUs from measured per-object times (sm_90:
 the shipped history; sm_100: the 2026-11-29 H200 run's ninja log, added here), contention
 included; a later Python version of a group compiles CACHED_FRACTION (10 %, measured) of the
 first; every cell adds the measured 79 s of link, repair and verify.
 
-  factory schedule  groups (same kernels, any Python) to builders (factory.planning.schedule
+  factory schedule  groups (same kernels, any Python) to builders (factory.planning.assign
                     .assign: longest first, an iterated local search, and the exact best
                     count of each kind of group per builder where the kinds are few), each
                     builder's groups in the lane count that ends first
@@ -22,10 +22,10 @@ first; every cell adds the measured 79 s of link, repair and verify.
                     (labels name a builder's own size); each job has the whole builder; the
                     builder's local compile cache serves a later Python version only when the
                     same builder built the group's first cell before it
-  whole-group bound factory.planning.schedule.group_bound: for whole groups, with each
+  whole-group bound factory.planning.bounds.group_bound: for whole groups, with each
                     builder's rate limited by the jobs its memory allows (see its docstring
                     for the proof); computed exactly here (no kinds merged)
-  fluid bound       factory.planning.schedule.lower_bound (the bound before it): max(all
+  fluid bound       factory.planning.bounds.lower_bound (the bound before it): max(all
                     groups' CPU work / all CPUs, the longest group on its fastest builder)
   best whole groups every way to give each builder a number of groups of each kind, each
                     builder running its share as `factory schedule` runs it (an enumeration
@@ -46,25 +46,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from factory.matrix.load import PlannedCell, load_matrix  # noqa: E402
+from factory.planning.assign import _exact, _Spans  # noqa: E402
+from factory.planning.builders import Builder  # noqa: E402
+from factory.planning.cell_times import (  # noqa: E402
+    CACHED_FRACTION,
+    CellTimes,
+    overhead,
+    shared_span,
+)
+from factory.planning.lanes import _lanes  # noqa: E402
 from factory.planning.memory_model import (  # noqa: E402
     MemoryHistory,
     read_ninja_log,
     shipped_history_path,
 )
-from factory.planning.schedule import (  # noqa: E402
-    CACHED_FRACTION,
-    Builder,
-    CellTimes,
-    Group,
-    _exact,
-    _lanes,
-    _Spans,
-    group_cells,
-    overhead,
-    platform_of,
-    schedule,
-    shared_span,
-)
+from factory.planning.schedule import schedule  # noqa: E402
+from factory.planning.work import Group, group_cells, platform_of  # noqa: E402
 from factory.units import GIB  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,8 +17,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from factory.planning.builders import load_builders
     from factory.planning.memory_model import MemoryHistory
-    from factory.planning.schedule import load_builders, schedule
+    from factory.planning.schedule import schedule
 
     builders = load_builders(args.builders)
     cells = selected_cells(args)

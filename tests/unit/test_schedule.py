@@ -16,24 +16,14 @@ import pytest
 from factory.cli import main
 from factory.errors import ConfigError
 from factory.matrix.load import PlannedCell, load_matrix
+from factory.planning.assign import assign
+from factory.planning.bounds import group_bound, lower_bound
+from factory.planning.builders import Builder, builders_from
+from factory.planning.cell_times import CELL_OVERHEAD_SECONDS, CellTimes, Phase, shared_span
+from factory.planning.lanes import MAX_LANES, _lanes
 from factory.planning.memory_model import MemoryHistory, shipped_history_path
-from factory.planning.schedule import (
-    CELL_OVERHEAD_SECONDS,
-    MAX_LANES,
-    Builder,
-    CellTimes,
-    Group,
-    Phase,
-    _lanes,
-    assign,
-    builders_from,
-    group_bound,
-    group_cells,
-    lower_bound,
-    platform_of,
-    schedule,
-    shared_span,
-)
+from factory.planning.schedule import schedule
+from factory.planning.work import Group, group_cells, platform_of
 from factory.units import GIB
 
 MATRIX = """
