@@ -54,6 +54,7 @@ from factory.planning.cell_times import (  # noqa: E402
     overhead,
     shared_span,
 )
+from factory.planning.groups import Group, group_cells, platform_of  # noqa: E402
 from factory.planning.lanes import _lanes  # noqa: E402
 from factory.planning.memory_model import (  # noqa: E402
     MemoryHistory,
@@ -61,7 +62,6 @@ from factory.planning.memory_model import (  # noqa: E402
     shipped_history_path,
 )
 from factory.planning.schedule import schedule  # noqa: E402
-from factory.planning.work import Group, group_cells, platform_of  # noqa: E402
 from factory.units import GIB  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

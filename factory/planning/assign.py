@@ -12,8 +12,8 @@ from typing import Any
 
 from factory.planning.builders import Builder
 from factory.planning.cell_times import CellTimes
+from factory.planning.groups import Group
 from factory.planning.lanes import MAX_LANES, _lanes
-from factory.planning.work import Group
 
 EXACT_SPANS = 1000  # builder spans the exact search over kinds may simulate
 SEARCH_SPANS = 4000  # builder spans the local search may simulate

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from factory.planning.builders import Builder
 from factory.planning.cell_times import CellTimes, Phase, shared_span
+from factory.planning.groups import Group
 from factory.planning.lanes import MAX_LANES
-from factory.planning.work import Group
 
 
 def lower_bound(groups: Sequence[Group], builders: Sequence[Builder],

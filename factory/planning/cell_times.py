@@ -19,10 +19,10 @@ from typing import Any
 
 from factory.errors import PlanError
 from factory.matrix.load import PlannedCell
+from factory.planning.groups import Group
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import plan_for
 from factory.planning.replay import contention_factor
-from factory.planning.work import Group
 
 CACHED_FRACTION = 0.10  # a later Python version's compile against the first's (measured)
 CELL_OVERHEAD_SECONDS = 79.0  # link + tag + repair + verify of one flash-attn cell (measured)

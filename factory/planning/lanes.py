@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from factory.planning.builders import Builder
 from factory.planning.cell_times import CellTimes, Phase, shared_span
-from factory.planning.work import Group
+from factory.planning.groups import Group
 
 MAX_LANES = 16  # cells a builder runs side by side at most
 

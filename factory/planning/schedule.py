@@ -1,7 +1,7 @@
 """From one cell to the whole matrix on static builders: which builder builds which cells, in
 what order.
 
-The cells are grouped by shared kernels (``work.group_cells``); groups go whole to builders
+The cells are grouped by shared kernels (``groups.group_cells``); groups go whole to builders
 (``assign``), each builder's share runs in lanes side by side (``lanes``), and two lower
 bounds come with the schedule (``bounds``). The time of a cell and of lanes sharing CPUs is
 ``cell_times``'s model.
@@ -18,9 +18,9 @@ from factory.planning.assign import EXACT_SPANS, assign
 from factory.planning.bounds import group_bound, lower_bound
 from factory.planning.builders import Builder
 from factory.planning.cell_times import CellTimes
+from factory.planning.groups import group_cells
 from factory.planning.lanes import _lanes
 from factory.planning.memory_model import MemoryHistory
-from factory.planning.work import group_cells
 from factory.units import format_size
 
 SCHEDULE_VERSION = 1

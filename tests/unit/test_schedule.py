@@ -20,10 +20,10 @@ from factory.planning.assign import assign
 from factory.planning.bounds import group_bound, lower_bound
 from factory.planning.builders import Builder, builders_from
 from factory.planning.cell_times import CELL_OVERHEAD_SECONDS, CellTimes, Phase, shared_span
+from factory.planning.groups import Group, group_cells, platform_of
 from factory.planning.lanes import MAX_LANES, _lanes
 from factory.planning.memory_model import MemoryHistory, shipped_history_path
 from factory.planning.schedule import schedule
-from factory.planning.work import Group, group_cells, platform_of
 from factory.units import GIB
 
 MATRIX = """

@@ -1,4 +1,4 @@
-"""The work of a matrix, whatever engine runs it: the missing cells grouped by shared kernels.
+"""The cells of a matrix grouped by shared kernels: the unit of work of every engine.
 
 Cells that share compiled objects (same package, version, torch, CUDA, arch set and platform;
 any Python) form a group: one builder runs them in sequence, so every cell after the first
