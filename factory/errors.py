@@ -120,3 +120,17 @@ class IndexError_(FactoryError):
     """The index pages do not match the store (``factory index verify``)."""
 
     exit_code = 15
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM (scancel, a Kubernetes pod stopping, a CI job cancelled): unwinds like Ctrl-C,
+    so every ``finally`` runs (a lease is released, a container or cgroup removed). Not a
+    FactoryError: ``except Exception`` must not swallow it."""
+
+    exit_code = 143  # 128 + SIGTERM
+
+
+def raise_interrupted(signum: int, frame: object) -> None:
+    """The SIGTERM handler that turns the signal into Interrupted."""
+    raise Interrupted(f"signal {signum}")
+

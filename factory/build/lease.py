@@ -150,18 +150,26 @@ def hold_cell(store: LeaseStore, *, content_key: str, cell: str, published: Call
         lease.release()
         yield False
         return
+    with renewing(lease):
+        yield True
+
+
+@contextlib.contextmanager
+def renewing(lease: CellLease) -> Iterator[None]:
+    """While the body runs, a heartbeat renews the held ``lease`` every ttl/3; released after
+    (also when the body raises, or SIGTERM unwinds it)."""
     stop = threading.Event()
 
     def heartbeat() -> None:
-        while not stop.wait(ttl / 3):
+        while not stop.wait(lease.ttl / 3):
             with contextlib.suppress(StoreError):
                 if not lease.renew():
                     return
 
-    beat = threading.Thread(target=heartbeat, daemon=True, name=f"lease-{cell}")
+    beat = threading.Thread(target=heartbeat, daemon=True, name=f"lease-{lease.cell}")
     beat.start()
     try:
-        yield True
+        yield
     finally:
         stop.set()
         beat.join(timeout=5)

@@ -52,6 +52,7 @@ class BuildOptions:
     max_jobs: int | None = None
     nvcc_threads: int | None = None
     attempts: int = MAX_ATTEMPTS
+    lease_ttl: float | None = None  # the cell lease's time to live; None: the protocol's own
     run_stamp: str = dataclasses.field(
         default_factory=lambda: datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     )
@@ -407,9 +408,10 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) ->
         if store is None:
             return _build_locked(matrix, pc, opts, log, plan=plan, history=history, work=work,
                                  t0=t0, floor=floor)
-        from factory.build.lease import hold_cell
+        from factory.build.lease import LEASE_TTL_SECONDS, hold_cell
 
         with hold_cell(store, content_key=pc.content_key, cell=pc.cell.id,
+                       ttl=opts.lease_ttl or LEASE_TTL_SECONDS,
                        published=lambda: _already_published(pc, opts),
                        on_wait=lambda lease: log.detail(
                            f"{lease.holder} holds this cell's lease in the store; waiting")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.build.compile_cache import inside_config
-from factory.errors import EngineError
+from factory.errors import EngineError, raise_interrupted
 from factory.runners import cgroup
 from factory.runners.base import (
     INSIDE,
@@ -51,10 +51,6 @@ OWNER_LABEL = "factory.owner"
 CELL_LABEL = "factory.matrix.cell"
 KEEP_ENV = "FACTORY_KEEP_CONTAINER"
 INSIDE_SCRIPT = Path(__file__).with_name("inside.py")
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM during a build: unwinds like Ctrl-C so the container is removed."""
 
 
 # -- who owns a container ---------------------------------------------------------------------
@@ -383,11 +379,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         yield
     finally:
