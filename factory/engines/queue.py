@@ -14,6 +14,8 @@ The protocol (on top of the cell leases of factory.build.lease):
 4. Build the group's cells in order with ``--publish``: each cell is still claimed through its
    own cell lease and skipped when published, so a group lease that was lost (a worker paused
    past the TTL) costs time, never a second build of a cell.
+   Before building, the store is asked again which of its cells are published (the worker
+   this one followed may have finished them between the listing and the claim).
 5. Release the group lease and go back to 1. A group that failed here is not tried again by
    this worker (others still may).
 6. When every group that fits is held by live leases of other workers, wait (poll) for them to
@@ -136,11 +138,16 @@ def run_queue(matrix: Matrix, *, caps: WorkerCaps, opts: BuildOptions, log: Log,
             continue
         group, lease = got
         tried.add(group.id)
-        log.step(f"claimed {group.name} ({group.id}, {len(group.cells)} cell(s), predicted "
-                 f"{group.seconds[0] / 60:.0f}-{group.seconds[1] / 60:.0f} min)")
         with renewing(lease):
+            # again, now that the lease is ours: the worker we followed may have finished it
+            published = store.published_content_keys()
+            todo = [pc for pc in group.planned if pc.content_key not in published]
+            if not todo:
+                continue
+            log.step(f"claimed {group.name} ({group.id}, {len(todo)} cell(s) to build, "
+                     f"predicted {group.seconds[0] / 60:.0f}-{group.seconds[1] / 60:.0f} min)")
             try:
-                outcomes += build_cells(list(group.planned), matrix=matrix, opts=opts, log=log)
+                outcomes += build_cells(todo, matrix=matrix, opts=opts, log=log)
                 built += 1
             except FactoryError as exc:
                 failed.append((group.name, exc))

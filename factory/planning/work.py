@@ -56,9 +56,11 @@ def plan_group(g: Group, *, memory: int, cpus: int, history: MemoryHistory) -> B
 
 
 def group_id(g: Group) -> str:
-    """A short stable id of the group's work: its key and its cells' content keys (a new
-    recipe revision is new work). Letters and digits only: a lease key, a job name."""
-    text = "\n".join([*g.key, *(pc.content_key for pc in g.cells)])
+    """A short id of the group's kernels: its key and its recipe's revision (a new revision is
+    new work), not its Pythons, so the id stays while some of its cells are published (a
+    queue worker's lease, a queued Slurm job's name). Letters and digits only."""
+    recipe = g.cells[0].recipe
+    text = "\n".join([*g.key, recipe.name, str(recipe.revision)])
     return "g" + hashlib.sha256(text.encode()).hexdigest()[:11]
 
 

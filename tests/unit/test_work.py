@@ -147,3 +147,14 @@ def test_bad_schedule_arguments_are_one_line(tmp_path: Path, capsys: pytest.Capt
     err = capsys.readouterr().err
     assert rc == 2, err
     assert message in err and len(err.strip().splitlines()) <= 2  # ERROR (and a TIP)
+
+
+def test_a_groups_id_stays_while_its_cells_are_published(cells: list[PlannedCell]) -> None:
+    """A queue worker's lease and a queued job's name follow the group's kernels, not which
+    of its cells are still missing (else a second worker takes a half-built group)."""
+    whole = {g.name: g.id for g in plan_work(cells, memory=64 * GIB, cpus=16,
+                                             history=history()).groups}
+    rest = [pc for pc in cells if pc.cell.python != "3.11"]
+    half = {g.name: g.id for g in plan_work(rest, memory=64 * GIB, cpus=16,
+                                            history=history()).groups}
+    assert half == whole and len(set(whole.values())) == len(whole)
