@@ -39,9 +39,19 @@ def cell_ids(archs: Iterable[str]) -> list[str]:
 
 
 def built_counts(logs: Iterable[str]) -> Counter[str]:
-    """How often each cell's summary line says 'built', over all the logs."""
-    return Counter(m.group(1) for text in logs
-                   for m in re.finditer(r"^\s*built\s+(\S+) \(", text, re.MULTILINE))
+    """How often each cell was built to the end (its ``cell ID`` step followed by a ``publish``
+    step), over all the logs: a cell skipped as published, or killed mid-build, does not
+    count. (Not the store: a rebuilt cell is reproducible, its second publish a no-op.)"""
+    out: Counter[str] = Counter()
+    for text in logs:
+        cell = None
+        for line in text.splitlines():
+            if m := re.match(r"^\[\s*[\d.]+s\] cell (\S+)$", line):
+                cell = m.group(1)
+            elif cell and re.match(r"^\[\s*[\d.]+s\] publish to ", line):
+                out[cell] += 1
+                cell = None
+    return out
 
 
 def wheel_version(arch: str) -> str:
