@@ -210,3 +210,16 @@ def test_yaml_strings_cannot_change_the_documents_shape(value: str) -> None:
     doc = {"a": value, "list": [value, {"k": value, "n": 3}], "kubernetes.io/arch": value,
            "empty": {}, "none": [], "flag": True}
     assert yaml.safe_load(kubernetes.to_yaml(doc)) == doc
+
+
+def test_emit_actions_writes_the_static_schedule_nightly_reads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "matrix.toml").write_text(MATRIX)
+    args = ["schedule", "--matrix", str(tmp_path / "matrix.toml"), "--builders",
+            str(REPO / ".github" / "builders.toml")]
+    assert main([*args, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert main([*args, "--emit", "actions", "--out", str(tmp_path / "out")]) == 0
+    written = json.loads((tmp_path / "out" / "schedule.json").read_text())
+    assert written == printed and written["include"]
+    assert "schedule.json: " in capsys.readouterr().out
