@@ -31,6 +31,7 @@ from engine_builds import (
 from slurm_fixtures import Slurm, slurm_cluster
 
 from factory.engines.slurm import slurm_time
+from factory.index.store import open_store
 
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env
@@ -105,7 +106,10 @@ def test_slurm_builds_each_cell_once_and_a_cancelled_jobs_cell_is_built_by_the_n
     slurm.wait_empty(timeout=3600)
     assert slurm.job(victim_id)["JobState"] == "CANCELLED"
     victim_log = _log(jobs, victim, victim_id).read_text()
-    assert "ERROR terminated (signal 15)" in victim_log  # SIGTERM unwound it: lease released
+    assert "ERROR terminated (signal 15)" in victim_log  # SIGTERM unwound the build
+    (victim_group,) = [g for g in plan.values() if victim.endswith(g["id"][:9])]
+    lease = open_store(s3_spec).read(f"leases/{victim_group['content_keys'][0]}.json")
+    assert lease is not None and json.loads(lease)["expires"] == 0.0  # released, not left
 
     # the next submission of what is missing: the cancelled job's group only
     again = _submitted(_factory(*emit, env=env, cwd=tmp_path))

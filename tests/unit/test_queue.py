@@ -162,3 +162,36 @@ def test_work_command_errors_are_one_line(tmp_path: Path,
         rc = main(["work", "--matrix", str(path), "--store", str(tmp_path / "store"), *extra])
         err = capsys.readouterr().err
         assert rc == 2 and message in err and err.count("\n") <= 2, err
+
+
+def test_sigterm_stops_a_waiting_worker_in_one_line(tmp_path: Path) -> None:
+    """SIGTERM (scancel, a pod deleted) unwinds the worker: one ERROR line, exit 143, and
+    the worker's own claims are released on the way (the finally blocks run)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    path = write_matrix(tmp_path, MATRIX)
+    store = tmp_path / "store"
+    store.mkdir()
+    work = plan_work(load_matrix(path).cells, memory=64 * GIB, cpus=16,
+                     history=MemoryHistory.load(shipped_history_path()), spread=False)
+    for g in work.groups:  # everything is claimed by a live worker: this one waits
+        assert CellLease(open_store(str(store)), content_key=g.id, cell=g.name,
+                         holder="other:1:z", ttl=600).try_acquire() is None
+    env = {**os.environ, "FACTORY_MEMORY_HISTORY": str(shipped_history_path())}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "factory", "work", "--matrix", str(path), "--store", str(store),
+         "--memory", "64g", "--cpus", "16", "--runner", "local", "--poll", "0.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the log goes to stderr
+        if "held by other workers; waiting" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    *before, last = err.strip().splitlines()
+    assert last == "ERROR terminated (signal 15)"
+    assert all("waiting" in ln for ln in before), before  # no traceback, no other error
