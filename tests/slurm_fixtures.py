@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +75,13 @@ class Slurm:
         out = self.run("squeue", "--noheader", "--format=%i %T")
         return dict(ln.split() for ln in out.splitlines() if ln.strip())
 
+    def check_launches(self) -> None:
+        """Fail at once (with slurmd's last words) when a job could not be started."""
+        reasons = self.run("squeue", "--noheader", "--format=%i %r")
+        if "launch failed" in reasons.lower():
+            log = (self.root / "log" / "slurmd.log").read_text()[-3000:]
+            raise AssertionError(f"a job could not be launched: {reasons}\n{log}")
+
     def job(self, job_id: str) -> dict[str, str]:
         """scontrol's fields of one job (also shortly after it ended)."""
         out = self.run("scontrol", "show", "job", "--oneliner", job_id)
@@ -82,6 +90,7 @@ class Slurm:
     def wait_empty(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while self.queue():
+            self.check_launches()
             if time.monotonic() > deadline:
                 raise AssertionError(f"jobs still queued after {timeout:.0f}s: {self.queue()}")
             time.sleep(5)
@@ -110,7 +119,9 @@ def _remove_job_cgroups(node: str) -> None:
 
 
 @contextlib.contextmanager
-def slurm_cluster(root: Path) -> Iterator[Slurm]:
+def slurm_cluster() -> Iterator[Slurm]:
+    """The cluster's files go to a short directory of their own: slurmd's and munged's unix
+    sockets live there, and a socket path may not exceed 108 bytes (a pytest tmp_path does)."""
     missing = [d for d in DAEMONS if not _which(d)]
     if missing:
         pytest.skip(f"Slurm is not installed ({', '.join(missing)}): docker/setup-host.sh "
@@ -121,6 +132,7 @@ def slurm_cluster(root: Path) -> Iterator[Slurm]:
     assert slurmd
     cpus, memory_mb = _node_figures(slurmd)
     node = f"fnode{os.getpid()}"
+    root = Path(tempfile.mkdtemp(prefix="fslurm-", dir="/tmp"))
     for sub in ("munge", "state", f"spool/{node}", "log"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     (root / "munge").chmod(0o700)
@@ -201,3 +213,4 @@ ConstrainCores=yes
         for pid_file in reversed(started):
             _stop(pid_file)
         _remove_job_cgroups(node)
+        shutil.rmtree(root, ignore_errors=True)

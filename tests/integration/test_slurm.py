@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import index_fixtures
@@ -41,8 +42,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def slurm(tmp_path: Path) -> object:
-    with slurm_cluster(tmp_path / "slurm") as cluster:
+def slurm() -> Iterator[Slurm]:
+    with slurm_cluster() as cluster:
         yield cluster
 
 
@@ -95,6 +96,7 @@ def test_slurm_builds_each_cell_once_and_a_cancelled_jobs_cell_is_built_by_the_n
     deadline = time.monotonic() + 1800
     while victim is None:
         assert time.monotonic() < deadline, "no job started compiling"
+        slurm.check_launches()
         for name, job_id in first.items():
             path = _log(jobs, name, job_id)
             if path.exists() and "attempt 1:" in path.read_text():
