@@ -126,12 +126,12 @@ def _static(args: argparse.Namespace) -> int:
 
 
 def _work(args: argparse.Namespace) -> int:
-    from factory.planning.memory_model import MemoryHistory
+    from factory.build.pipeline import load_history
     from factory.planning.work import plan_work
 
     memory = parse_size(args.memory, what="--memory")
     work = plan_work(selected_cells(args), memory=memory, cpus=args.cpus,
-                     history=MemoryHistory.load())
+                     history=load_history(matrix_from_args(args)))  # as the builds will plan
     if args.emit is None:
         if args.json:
             print_json(work.as_dict())

@@ -17,6 +17,7 @@ from factory.commands._common import (
 from factory.commands.build import outcomes_json, summarize
 from factory.errors import UsageError
 from factory.logger import Log
+from factory.units import format_size
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     caps = WorkerCaps(memory_bytes=found.memory_bytes, cpus=found.cpus,
                       machine=args.platform or builder_platform())
     log = Log()
-    log.step(f"worker: {found.memory_bytes / 2**30:.1f} GiB ({found.memory_source}), "
+    log.step(f"worker: {format_size(found.memory_bytes)} ({found.memory_source}), "
              f"{found.cpus} CPU(s) ({found.cpus_source}), {caps.machine}, store {store}")
     report = run_queue(matrix, caps=caps, opts=opts, log=log, packages=args.package, ttl=ttl,
                        poll=args.poll or POLL_SECONDS, wait=not args.no_wait)

@@ -41,7 +41,7 @@ from factory.build.lease import (
     LeaseStore,
     renewing,
 )
-from factory.build.pipeline import BuildOptions, BuildOutcome, build_cells
+from factory.build.pipeline import BuildOptions, BuildOutcome, build_cells, load_history
 from factory.errors import FactoryError
 from factory.index.store import open_store
 from factory.logger import Log
@@ -102,7 +102,7 @@ def run_queue(matrix: Matrix, *, caps: WorkerCaps, opts: BuildOptions, log: Log,
     """Take, build and publish groups until none that fits this worker is left (module doc)."""
     assert opts.store and opts.publish, "a queue worker publishes to the shared store"
     store = open_store(opts.store)
-    history = history or MemoryHistory.load(matrix.settings.memory_history)
+    history = history or load_history(matrix)  # what the builds plan with
     checker = ReadinessChecker(matrix.settings, runner=opts.runner)
     readiness: dict[str, bool] = {}
 
