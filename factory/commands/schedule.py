@@ -139,6 +139,9 @@ def _work(args: argparse.Namespace) -> int:
             for line in work.lines():
                 print(line)
         return 0
+    from factory.engines.job import local_runner_work
+
+    work = local_runner_work(work)
     command = _job_command(args)
     if args.emit == "slurm":
         return _slurm(args, work, command)

@@ -10,7 +10,7 @@ import re
 import shlex
 
 from factory.errors import UsageError
-from factory.planning.work import WorkGroup
+from factory.planning.work import Refused, Work, WorkGroup
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,6 +35,23 @@ class JobCommand:
 
     def shell(self, group: WorkGroup) -> str:
         return " ".join(shlex.quote(a) for a in self.argv(group))
+
+
+def local_runner_work(work: Work) -> Work:
+    """The groups the local runner can build: a cell whose CUDA comes in a builder image
+    (CUDA 12.x from ``factory image cuda``) needs the docker runner, which an engine's
+    allocation does not have; such groups move to the refused, with the reason."""
+    keep, refused = [], list(work.refused)
+    for g in work.groups:
+        image = next((pc.toolchain for pc in g.planned if pc.toolchain.nvcc_source == "image"),
+                     None)
+        if image is None:
+            keep.append(g)
+            continue
+        refused.append(Refused(name=g.name, cells=g.cells, reason=(
+            f"CUDA {image.cuda} comes in image {image.image}, which the local runner of an "
+            "engine's job does not use (give the matrix a system or PyPI toolkit for it)")))
+    return dataclasses.replace(work, groups=tuple(keep), refused=tuple(refused))
 
 
 def factory_command(text: str) -> tuple[str, ...]:
