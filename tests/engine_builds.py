@@ -15,7 +15,7 @@ from pathlib import Path
 from conftest import cache_root, write_example_matrix
 from index_fixtures import installer_env
 
-from factory.index.store import open_store
+from factory.store import open_store
 
 # Slurm: 4 cells; the queue: 6, the same 4 and two more
 ARCHS_SLURM = ("8.0", "9.0", "10.0", "12.0")

@@ -8,9 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from factory.build.pipeline import BuildOptions, build_cells
+from factory.build.readiness import ReadinessChecker
+from factory.commands._common import (
+    add_matrix_arg,
+    add_store_arg,
+    matrix_from_args,
+    store_from_args,
+)
 from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
-from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, store_from_args
+from factory.planning.budget import requested_budget
+from factory.runners import RUNNERS, runner_kind
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--package", action="append", help="with --all: only these packages")
     add_matrix_arg(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan, container settings and environment")
-    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None)
+    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
     parser.add_argument("--memory", default=None, help="memory cap for the build, e.g. 16g (default: detected)")
     parser.add_argument("--cpus", type=int, default=None, help="CPUs for the build (default: detected)")
     parser.add_argument("--out", type=Path, default=Path("dist"), help="where final wheels go (default: dist/)")
@@ -54,9 +63,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.build.pipeline import BuildOptions, build_cells
-    from factory.planning.budget import requested_budget
-
     if args.lease_ttl is not None and not args.lease_ttl > 0:
         raise UsageError(f"--lease-ttl must be positive, not {args.lease_ttl:g}")
     for flag in ("max_jobs", "nvcc_threads", "attempts"):
@@ -81,7 +87,6 @@ def run(args: argparse.Namespace) -> int:
         **({"attempts": args.attempts} if args.attempts else {}),
     )
     log = Log()
-    from factory.toolchain.readiness import ReadinessChecker
 
     checker = ReadinessChecker(matrix.settings, runner=opts.runner)
     ready = {pc.cell.id: checker.check(pc) for pc in cells}
@@ -166,8 +171,10 @@ def _runner_options(args: argparse.Namespace) -> dict[str, object]:
         opts["uncapped"] = True
     if args.interpreter:
         opts["interpreter"] = args.interpreter
-    if opts and (args.runner or "") not in ("local", ""):
-        raise UsageError("--python-env, --uncapped and --interpreter apply to the local runner only")
+    if opts and args.runner and not set(opts) <= set(runner_kind(args.runner).options):
+        takes = " and ".join(k.name for k in RUNNERS.values() if k.options)
+        raise UsageError(f"--python-env, --uncapped and --interpreter apply to the {takes} runner "
+                         "only")
     return opts
 
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
-from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
-
-if TYPE_CHECKING:
-    from factory.matrix.load import PlannedCell
+from factory.build.readiness import ReadinessChecker
+from factory.commands._common import (
+    add_matrix_arg,
+    add_store_arg,
+    matrix_from_args,
+    print_json,
+    store_from_args,
+)
+from factory.matrix.load import PlannedCell
+from factory.store import open_existing_store
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,8 +33,6 @@ def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
     matrix = matrix_from_args(args)
     cells = matrix.cells_of(args.package)
     if args.missing:
-        from factory.index.store import open_existing_store
-
         store = open_existing_store(store_from_args(args))
         published = store.published_content_keys()
         cells = [c for c in cells if c.content_key not in published]
@@ -38,7 +41,6 @@ def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
 
 def run(args: argparse.Namespace) -> int:
     cells = selected_cells(args)
-    from factory.toolchain.readiness import ReadinessChecker
 
     checker = ReadinessChecker(matrix_from_args(args).settings)
     ready = {c.cell.id: checker.check(c) for c in cells}

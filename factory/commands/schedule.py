@@ -15,9 +15,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from factory.build.pipeline import load_history
 from factory.commands._common import add_matrix_arg, matrix_from_args, print_json, store_from_args
 from factory.commands.matrix import add_selection_args, selected_cells
+from factory.engines import kubernetes, slurm
+from factory.engines.job import JobCommand, factory_command, local_runner_work
 from factory.errors import UsageError
+from factory.planning.builders import load_builders
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.schedule import schedule
+from factory.planning.work import Work, plan_work
 from factory.units import parse_size
 
 ENGINES = ("actions", "slurm", "kubernetes")
@@ -105,9 +112,6 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _static(args: argparse.Namespace) -> int:
-    from factory.planning.builders import load_builders
-    from factory.planning.memory_model import MemoryHistory
-    from factory.planning.schedule import schedule
 
     builders = load_builders(args.builders)
     found = schedule(selected_cells(args), builders, history=MemoryHistory.load())
@@ -126,8 +130,6 @@ def _static(args: argparse.Namespace) -> int:
 
 
 def _work(args: argparse.Namespace) -> int:
-    from factory.build.pipeline import load_history
-    from factory.planning.work import plan_work
 
     memory = parse_size(args.memory, what="--memory")
     work = plan_work(selected_cells(args), memory=memory, cpus=args.cpus,
@@ -139,8 +141,6 @@ def _work(args: argparse.Namespace) -> int:
             for line in work.lines():
                 print(line)
         return 0
-    from factory.engines.job import local_runner_work
-
     work = local_runner_work(work)
     command = _job_command(args)
     if args.emit == "slurm":
@@ -148,9 +148,7 @@ def _work(args: argparse.Namespace) -> int:
     return _kubernetes(args, work, command)
 
 
-def _job_command(args: argparse.Namespace) -> Any:
-    from factory.engines.job import JobCommand, factory_command
-
+def _job_command(args: argparse.Namespace) -> JobCommand:
     if args.job_matrix:
         matrix = args.job_matrix
     elif args.emit == "slurm":
@@ -163,9 +161,7 @@ def _job_command(args: argparse.Namespace) -> Any:
                       lease_ttl=args.lease_ttl, extra=tuple(args.build_arg))
 
 
-def _slurm(args: argparse.Namespace, work: Any, command: Any) -> int:
-    from factory.engines import slurm
-
+def _slurm(args: argparse.Namespace, work: Work, command: JobCommand) -> int:
     opts = slurm.SlurmOptions(
         log_dir=(args.log_dir or args.out / "logs").resolve(),
         workdir=(args.chdir or Path.cwd()).resolve(), partition=args.partition,
@@ -179,9 +175,7 @@ def _slurm(args: argparse.Namespace, work: Any, command: Any) -> int:
     return 0
 
 
-def _kubernetes(args: argparse.Namespace, work: Any, command: Any) -> int:
-    from factory.engines import kubernetes
-
+def _kubernetes(args: argparse.Namespace, work: Work, command: JobCommand) -> int:
     opts = kubernetes.KubernetesOptions(image=args.image, workdir=args.workdir,
                                         secret=args.secret, namespace=args.namespace)
     paths = kubernetes.write_manifests(work, args.out, command, opts)
@@ -191,7 +185,7 @@ def _kubernetes(args: argparse.Namespace, work: Any, command: Any) -> int:
     return 0
 
 
-def _print_written(work: Any, paths: list[Path], extra: Path | None) -> None:
+def _print_written(work: Work, paths: list[Path], extra: Path | None) -> None:
     for g, p in zip(work.groups, paths, strict=True):
         print(f"wrote {p}: {g.line()}")
     if extra is not None:

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from factory.build.lease import LEASE_TTL_SECONDS, POLL_SECONDS
+from factory.build.pipeline import BuildOptions
 from factory.commands._common import (
     add_matrix_arg,
     add_store_arg,
@@ -15,8 +17,12 @@ from factory.commands._common import (
     store_from_args,
 )
 from factory.commands.build import outcomes_json, summarize
+from factory.engines.queue import WorkerCaps, run_queue
 from factory.errors import UsageError
 from factory.logger import Log
+from factory.matrix.cell import PLATFORMS
+from factory.planning.budget import requested_budget
+from factory.toolchain.cross import builder_platform
 from factory.units import format_size
 
 
@@ -51,13 +57,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.build.lease import LEASE_TTL_SECONDS, POLL_SECONDS
-    from factory.build.pipeline import BuildOptions
-    from factory.engines.queue import WorkerCaps, run_queue
-    from factory.matrix.cell import PLATFORMS
-    from factory.planning.budget import requested_budget
-    from factory.toolchain.cross import builder_platform
-
     for flag in ("lease_ttl", "poll"):
         value = getattr(args, flag)
         if value is not None and not value > 0:

@@ -42,14 +42,14 @@ from factory.build.lease import (
     renewing,
 )
 from factory.build.pipeline import BuildOptions, BuildOutcome, build_cells, load_history
+from factory.build.readiness import ReadinessChecker
 from factory.errors import FactoryError
-from factory.index.store import open_store
 from factory.logger import Log
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.work import Work, WorkGroup, plan_work
+from factory.store import open_store
 from factory.toolchain.cross import can_build
-from factory.toolchain.readiness import ReadinessChecker
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

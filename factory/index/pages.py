@@ -20,8 +20,13 @@ from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
-from factory.index.store.base import FILES, WheelEntry
-from factory.matrix.tags import variant_of_filename
+from factory.matrix.tags import (
+    glibc_floor,
+    local_tag_of_filename,
+    variant_of_filename,
+    wheel_platform,
+)
+from factory.store.base import FILES, WheelEntry
 
 API_VERSION = "1.1"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -226,8 +231,6 @@ def finder_rows_from_page(data: bytes | None) -> list[FinderRow]:
 
 def _finder_cells(row: FinderRow) -> dict[str, str]:
     from packaging.utils import parse_wheel_filename
-
-    from factory.matrix.tags import glibc_floor, local_tag_of_filename, wheel_platform
 
     _, version, _, tags = parse_wheel_filename(row.filename)
     lt = local_tag_of_filename(row.filename)

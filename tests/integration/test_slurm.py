@@ -32,7 +32,7 @@ from engine_builds import (
 from slurm_fixtures import Slurm, slurm_cluster
 
 from factory.engines.slurm import slurm_time
-from factory.index.store import open_store
+from factory.store import open_store
 
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env

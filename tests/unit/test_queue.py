@@ -5,6 +5,10 @@ that nothing fits stops at once. The real builds are in tests/integration/test_w
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,12 +21,12 @@ from factory.build.lease import CellLease
 from factory.build.pipeline import BuildOptions, BuildOutcome
 from factory.cli import main
 from factory.engines import queue
-from factory.index.store import open_store
 from factory.logger import Log
 from factory.matrix.load import load_matrix
 from factory.planning.budget import BudgetRequest
 from factory.planning.memory_model import MemoryHistory, shipped_history_path
 from factory.planning.work import plan_work
+from factory.store import open_store
 from factory.units import GIB
 
 MATRIX = """\
@@ -167,11 +171,6 @@ def test_work_command_errors_are_one_line(tmp_path: Path,
 def test_sigterm_stops_a_waiting_worker_in_one_line(tmp_path: Path) -> None:
     """SIGTERM (scancel, a pod deleted) unwinds the worker: one ERROR line, exit 143, and
     the worker's own claims are released on the way (the finally blocks run)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
     path = write_matrix(tmp_path, MATRIX)
     store = tmp_path / "store"
     store.mkdir()
