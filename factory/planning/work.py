@@ -6,8 +6,9 @@ Python) runs whole in one allocation, its cells in order, so the later ones take
 one's kernels from the compile cache. For the largest allocation an engine may give a job
 (``memory`` and ``cpus``: a Slurm node or partition limit, a Kubernetes node size, a queue
 worker's own machine), the planner plans the group's first cell; the group then asks for the
-CPUs that plan keeps busy (jobs x the archs each compiles at once) and the memory of its
-predicted peak at the high end of the range. Inside such an allocation the planner, reading
+CPUs that plan keeps busy (jobs x the archs each compiles at once), or fewer where fewer are
+predicted within 5 % of that time (``fewest_cpus``), and the memory of its predicted peak at
+the high end of the range. Inside such an allocation the planner, reading
 the allocation's own cgroup limit, makes the same plan: the CPUs cap the jobs at the same
 number, and the memory is at least the peak it predicts for them.
 
@@ -45,6 +46,7 @@ PEAK_SPREAD = (0.93, 1.07)  # predicted peak x these: the range (see the module 
 SECONDS_SPREAD = (0.85, 1.25)  # predicted span x these
 SETUP_ALLOWANCE_SECONDS = 15 * 60.0  # a fresh node: venv with torch, toolkit, sysroot
 MEMORY_ROUND = 256 * 2**20  # allocations are asked for in whole 256 MiB
+CPU_SLACK = 0.05  # an allocation takes the fewest CPUs within this of the fastest prediction
 
 
 def plan_group(g: Group, *, memory: int, cpus: int, history: MemoryHistory) -> BuildPlan:
@@ -186,6 +188,23 @@ def work_group(g: Group, *, memory: int, cpus: int, history: MemoryHistory,
     )
 
 
+def fewest_cpus(w: WorkGroup, *, memory: int, history: MemoryHistory,
+                times: CellTimes) -> WorkGroup:
+    """The allocation with the fewest CPUs whose predicted time is within CPU_SLACK of ``w``'s
+    (the fastest): past the point where the longest object bounds a cell, more CPUs buy
+    nothing and would sit idle in a shared cluster (flash-attn sm_100 at 512 GiB: 73 CPUs and
+    40 CPUs predict the same 8 min)."""
+    limit = w.predicted_seconds * (1 + CPU_SLACK)
+    for c in range(1, w.cpus):
+        try:
+            narrow = work_group(w.group, memory=memory, cpus=c, history=history, times=times)
+        except PlanError:
+            continue
+        if narrow.predicted_seconds <= limit:
+            return narrow
+    return w
+
+
 def plan_work(cells: Iterable[PlannedCell], *, memory: int, cpus: int,
               history: MemoryHistory, spread: bool = True) -> Work:
     """The work of ``cells`` for allocations of at most ``memory`` bytes and ``cpus`` CPUs:
@@ -196,8 +215,10 @@ def plan_work(cells: Iterable[PlannedCell], *, memory: int, cpus: int,
     refused: list[Refused] = []
     for g in group_cells(cells):
         try:
-            found.append(work_group(g, memory=memory, cpus=cpus, history=history, times=times,
-                                    spread=spread))
+            w = work_group(g, memory=memory, cpus=cpus, history=history, times=times,
+                           spread=spread)
+            found.append(fewest_cpus(w, memory=memory, history=history, times=times)
+                         if spread else w)
         except PlanError as exc:
             refused.append(Refused(name=g.name, cells=tuple(pc.cell.id for pc in g.cells),
                                    reason=exc.message))

@@ -13,10 +13,12 @@ from factory.matrix.load import PlannedCell, load_matrix
 from factory.planning.memory_model import MemoryHistory, shipped_history_path
 from factory.planning.planner import plan_for
 from factory.planning.work import (
+    CPU_SLACK,
     PEAK_SPREAD,
     SECONDS_SPREAD,
     SETUP_ALLOWANCE_SECONDS,
     plan_work,
+    work_group,
 )
 from factory.units import GIB
 
@@ -158,3 +160,25 @@ def test_a_groups_id_stays_while_its_cells_are_published(cells: list[PlannedCell
     half = {g.name: g.id for g in plan_work(rest, memory=64 * GIB, cpus=16,
                                             history=history()).groups}
     assert half == whole and len(set(whole.values())) == len(whole)
+
+
+def test_an_allocation_takes_the_fewest_cpus_that_keep_its_time(cells: list[PlannedCell]) -> None:
+    """Past the longest object more CPUs buy nothing: flash-attn at 512 GiB / 128 CPUs asks
+    for about the 38-42 cores one cell scales to, not one per object."""
+    h = history()
+    wide = plan_work(cells, memory=512 * GIB, cpus=128, history=h, spread=False)
+    narrow = plan_work(cells, memory=512 * GIB, cpus=128, history=h)
+    by_name = {g.name: g for g in wide.groups}
+    saved = 0
+    for g in narrow.groups:
+        w = by_name[g.name]
+        assert g.cpus <= w.cpus
+        assert g.predicted_seconds <= w.predicted_seconds * (1 + CPU_SLACK) + 1e-6
+        if g.cpus > 1:  # one CPU fewer is slower than the slack allows
+            fewer = work_group(g.group, memory=512 * GIB, cpus=g.cpus - 1, history=h)
+            assert fewer.predicted_seconds > w.predicted_seconds * (1 + CPU_SLACK)
+        saved += w.cpus - g.cpus
+    flash = [g for g in narrow.groups if g.name.startswith("flash-attn") and len(
+        g.planned[0].cell.archs) == 1]
+    assert flash and all(30 <= g.cpus <= 48 for g in flash)
+    assert saved > 0
