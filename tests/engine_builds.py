@@ -63,11 +63,19 @@ def published_versions(spec: str) -> Counter[str]:
     return Counter(w.version for w in open_store(spec).wheels())
 
 
-def assert_installable(spec: str, endpoint: str, tmp: Path, versions: Iterable[str]) -> None:
+def assert_installable(spec: str, tmp: Path, versions: Iterable[str]) -> None:
     """pip (no config, no index of this machine) installs each version by name from the
-    project's page in the S3 store, served as static files by the S3 endpoint."""
-    bucket, _, prefix = spec[len("s3://"):].partition("/")
-    page = f"{endpoint}/{bucket}/{prefix}/simple/factory-example-ext/index.html"
+    project's page as the store holds it: the page and every file it links to are copied out
+    of the store keeping their keys, and pip follows the page's relative links to them."""
+    store = open_store(spec)
+    tree = tmp / "store-copy"
+    page_key = "simple/factory-example-ext/index.html"
+    keys = [page_key, *(o.key for o in store.list("files/", sizes=False))]
+    for key, data in zip(keys, store.read_many(keys), strict=True):
+        assert data is not None, key
+        (tree / key).parent.mkdir(parents=True, exist_ok=True)
+        (tree / key).write_bytes(data)
+    page = (tree / page_key).as_uri()
     for n, version in enumerate(versions):
         target = tmp / f"site-{n}"
         proc = subprocess.run(

@@ -64,8 +64,7 @@ def _log(jobs: Path, name: str, job_id: str) -> Path:
 
 
 def test_slurm_builds_each_cell_once_and_a_cancelled_jobs_cell_is_built_by_the_next(
-        slurm: Slurm, tmp_path: Path, s3_spec: str, s3_env: dict[str, str],
-        moto_endpoint: str) -> None:
+        slurm: Slurm, tmp_path: Path, s3_spec: str, s3_env: dict[str, str]) -> None:
     matrix = engine_matrix(tmp_path / "matrix.toml", ARCHS_SLURM)
     jobs = tmp_path / "jobs"
     env = {**s3_env, **slurm.env}
@@ -131,4 +130,4 @@ def test_slurm_builds_each_cell_once_and_a_cancelled_jobs_cell_is_built_by_the_n
         if "attempt 1:" in text:
             assert re.search(r"budget: 4\.\d GiB \(cgroup limit \(\S*slurm_\S+/job_\d+", text)
             assert "1 CPU(s) (CPU affinity of this process)" in text
-    assert_installable(s3_spec, moto_endpoint, tmp_path, versions)
+    assert_installable(s3_spec, tmp_path, versions)

@@ -38,7 +38,7 @@ TTL = "20"
 
 
 def test_three_workers_build_six_cells_once_and_a_killed_worker_loses_nothing(
-        tmp_path: Path, s3_spec: str, s3_env: dict[str, str], moto_endpoint: str) -> None:
+        tmp_path: Path, s3_spec: str, s3_env: dict[str, str]) -> None:
     matrix = engine_matrix(tmp_path / "matrix.toml", ARCHS_QUEUE)
     env = {**os.environ, **s3_env}
     logs = [tmp_path / f"worker-{i}.log" for i in range(len(CAPS))]
@@ -85,4 +85,4 @@ def test_three_workers_build_six_cells_once_and_a_killed_worker_loses_nothing(
     versions = [wheel_version(a) for a in ARCHS_QUEUE]
     assert published_versions(s3_spec) == {v: 1 for v in versions}
     assert all("nothing left that fits this worker" in t for t in heirs)
-    assert_installable(s3_spec, moto_endpoint, tmp_path, versions)
+    assert_installable(s3_spec, tmp_path, versions)
