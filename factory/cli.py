@@ -5,7 +5,6 @@ here, once."""
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -34,6 +33,7 @@ from factory.commands import (
     work,
     yank,
 )
+from factory.environment import DEBUG_ENV, ENVIRONMENT, env_value
 from factory.errors import FactoryError, Interrupted, UsageError, raise_interrupted
 
 
@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="factory",
         description="Prebuilt CUDA wheels from a build matrix, served from a private index: "
         "matrix -> cell -> plan -> build -> wheel -> verify -> publish -> index.",
+        epilog=environment_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"factory {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -94,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
         command.configure(p)
         p.set_defaults(_run=command.run)
     return parser
+
+
+def environment_help() -> str:
+    """The FACTORY_* variables and the one precedence they share, for ``factory --help``."""
+    width = max(len(v.name) for v in ENVIRONMENT)
+    lines = ["environment (command line > environment > matrix.toml > default):"]
+    lines += [f"  {v.name:<{width}}  {v.what}" for v in ENVIRONMENT]
+    return "\n".join(lines)
 
 
 def _one_line(text: str) -> str:
@@ -113,7 +123,7 @@ def _sigterm_unwinds() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or os.environ.get("FACTORY_DEBUG") == "1"
+    debug = "--debug" in argv or env_value(DEBUG_ENV) == "1"
     logger.configure()
     _sigterm_unwinds()
     try:

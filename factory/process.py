@@ -123,7 +123,10 @@ def run_command(
     to stderr and ``error`` is raised with one line naming the step and the log.
     """
     argv = [str(a) for a in args]
-    argv[0] = find_program(argv[0], path=(env or os.environ).get("PATH"))
+    # The command's own PATH first, then our environment's bin dir: a venv that is not activated
+    # (/usr/local/bin/factory) still finds its own console scripts (cibuildwheel, auditwheel).
+    search = os.pathsep.join([(env or os.environ).get("PATH", ""), str(env_bin_dir())])
+    argv[0] = find_program(argv[0], path=search)
     stream = verbose() if stream is None else stream
     if echo:
         # the whole command line only with -v (pip's lines carry ~35 platform flags); the log

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
+from tools import find_nvcc
 
 from factory.matrix.cell import Cell
 from factory.matrix.load import PackageSpec, PlannedCell, plan_cell
@@ -37,16 +38,6 @@ KERNEL = r"""
 __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }
 extern "C" void launch_twice(float* x) { twice<<<1, 32>>>(x); }
 """
-
-
-def find_nvcc() -> Path | None:
-    found = shutil.which("nvcc")
-    if found:
-        return Path(found)
-    home = os.environ.get("CUDA_HOME")
-    if home and (Path(home) / "bin/nvcc").exists():
-        return Path(home) / "bin/nvcc"
-    return None
 
 
 def compile_kernel_so(dest: Path, *gencode: str) -> Path:
@@ -220,3 +211,8 @@ def example_raw_wheel() -> Path:
     # the wheelhouse, one build venv and one verify venv at a time).
     shutil.rmtree(venv, ignore_errors=True)
     return raw_dir / built.name
+
+
+# -- clean import ---------------------------------------------------------------------------------
+def py_wheel(tmp_path: Path, init: bytes, tag: str = "cp311-cp311-linux_x86_64") -> Path:
+    return make_wheel(tmp_path, files={"demo_ext/__init__.py": init}, tag=tag)

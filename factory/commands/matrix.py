@@ -23,7 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def add_selection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--missing", action="store_true", help="only cells not yet published in --store")
+    parser.add_argument("--missing", action="store_true",
+                        help="only cells not yet published in --store")
     add_store_arg(parser)
     parser.add_argument("--package", action="append", default=None, help="only these packages")
 
@@ -46,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     ready = {c.cell.id: checker.check(c) for c in cells}
     if args.json:
         print_json({
-            "cells": [{**c.as_dict(), "toolchain_ready": ready[c.cell.id].as_dict()} for c in cells],
+            "cells": [{**c.as_dict(),
+                       "toolchain_ready": ready[c.cell.id].as_dict()} for c in cells],
             "include": [{"cell": c.cell.id} for c in cells],
         })
         return 0

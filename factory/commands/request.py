@@ -1,4 +1,5 @@
-"""factory request SPEC --torch V --cuda V --arch A --python V [--store] [--matrix] [--index-url URL]
+"""factory request SPEC --torch V --cuda V --arch A --python V [--platform CPU] [--store]
+                  [--matrix] [--index-url URL] [--print-cell [--builders FILE]]
 
 Prints progress on stderr and the install line alone on stdout, so a script can run
 ``$(factory request ...)``.
@@ -10,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from factory.ci import runner_label
+from factory.ci import DEFAULT_BUILDERS, runs_on
 from factory.commands._common import (
     add_matrix_arg,
     add_store_arg,
@@ -19,17 +20,24 @@ from factory.commands._common import (
     store_from_args,
 )
 from factory.hosts.request import request, request_cell
+from factory.matrix.cell import DEFAULT_PLATFORM, PLATFORMS
 from factory.planning.budget import requested_budget
+from factory.planning.builders import load_builders
 from factory.runners import RUNNERS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", metavar="SPEC", help="the package and its version: flash-attn==2.8.3.post2")
+    parser.add_argument("spec", metavar="SPEC",
+                        help="the package and its version: flash-attn==2.8.3.post2")
     parser.add_argument("--torch", required=True, help="torch version, e.g. 2.10.0")
     parser.add_argument("--cuda", required=True, help="CUDA version of that torch build, e.g. 12.8")
     parser.add_argument("--arch", action="append", required=True,
-                        help="GPU compute capability, e.g. 10.0 (repeat or comma-separate for several)")
+                        help="GPU compute capability, e.g. 10.0 (repeat or comma-separate for "
+                             "several)")
     parser.add_argument("--python", required=True, help="Python version, e.g. 3.12")
+    parser.add_argument("--platform", default=DEFAULT_PLATFORM, choices=PLATFORMS,
+                        help=f"the CPU of the hosts (default {DEFAULT_PLATFORM}; aarch64: Grace "
+                             "hosts such as GB200)")
     add_store_arg(parser)
     add_matrix_arg(parser)
     parser.add_argument("--index-url", default=None,
@@ -37,20 +45,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "or the local store as a file:// URL)")
     parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
     parser.add_argument("--memory", default=None, help="memory cap for a build, e.g. 16g")
-    parser.add_argument("--out", type=Path, default=None, help="where a built wheel goes (default: dist/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where a built wheel goes (default: dist/)")
     parser.add_argument("--print-cell", action="store_true",
-                        help="only print the cell id (and its runner label) and exit: no store, no build")
+                        help="only print the cell id (and, with --json, the runs-on labels of a "
+                             "builder for it) and exit: no store, no build")
+    parser.add_argument("--builders", type=Path, default=None, metavar="FILE",
+                        help=f"the builders a --print-cell --json runner label comes from "
+                             f"(default: {DEFAULT_BUILDERS})")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run(args: argparse.Namespace) -> int:
-    cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch, python=args.python)
+    cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch,
+                        python=args.python, platform=args.platform)
     matrix = matrix_from_args(args)
     if args.print_cell:
         pc = matrix.find(cell.id)  # validates the cell against the recipe and the torch/CUDA table
         if args.json:
+            where = runs_on(pc.cell.package, pc.cell.platform,
+                            load_builders(args.builders or DEFAULT_BUILDERS))
             print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,
-                        "content_key": pc.content_key, "runner": runner_label(pc.cell.package)})
+                        "content_key": pc.content_key, "runner": where.label, "cpu": where.cpu,
+                        "builder": where.builder})
         else:
             print(pc.cell.id)
         return 0

@@ -8,8 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from factory.build.job import BuildOptions
 from factory.build.lease import LEASE_TTL_SECONDS, POLL_SECONDS
-from factory.build.pipeline import BuildOptions
 from factory.commands._common import (
     add_matrix_arg,
     add_store_arg,

@@ -33,6 +33,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
+from factory.build.job import BuildOptions
 from factory.build.lease import (
     LEASE_TTL_SECONDS,
     POLL_SECONDS,
@@ -41,7 +42,7 @@ from factory.build.lease import (
     LeaseStore,
     renewing,
 )
-from factory.build.pipeline import BuildOptions, BuildOutcome, build_cells, load_history
+from factory.build.pipeline import BuildOutcome, build_cells, load_history
 from factory.build.readiness import ReadinessChecker
 from factory.errors import FactoryError
 from factory.logger import Log

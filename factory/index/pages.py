@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
+from factory.matrix.cell import sm_names
 from factory.matrix.tags import (
     glibc_floor,
     local_tag_of_filename,
@@ -242,7 +243,7 @@ def _finder_cells(row: FinderRow) -> dict[str, str]:
         "version": str(version),
         "torch": lt.torch_minor if lt else "",
         "cuda": lt.cuda if lt else "",
-        "arch": ("+".join(f"sm_{a}" for a in lt.archs) if lt.archs else "default") if lt else "",
+        "arch": (sm_names(lt.archs, sep="+") if lt.archs else "default") if lt else "",
         "python": " ".join(pythons),
         "platform": wheel_platform(platforms) if "any" not in platforms else "any",
         "glibc": glibc_floor(platforms) or "",
@@ -278,12 +279,18 @@ _FINDER_HEAD = (
     "Date",
     "Install",
 )
-# Fills in the index URL (the page works from any host) and filters rows by typed words.
+# Fills in the index URL (the page works from any host) and filters rows by typed words. Over
+# plain http by host name pip needs --trusted-host (as factory doctor prints it), and says why.
 _FINDER_SCRIPT = """
-const root = new URL("../", document.location.href).href;
+const base = new URL("../", document.location.href);
+const root = base.href;
+const loopback = base.hostname === "localhost" || /^127[.]/.test(base.hostname)
+  || base.hostname === "[::1]";
+const trust = base.protocol === "http:" && !loopback ? "--trusted-host " + base.host + " " : "";
+document.getElementById("trust").hidden = !trust;
 for (const code of document.querySelectorAll("code[data-path]")) {
-  code.textContent = "pip install --extra-index-url " + root + code.dataset.path + " "
-    + JSON.stringify(code.dataset.requirement);
+  code.textContent = "pip install " + trust + "--extra-index-url " + root + code.dataset.path
+    + " " + JSON.stringify(code.dataset.requirement);
 }
 const rows = Array.from(document.querySelectorAll("#wheels tbody tr"));
 const filter = document.getElementById("filter");
@@ -314,6 +321,9 @@ def finder_html(rows: Iterable[FinderRow]) -> bytes:
         '<p><label for="filter">Filter</label> '
         '<input id="filter" type="search" placeholder="e.g. flash-attn 2.14 cu130 sm_100 cp312" '
         'autofocus> <output id="count" for="filter"></output></p>',
+        '<p id="trust" hidden>Plain http by host name: pip uses an http index only on localhost '
+        "or 127.x unless told to trust it (<code>--trusted-host</code>); https needs none of "
+        "this.</p>",
         '<table id="wheels">',
         "<thead><tr>" + "".join(f"<th>{h}</th>" for h in _FINDER_HEAD) + "</tr></thead>",
         "<tbody>",

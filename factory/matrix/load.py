@@ -15,10 +15,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import tomllib
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from factory.environment import MATRIX_ENV, env_value
 from factory.errors import CellError, ConfigError, ConfigErrors
 from factory.matrix.cell import (
     DEFAULT_PLATFORM,
@@ -31,9 +31,10 @@ from factory.matrix.cell import (
 )
 from factory.matrix.manylinux import host_glibc, manylinux_name, plat_for_image
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
-from factory.matrix.tags import local_tag, plat_for_platform, variant_of_filename
+from factory.matrix.tags import local_tag, parse_local, plat_for_platform
 from factory.recipes import Recipe, get_recipe
 from factory.runners import runner_kind
+from factory.tomlread import tomllib
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
 from factory.toolchain.sdist import check_sdist_exists
 
@@ -114,13 +115,10 @@ class PlannedCell:
     source: str
     sha256: str | None
     content_key: str
+    local: str  # the wheel's local version tag: 'cu130torch2.14sm100' (matrix/tags.py)
+    variant: str  # its per-variant index: 'cu130-torch2.14-sm100' (the arch set unless the default)
     wheel: str  # the exact filename the cell will produce
     manylinux: str = "auto"  # the promised glibc floor ("2_28"), or "auto": the builder's
-
-    @property
-    def variant(self) -> str:
-        """Its per-variant index: 'cu130-torch2.14-sm100' (the arch set unless the default)."""
-        return variant_of_filename(self.wheel) or self.cell.variant
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -191,14 +189,9 @@ class Matrix:
         want = {self.package(name).name for name in packages}
         return [pc for pc in self.cells if pc.cell.package in want]
 
-    def source_path(self, pc: PlannedCell) -> Path | None:
-        return None if pc.source == "pypi" else (self.root / pc.source).resolve()
 
-
-def wheel_filename(cell: Cell, recipe: Recipe, plat: str) -> str:
-    local = local_tag(
-        cuda=cell.cuda, torch_minor=cell.torch_minor, archs=cell.archs, default_archs=recipe.default_archs
-    )
+def wheel_filename(cell: Cell, local: str, plat: str) -> str:
+    """The file a cell's build produces, with its local version tag ``local``."""
     dist = canonicalize_name(cell.package).replace("-", "_")
     return f"{dist}-{cell.version}+{local}-{cell.python_tag}-{cell.python_tag}-{plat}.whl"
 
@@ -242,6 +235,8 @@ def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
         raise
     toolchain = resolve_toolchain(cell, torch_indexes=dict(torch_indexes), prefer=settings.toolkit)
     floor = manylinux or pkg.manylinux or settings.manylinux
+    local = local_tag(cuda=cell.cuda, torch_minor=cell.torch_minor, archs=cell.archs,
+                      default_archs=pkg.recipe.default_archs)
     return PlannedCell(
         cell=cell,
         recipe=pkg.recipe,
@@ -249,12 +244,15 @@ def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
         source=pkg.source,
         sha256=pkg.sha256,
         content_key=cell.content_key(pkg.recipe.revision, manylinux=floor),
-        wheel=wheel_filename(cell, pkg.recipe, cell_plat(settings, cell, floor)),
+        local=local,
+        variant=parse_local(local).variant,
+        wheel=wheel_filename(cell, local, cell_plat(settings, cell, floor)),
         manylinux=floor,
     )
 
 
-def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str, cell_axes: Mapping[str, Any]) -> bool:
+def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str,
+                  cell_axes: Mapping[str, Any]) -> bool:
     if "package" in rule and canonicalize_name(str(rule["package"])) != pkg:
         return False
     if "version" in rule and str(rule["version"]) != version:
@@ -537,10 +535,28 @@ def _parse_axes(raw: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
     return out
 
 
-def default_matrix_path() -> Path:
-    """matrix.toml in the current directory, else the one shipped next to the package."""
+def default_matrix_path() -> Path | None:
+    """$FACTORY_MATRIX, else matrix.toml in the current directory, else the checkout's own when
+    the package runs from one (an editable install called from elsewhere); None when there is
+    none, as for an installed wheel outside a checkout."""
+    named = env_value(MATRIX_ENV)
+    if named:
+        return Path(named)
     here = Path("matrix.toml")
     if here.exists():
         return here
-    shipped = Path(__file__).resolve().parents[2] / "matrix.toml"
-    return shipped
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "matrix.toml").is_file() and (checkout / "pyproject.toml").is_file():
+        return checkout / "matrix.toml"
+    return None
+
+
+def matrix_path(explicit: Path | None = None) -> Path:
+    """--matrix, else ``default_matrix_path()``; one line (ConfigError) when there is none."""
+    path = explicit or default_matrix_path()
+    if path is None:
+        raise ConfigError(
+            f"no matrix.toml in {Path.cwd()}",
+            tip=f"run in the directory that holds it, or pass --matrix FILE or set {MATRIX_ENV}",
+        )
+    return path

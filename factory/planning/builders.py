@@ -9,10 +9,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from factory.errors import ConfigError
 from factory.matrix.tags import wheel_platform
+from factory.tomlread import tomllib
 from factory.toolchain.cross import can_build
 from factory.units import parse_size
 

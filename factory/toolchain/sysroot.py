@@ -13,8 +13,9 @@ used; the build checks that on the binaries after compiling (``wheels.floor``).
 The sysroot is made once with debootstrap (bullseye is on the Debian mirror; buster, with glibc
 2.28, is not), for the builder's CPU or, for cross builds (``factory.toolchain.cross``), for the
 target's: an arm64 bullseye (``debootstrap --foreign``, only unpacked) under the cross compiler
-``aarch64-linux-gnu-g++`` gives aarch64 wheels the same floor. It is cached as a tarball (about 30 MB, so it can be carried to a GPU host without
-network or docker), and unpacked where it is used. The wrappers in its ``bin/`` are what CC, CXX
+``aarch64-linux-gnu-g++`` gives aarch64 wheels the same floor. It is cached as a tarball (about
+30 MB, so it can be carried to a GPU host without network or docker), and unpacked where it is
+used. The wrappers in its ``bin/`` are what CC, CXX
 and nvcc's ``-ccbin`` point at; they find the sysroot from their own location, so the tree works
 at any path: mounted into the build container, or unpacked on a host for the local runner.
 """
@@ -33,6 +34,7 @@ from typing import Any
 
 from factory.errors import EngineError, ToolchainError
 from factory.matrix.manylinux import glibc_text, manylinux_name, parse_floor
+from factory.tarsafe import extract
 from factory.toolchain.cross import CPU_PLATFORMS, builder_platform
 from factory.toolchain.images import (
     DEBIAN_MIRROR,
@@ -81,7 +83,7 @@ exec "$driver" --sysroot="$sysroot" -nostdinc++ \\
     -isystem "$sysroot/usr/include/c++/{gcc}/backward" \\
     -B"$sysroot/usr/lib/{triplet}/" -L"$sysroot/usr/lib/gcc/{triplet}/{gcc}" \\
     -L"$sysroot/usr/lib/{triplet}" "$@"
-"""
+"""  # noqa: E501 - the driver line stays one shell line: the text is part of the sysroot's key
 # Why -B and -L: the driver's own library dirs are relative to the compiler's prefix, not to
 # --sysroot (/usr/lib/gcc/x86_64-linux-gnu/12/../../../x86_64-linux-gnu is the builder's), so
 # without them libc.so, libm.so and crti.o would come from the builder and bind GLIBC_2.34
@@ -238,7 +240,7 @@ def unpack(archive: Path, root: Path) -> None:
     partial.mkdir(parents=True)
     try:
         with tarfile.open(archive) as tf:
-            _extract_all(tf, partial)
+            extract(tf, partial, trusted=True)
     except (OSError, tarfile.TarError) as exc:
         shutil.rmtree(partial, ignore_errors=True)
         raise EngineError(f"cannot unpack sysroot {archive}: {exc}") from None
@@ -281,16 +283,6 @@ def make_tarball(archive: Path, *, mirror: str | None = None, rootfs: Path | Non
     return archive
 
 
-def _extract_all(tf: tarfile.TarFile, dest: Path,
-                 members: list[tarfile.TarInfo] | None = None) -> None:
-    """extractall with the 'tar' filter (no paths outside ``dest``) where this Python has it
-    (3.11.4+, 3.12; Debian 12's 3.11.2 has not)."""
-    if hasattr(tarfile, "tar_filter"):
-        tf.extractall(dest, members=members, filter="tar")
-    else:
-        tf.extractall(dest, members=members)  # noqa: S202 - our own tarballs
-
-
 def _kept(platform: str) -> tuple[str, ...]:
     return tuple(k.format(triplet=_cpu(platform).triplet) for k in KEEP)
 
@@ -303,7 +295,7 @@ def _extract_kept(rootfs: Path, full: Path, platform: str) -> None:
         with tarfile.open(rootfs) as tf:
             members = [m for m in tf.getmembers()
                        if (name := m.name.removeprefix("./")) in keep or name.startswith(prefixes)]
-            _extract_all(tf, full, members)
+            extract(tf, full, trusted=True, members=members)
     except (OSError, tarfile.TarError) as exc:
         raise EngineError(f"cannot read the root filesystem {rootfs}: {exc}") from None
 

@@ -136,6 +136,29 @@ def test_chromium_loads_the_page_and_filters_by_typing(
     assert _visible(browser) == [] and count.text == "0 of 5 wheels"
 
 
+def test_by_host_name_the_lines_trust_the_host_and_say_why(
+    browser: object, served: RunningServer
+) -> None:
+    """This machine's name resolves to loopback, but pip treats a name as a remote host: over
+    plain http the page's lines carry --trusted-host, as factory doctor prints them."""
+    import socket
+
+    from selenium.webdriver.common.by import By
+
+    url = served.url.replace("127.0.0.1", socket.gethostname())
+    browser.get(url + "finder/")  # type: ignore[attr-defined]
+    host = url.split("/")[2]
+    code = browser.find_element(By.CSS_SELECTOR, "tr[title*='sm90'] code")  # type: ignore[attr-defined]
+    assert code.text == (
+        f"pip install --trusted-host {host} --extra-index-url {url}cu130-torch2.14-sm90/simple/ "
+        '"fa-demo==1.0+cu130torch2.14sm90"'
+    )
+    note = browser.find_element(By.ID, "trust")  # type: ignore[attr-defined]
+    assert note.is_displayed() and "unless told to trust it" in note.text
+    browser.get(served.url + "finder/")  # type: ignore[attr-defined]
+    assert not browser.find_element(By.ID, "trust").is_displayed()  # type: ignore[attr-defined]
+
+
 def test_the_page_works_from_a_static_copy(
     browser: object, store: LocalStore, tmp_path: Path
 ) -> None:

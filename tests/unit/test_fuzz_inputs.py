@@ -11,7 +11,6 @@ with fresh random ones, when hunting for bugs.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import zipfile
@@ -19,18 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+import cli_fixtures
 import tomli_w
+from cli_fixtures import BASE_MATRIX, assert_one_line_error, store_digest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from index_wheels import make_wheel, variant_wheel
+from index_wheels import make_wheel
 
-from factory.matrix.cell import parse_arch, parse_cuda, parse_python, parse_version
 from factory.cli import COMMANDS, main
-from factory.index.publish import publish
-from factory.store import LocalStore
+from factory.matrix.cell import parse_arch, parse_cuda, parse_python, parse_version
 
-INTERNAL_ERROR = 70  # cli.main's code for an exception that is not a FactoryError: a bug
+workspace = cli_fixtures.workspace
 SCALE = int(os.environ.get("FACTORY_FUZZ_SCALE", "1"))
 
 
@@ -42,40 +40,6 @@ def fuzz_settings(examples: int) -> settings:
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-
-
-# -- the workspace: a directory with a valid matrix and a store holding one published wheel ------
-BASE_MATRIX: dict[str, Any] = {
-    "version": 1,
-    "settings": {"store": "store", "runner": "docker", "memory": "auto"},
-    "axes": {"torch": ["2.14.1"], "cuda": ["13.0"], "archs": [["10.0"]], "python": ["3.11"]},
-    "packages": {"demo-ext": {"recipe": "torch-extension", "versions": ["0.1.0"]}},
-    "include": [
-        {"package": "demo-ext", "torch": "2.14.1", "cuda": "13.0", "archs": ["12.0"],
-         "python": "3.12"},
-    ],
-}
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("fuzz")
-    (root / "matrix.toml").write_text(tomli_w.dumps(BASE_MATRIX))
-    publish(LocalStore(root / "store"), [variant_wheel(root / "published", "demo-ext", "0.1.0",
-                                                       "2.14")])
-    assert main(["matrix", "--matrix", str(root / "matrix.toml")]) == 0  # the base is valid
-    return root
-
-
-def store_digest(root: Path) -> str:
-    """Every path, mode and byte under the store (lock files and all)."""
-    h = hashlib.sha256()
-    for p in sorted((root / "store").rglob("*")):
-        h.update(str(p.relative_to(root)).encode() + b"\0")
-        h.update(oct(p.lstat().st_mode).encode())
-        if p.is_file():
-            h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 @contextlib.contextmanager
@@ -96,18 +60,6 @@ def run_in_process(argv: list[str], cwd: Path) -> tuple[int, str, str]:
         except SystemExit as exc:  # argparse's own exits (--help) must not happen here
             code = exc.code if isinstance(exc.code, int) else 1
     return code, out.getvalue(), err.getvalue()
-
-
-def assert_one_line_error(code: int, stderr: str, argv: list[str]) -> None:
-    lines = stderr.splitlines()
-    assert code != 0, f"{argv!r} succeeded"
-    assert "Traceback" not in stderr, stderr
-    assert code != INTERNAL_ERROR, f"{argv!r}: {stderr}"
-    assert lines and lines[0].startswith("ERROR "), f"{argv!r}: {stderr!r}"
-    # one line per problem (a matrix reports all of its problems), then at most one TIP
-    errors = [line for line in lines if line.startswith("ERROR ")]
-    assert lines[: len(errors)] == errors and len(lines) - len(errors) <= 1, stderr
-    assert len(lines) == len(errors) or lines[-1].startswith("TIP "), stderr
 
 
 def refused(workspace: Path, argv: list[str]) -> str:
@@ -414,6 +366,9 @@ _FORBIDDEN = {"-h", "--help", "--version", "--debug"}
 _tokens = _text.filter(lambda t: t not in _FORBIDDEN and not t.startswith(("-h", "--h", "--v",
                                                                           "--deb")))
 _flag = st.from_regex(r"--no-such-[a-z]{1,8}", fullmatch=True)
+# not a size: "" and "auto" ask for detection, so they are not bad values of --memory
+_bad_memory = _tokens.filter(
+    lambda t: t and t.strip().lower() != "auto" and not t.strip()[:1].isdigit())
 
 
 @st.composite
@@ -430,7 +385,8 @@ def bad_command_line(draw: st.DrawFn) -> list[str]:
     if kind == "bad-value":
         return draw(st.sampled_from([
             ["plan", draw(_tokens)],
-            ["plan", "demo-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "--memory", draw(_tokens)],
+            ["plan", "demo-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "--memory",
+             draw(_bad_memory)],
             ["plan", "demo-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "--cpus", draw(_tokens)],
             ["plan", "demo-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "--cpus", "0"],
             ["plan", "demo-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "--memory",
@@ -441,8 +397,7 @@ def bad_command_line(draw: st.DrawFn) -> list[str]:
             ["yank", "demo_ext-0.1.0+cu130torch2.14-py3-none-any.whl"],  # no --reason
             ["build", draw(_tokens), "--dry-run"],
             ["build", "--dry-run"],  # neither cells nor --all
-            ["build", "--all", "--dry-run", "--memory", draw(_tokens.filter(
-                lambda t: t and t.strip().lower() != "auto" and not t.strip()[:1].isdigit()))],
+            ["build", "--all", "--dry-run", "--memory", draw(_bad_memory)],
             ["build", "--all", "--dry-run", "--cpus", draw(_tokens)],
             ["index", draw(_tokens.filter(lambda t: t not in ("rebuild", "verify")))],
             ["index", "verify", "--store", draw(st.sampled_from(["gs://x/y", "s3://", "ftp://x"]))],

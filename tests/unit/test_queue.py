@@ -14,11 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ops_builds
 import pytest
 from ops_builds import publish_build, write_matrix
 
+from factory.build.job import BuildOptions
 from factory.build.lease import CellLease
-from factory.build.pipeline import BuildOptions, BuildOutcome
+from factory.build.pipeline import BuildOutcome
 from factory.cli import main
 from factory.engines import queue
 from factory.logger import Log
@@ -29,20 +31,8 @@ from factory.planning.work import plan_work
 from factory.store import open_store
 from factory.units import GIB
 
-MATRIX = """\
-version = 1
-[settings]
-store = "store"
-runner = "local"
-[axes]
-torch = ["2.14.1", "2.11.0"]
-cuda = ["13.0"]
-archs = [["9.0"], ["10.0"], ["12.0"]]
-python = ["3.11", "3.12"]
-[packages.flash-attn]
-recipe = "flash-attn"
-versions = ["2.8.3.post2"]
-"""
+# the operations tests' matrix, built with the local runner (what a queue worker runs)
+MATRIX = ops_builds.MATRIX.replace('store = "store"\n', 'store = "store"\nrunner = "local"\n')
 
 
 class FakeBuilds:

@@ -4,13 +4,16 @@ build: tests/integration/test_runner_cibuildwheel.py)."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import shlex
-import shutil
 from pathlib import Path
 
 import pytest
+from tools import tool
 
 from factory.errors import UsageError
+from factory.process import run_command
 from factory.runners import BuildJob, get_runner
 from factory.runners.cibuildwheel import (
     CibuildwheelRunner,
@@ -85,11 +88,18 @@ def test_cache_is_mounted_and_nvcc_wrapped(tmp_path: Path) -> None:
 
 
 def test_cibuildwheel_reads_the_configuration(tmp_path: Path) -> None:
-    if shutil.which("cibuildwheel") is None:
-        pytest.skip("cibuildwheel is not installed (pip install '.[cibuildwheel]')")
+    tool("cibuildwheel")
     runner = get_runner("cibuildwheel")
     assert isinstance(runner, CibuildwheelRunner)
-    assert runner.print_build_identifiers(_job(tmp_path)) == ["cp312-manylinux_x86_64"]
+    job = _job(tmp_path)
+    result = run_command(
+        ["cibuildwheel", "--platform", "linux", "--print-build-identifiers", str(job.src_dir)],
+        env=cibuildwheel_environment(job, base=os.environ),
+        what="cibuildwheel --print-build-identifiers",
+    )
+    found = [ln.strip() for ln in result.output.splitlines()
+             if re.fullmatch(r"[a-z0-9]+-\w+", ln.strip())]
+    assert found == ["cp312-manylinux_x86_64"]
 
 
 def test_unknown_runner_is_a_usage_error() -> None:
