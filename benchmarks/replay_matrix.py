@@ -14,21 +14,21 @@ ninja log, added here), contention included; a later Python version of a group c
 CACHED_FRACTION (10 %, measured) of the first; every cell adds the recipe's measured overhead
 (the median of the real runs in the shipped history).
 
-  factory schedule  groups (same kernels, any Python) to builders (factory.planning.schedule
+  factory schedule  groups (same kernels, any Python) to builders (factory.planning.assign
                     .assign: longest first, an iterated local search, and the exact best
                     count of each kind of group per builder where the kinds are few), each
                     builder's groups in the lane count that ends first
   today's nightly   one Actions job per cell in id order, max-parallel 8, the static label per
-                    package (factory.ci.RUNNER_LABELS: flash-attn -> mem-256g), on every builder
+                    package (factory.ci.PACKAGE_LABELS: flash-attn -> mem-256g), on every builder
                     of .github/builders.toml that carries it (there: builder-256g and
                     builder-512g); each job has the whole builder; the builder's local compile
                     cache serves a later Python version only when the same builder built the
                     group's first cell before it
-  policy-family bound  factory.planning.schedule.group_bound: a bound for the factory's own
+  policy-family bound  factory.planning.bounds.group_bound: a bound for the factory's own
                     family of policies (whole groups, a builder's lanes at memory / k), with
                     each builder's rate limited by the jobs its memory allows (see its
                     docstring for the proof); computed exactly here (no kinds merged)
-  fluid bound       factory.planning.schedule.lower_bound, for every policy: max(all groups'
+  fluid bound       factory.planning.bounds.lower_bound, for every policy: max(all groups'
                     CPU work / all CPUs, the longest single cell on its fastest builder)
   best whole groups every way to give each builder a number of groups of each kind, each
                     builder running its share as `factory schedule` runs it (an enumeration
@@ -48,25 +48,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from factory.ci import runner_label  # noqa: E402
+from factory.ci import PACKAGE_LABELS  # noqa: E402
 from factory.matrix.load import PlannedCell, load_matrix  # noqa: E402
-from factory.planning.history_file import shipped_history_path  # noqa: E402
-from factory.planning.memory_model import MemoryHistory  # noqa: E402
-from factory.planning.ninja_log import read_ninja_log  # noqa: E402
-from factory.planning.schedule import (  # noqa: E402
+from factory.planning.assign import _exact, _Spans  # noqa: E402
+from factory.planning.builders import Builder, load_builders  # noqa: E402
+from factory.planning.cell_times import (  # noqa: E402
     CACHED_FRACTION,
-    Builder,
     CellTimes,
-    Group,
-    _exact,
-    _lanes,
-    _Spans,
-    group_cells,
-    load_builders,
-    platform_of,
-    schedule,
     shared_span,
 )
+from factory.planning.groups import Group, group_cells, platform_of  # noqa: E402
+from factory.planning.history_file import shipped_history_path  # noqa: E402
+from factory.planning.lanes import _lanes  # noqa: E402
+from factory.planning.memory_model import MemoryHistory  # noqa: E402
+from factory.planning.ninja_log import read_ninja_log  # noqa: E402
+from factory.planning.schedule import schedule  # noqa: E402
 from factory.units import GIB  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +81,7 @@ versions = ["2.8.3.post2"]
 """
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_36_x86_64")
 BUILDERS = load_builders(ROOT / ".github" / "builders.toml")  # as the repo configures them
-STATIC_LABEL = runner_label("flash-attn")  # what today's nightly puts on every flash-attn job
+STATIC_LABEL = PACKAGE_LABELS["flash-attn"]  # what today's nightly puts on every flash-attn job
 MAX_PARALLEL = 8  # nightly.yml's strategy before the schedule
 
 

@@ -5,7 +5,9 @@ here, once."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -30,10 +32,11 @@ from factory.commands import (
     unyank,
     verify,
     wheelhouse,
+    work,
     yank,
 )
 from factory.environment import DEBUG_ENV, ENVIRONMENT, env_value
-from factory.errors import FactoryError, UsageError
+from factory.errors import FactoryError, Interrupted, UsageError, raise_interrupted
 
 
 class Command(Protocol):
@@ -52,8 +55,11 @@ COMMANDS: dict[str, tuple[Command, str]] = {
               "from"),
     "plan": (plan, "choose MAX_JOBS / NVCC_THREADS for a cell under a memory and CPU budget"),
     "schedule": (schedule,
-                 "assign the (missing) cells to builders; print the assignment and makespan"),
+                 "the (missing) cells in groups: assigned to static builders, or one job per "
+                 "group for Slurm or Kubernetes"),
     "build": (build, "build cells into verified, tagged wheels"),
+    "work": (work, "work-queue mode: take the next unclaimed group that fits from the store, "
+             "build and publish it, until nothing that fits is left"),
     "verify": (verify, "check wheels: archs in the binaries, tags, metadata, clean import"),
     "publish": (publish, "add wheels to the store and update the index pages"),
     "yank": (yank, "mark a published file as yanked (PEP 592)"),
@@ -111,10 +117,20 @@ def _one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
+def _sigterm_unwinds() -> None:
+    """SIGTERM raises Interrupted, so a build stopped by its engine (Slurm, Kubernetes, a
+    cancelled CI job) releases its lease and removes its cgroup or container on the way out:
+    the next builder takes the cell at once instead of waiting for the lease to expire."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, raise_interrupted)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or env_value(DEBUG_ENV) == "1"
     logger.configure()
+    _sigterm_unwinds()
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "command", None):
@@ -128,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.tip:
             print(f"TIP {exc.tip}", file=sys.stderr)
         return exc.exit_code
+    except Interrupted as exc:
+        print(f"ERROR terminated ({exc})", file=sys.stderr)
+        return Interrupted.exit_code
     except KeyboardInterrupt:
         print("ERROR interrupted", file=sys.stderr)
         return 130

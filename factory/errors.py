@@ -127,3 +127,17 @@ class UpstreamError(FactoryError):
     something that is not an index page or a wheel."""
 
     exit_code = 16
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM (scancel, a Kubernetes pod stopping, a CI job cancelled): unwinds like Ctrl-C,
+    so every ``finally`` runs (a lease is released, a container or cgroup removed). Not a
+    FactoryError: ``except Exception`` must not swallow it."""
+
+    exit_code = 143  # 128 + SIGTERM
+
+
+def raise_interrupted(signum: int, frame: object) -> None:
+    """The SIGTERM handler that turns the signal into Interrupted."""
+    raise Interrupted(f"signal {signum}")
+

@@ -76,6 +76,7 @@ class BuildOptions:
     max_jobs: int | None = None
     nvcc_threads: int | None = None
     attempts: int = MAX_ATTEMPTS
+    lease_ttl: float | None = None  # the cell lease's time to live; None: the protocol's own
     run_stamp: str = dataclasses.field(
         default_factory=lambda: datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     )

@@ -258,26 +258,34 @@ def hold_cell(store: LeaseStore, *, content_key: str, cell: str, published: Call
         lease.release()
         yield Hold(None)
         return
+    with renewing(lease):
+        yield Hold(lease)
+
+
+@contextlib.contextmanager
+def renewing(lease: CellLease) -> Iterator[None]:
+    """While the body runs, a heartbeat renews the held ``lease`` every ttl/3; released after
+    (also when the body raises, or SIGTERM unwinds it)."""
     stop = threading.Event()
 
     def heartbeat() -> None:
-        while not stop.wait(ttl / 3):
+        while not stop.wait(lease.ttl / 3):
             try:
                 if lease.renew():
                     continue
             except StoreError as exc:  # unreachable: nothing known; try again next beat
-                log.warning("%s: lease renewal failed (%s); retrying in %.0f s", cell,
-                            exc.message, ttl / 3)
+                log.warning("%s: lease renewal failed (%s); retrying in %.0f s", lease.cell,
+                            exc.message, lease.ttl / 3)
                 continue
             if not stop.is_set():
                 log.warning("%s: lost this cell's lease (%s); the build stops before it "
-                            "publishes", cell, lease.lost)
+                            "publishes", lease.cell, lease.lost)
             return
 
-    beat = threading.Thread(target=heartbeat, daemon=True, name=f"lease-{cell}")
+    beat = threading.Thread(target=heartbeat, daemon=True, name=f"lease-{lease.cell}")
     beat.start()
     try:
-        yield Hold(lease)
+        yield
     finally:
         stop.set()
         beat.join(timeout=5)

@@ -37,7 +37,7 @@ from factory.build.job import (
     source_date_epoch,
     target_wheelhouse,
 )
-from factory.build.lease import Hold, hold_cell
+from factory.build.lease import LEASE_TTL_SECONDS, Hold, hold_cell
 from factory.errors import BuildError, FactoryError, OOMError, PlanError, StoreError, VerifyError
 from factory.index.publish import publish
 from factory.logger import Log, NinjaProgress
@@ -223,6 +223,7 @@ def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
             return _build_locked(matrix, pc, opts, log, run=run, plan=plan, history=history,
                                  work=work, t0=t0, floor=floor)
         with hold_cell(store, content_key=pc.content_key, cell=pc.cell.id,
+                       ttl=opts.lease_ttl or LEASE_TTL_SECONDS,
                        published=lambda: _already_published(pc, run),
                        on_wait=lambda lease: log.detail(
                            f"{lease.holder} holds this cell's lease in the store; waiting")

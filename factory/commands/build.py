@@ -71,12 +71,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a cell whose toolchain is missing here (e.g. the CUDA 12.x image): skip it with one "
         "line, or fail before any download (default: skip with --all, fail for named cells)",
     )
+    parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
+                        help="with --publish: how long a cell's lease in the store outlives a "
+                        "builder that stopped renewing it (default 900)")
     parser.add_argument("--uncapped", action="store_true",
                         help="local runner: run without a cgroup memory cap (where cgroups are "
                         "not writable)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.lease_ttl is not None and not args.lease_ttl > 0:
+        raise UsageError(f"--lease-ttl must be positive, not {args.lease_ttl:g}")
     for flag in ("max_jobs", "nvcc_threads", "attempts"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -100,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         budget=budget, out_dir=args.out, store=store, publish=args.publish,
         dry_run=args.dry_run, force=args.force, verify_import=not args.no_import_check,
         cache=args.cache, verbose=args.verbose, runner_options=_runner_options(args),
-        max_jobs=args.max_jobs, nvcc_threads=args.nvcc_threads,
+        max_jobs=args.max_jobs, nvcc_threads=args.nvcc_threads, lease_ttl=args.lease_ttl,
         **({"attempts": args.attempts} if args.attempts else {}),
     )
     log = Log()
@@ -131,6 +136,19 @@ def run(args: argparse.Namespace) -> int:
                 raise
             failures.append((pc.cell.id, exc))
             log.step(f"FAILED {pc.cell.id}: {exc.message}")
+    summarize(log, outcomes, failures, published_to=store if args.publish else None)
+    if args.json:
+        json.dump({"version": 1, "outcomes": outcomes_json(outcomes)}, sys.stdout, indent=2)
+        print()
+    if failures:
+        return failures[0][1].exit_code
+    return 0
+
+
+def summarize(log: Log, outcomes: list[Any], failures: list[tuple[str, FactoryError]], *,
+              published_to: str | None) -> None:
+    """One line per cell at the end (what the CI log, a Slurm job's --output, a queue
+    worker's log shows last)."""
     log.step("summary")
     for o in outcomes:
         n = len(o.attempts)
@@ -139,20 +157,16 @@ def run(args: argparse.Namespace) -> int:
             last = o.attempts[-1]
             extra += f", compile cache {last['cache_hits']} hits/{last['cache_misses']} misses"
         where = o.wheel.resolve() if o.wheel else o.detail
-        if o.wheel and args.publish and o.status in ("built", "unchanged"):
-            where = f"{where}, published to {store}"
+        if o.wheel and published_to and o.status in ("built", "unchanged"):
+            where = f"{where}, published to {published_to}"
         log.detail(f"{o.status:9} {o.cell_id} ({o.seconds:.0f}s{extra}) -> {where}")
     for cell_id, error in failures:
         log.detail(f"{'failed':9} {cell_id}: {error.message}")
-    if args.json:
-        json.dump({"version": 1, "outcomes": [
-            {"cell": o.cell_id, "status": o.status, "wheel": str(o.wheel) if o.wheel else None,
-             "attempts": list(o.attempts), "seconds": round(o.seconds, 1)} for o in outcomes]},
-            sys.stdout, indent=2)
-        print()
-    if failures:
-        return failures[0][1].exit_code
-    return 0
+
+
+def outcomes_json(outcomes: list[Any]) -> list[dict[str, Any]]:
+    return [{"cell": o.cell_id, "status": o.status, "wheel": str(o.wheel) if o.wheel else None,
+             "attempts": list(o.attempts), "seconds": round(o.seconds, 1)} for o in outcomes]
 
 
 def _buildable(cells: list[Any], ready: dict[str, Any], *, skip: bool, log: Log) -> list[Any]:

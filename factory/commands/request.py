@@ -27,7 +27,7 @@ from factory.matrix.cell import DEFAULT_PLATFORM, PLATFORMS
 from factory.matrix.expand import one_off
 from factory.matrix.load import Matrix
 from factory.planning.budget import requested_budget
-from factory.planning.schedule import load_builders
+from factory.planning.builders import load_builders
 from factory.runners import RUNNERS
 
 

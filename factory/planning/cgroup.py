@@ -117,6 +117,13 @@ def own_dirs(
     return memory, cpu
 
 
+def limiting_memory_dir(proc_cgroup: Path = PROC_CGROUP, root: Path = ROOT) -> Path | None:
+    """The nearest cgroup on this process's path up to the root that sets a memory limit: the
+    allocation a Slurm job or a Kubernetes pod runs in. None: no limit anywhere."""
+    memory, _ = own_dirs(proc_cgroup, root)
+    return next((d for d in memory if memory_limit(d) is not None), None)
+
+
 def container_dirs(container_id: str, root: Path = ROOT) -> list[Path]:
     """A docker container's memory cgroup seen from the host (cgroupfs or systemd driver, v1
     or v2); it exists only while the container runs."""

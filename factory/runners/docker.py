@@ -31,7 +31,7 @@ from typing import Any
 from factory.build.compile_cache import inside_config
 from factory.engine import docker_client, image_exists
 from factory.environment import KEEP_CONTAINER_ENV
-from factory.errors import EngineError
+from factory.errors import EngineError, raise_interrupted
 from factory.planning import cgroup
 from factory.runners.base import (
     INSIDE,
@@ -56,10 +56,6 @@ LABEL = "factory.build.pipeline"
 OWNER_LABEL = "factory.owner"
 CELL_LABEL = "factory.matrix.cell"
 KEEP_ENV = KEEP_CONTAINER_ENV
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM during a build: unwinds like Ctrl-C so the container is removed."""
 
 
 # -- who owns a container ---------------------------------------------------------------------
@@ -387,11 +383,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         yield
     finally:

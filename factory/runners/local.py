@@ -350,6 +350,10 @@ class LocalRunner:
             build_cgroup = Cgroup.create(
                 memory=job.memory_limit_bytes, cpus=job.cpus, pids=job.pids_limit
             )
+        # Uncapped inside an allocation (a pod, a Slurm job that may not make cgroups): the
+        # allocation's limit is the cap and its OOM counter the verdict.
+        allocation = cgroup.limiting_memory_dir() if build_cgroup is None else None
+        kills_before = cgroup.oom_kills(allocation) if allocation else None
         run_dir, report_path = prepare_run(job)
         started = time.monotonic()
         timed_out = False
@@ -393,7 +397,13 @@ class LocalRunner:
             reader.join(timeout=10)
             exit_code = proc.returncode
             report = read_report(report_path)
-            oom_count = build_cgroup.oom_kills() if build_cgroup else None
+            if build_cgroup is not None:
+                oom_count = build_cgroup.oom_kills()
+            elif allocation is not None and kills_before is not None:
+                after = cgroup.oom_kills(allocation)
+                oom_count = None if after is None else after - kills_before
+            else:
+                oom_count = None
             peak = build_cgroup.peak() if build_cgroup else None
         finally:
             if build_cgroup is not None:
@@ -403,8 +413,8 @@ class LocalRunner:
             job=job,
             report=report,
             exit_code=exit_code,
-            # Uncapped there is no counter: a compiler killed by the kernel's global OOM killer
-            # shows as 137 only when it is the process we waited for.
+            # Uncapped outside any allocation there is no counter: a compiler killed by the
+            # kernel's global OOM killer shows as 137 only when it is the process we waited for.
             oom_killed=was_oom_killed(
                 exit_code=exit_code, own_cgroup=build_cgroup is not None, oom_kills=oom_count
             ),

@@ -16,26 +16,16 @@ import pytest
 from factory.cli import main
 from factory.errors import ConfigError
 from factory.matrix.load import PlannedCell, load_matrix
+from factory.planning.assign import assign
+from factory.planning.bounds import group_bound, lower_bound
+from factory.planning.builders import Builder, builders_from
+from factory.planning.cell_model import CELL_OVERHEAD_SECONDS
+from factory.planning.cell_times import CellTimes, Phase, shared_span
+from factory.planning.groups import Group, group_cells, platform_of
+from factory.planning.lanes import MAX_LANES, _lanes
 from factory.planning.history_file import shipped_history_path
 from factory.planning.memory_model import MemoryHistory
-from factory.planning.cell_model import CELL_OVERHEAD_SECONDS
-from factory.planning.schedule import (
-    MAX_LANES,
-    Builder,
-    CellTimes,
-    Group,
-    Phase,
-    _lanes,
-    assign,
-    builders_from,
-    group_bound,
-    group_cells,
-    lower_bound,
-    overhead,
-    platform_of,
-    schedule,
-    shared_span,
-)
+from factory.planning.schedule import schedule
 from factory.units import GIB
 
 MATRIX = """

@@ -244,7 +244,7 @@ def test_every_runs_on_label_is_carried_by_a_builder() -> None:
     CPU), lands on a builder of .github/builders.toml that carries all its labels; a job that
     builds a cell lands only on builders that build that cell's platform."""
     from factory.ci import builder_labels
-    from factory.planning.schedule import load_builders
+    from factory.planning.builders import load_builders
 
     builders = load_builders(BUILDERS)
     # The nightly schedule of the default matrix names builders of the file...
@@ -298,7 +298,7 @@ def test_the_builders_platform_decides_the_cpu_label(tmp_path: Path) -> None:
         ("grace", "arm64"), ("x", "x64")]
     # An aarch64 cell goes to the native builder; an x86_64 one to the x86_64 builder.
     from factory.ci import runs_on
-    from factory.planning.schedule import load_builders
+    from factory.planning.builders import load_builders
 
     loaded = load_builders(builders)
     assert runs_on("factory-example-ext", "aarch64", loaded).labels() == [
@@ -313,7 +313,7 @@ def test_the_builders_platform_decides_the_cpu_label(tmp_path: Path) -> None:
 def test_actionlint_knows_exactly_the_builders_labels() -> None:
     """actionlint's self-hosted label list is the builders' (names and labels), so the lint
     and the builders cannot disagree; the test above is what checks the workflows."""
-    from factory.planning.schedule import load_builders
+    from factory.planning.builders import load_builders
 
     doc = yaml.safe_load((REPO / ".github" / "actionlint.yaml").read_text())
     builders = load_builders(BUILDERS)
