@@ -9,11 +9,13 @@ import pytest
 
 from factory.cli import main
 from factory.matrix.load import load_matrix
+from factory.planning.builders import Builder
 from factory.planning.cell_model import CELL_OVERHEAD_SECONDS, cell_time, overhead_of
+from factory.planning.cell_times import CellTimes, shared_span
 from factory.planning.history_file import shipped_history_path
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import plan_for
-from factory.planning.schedule import Builder, CellTimes, schedule, shared_span
+from factory.planning.schedule import schedule
 from factory.units import GIB
 
 MATRIX = """

@@ -20,7 +20,7 @@ from factory.planning.assign import assign
 from factory.planning.bounds import group_bound, lower_bound
 from factory.planning.builders import Builder, builders_from
 from factory.planning.cell_model import CELL_OVERHEAD_SECONDS
-from factory.planning.cell_times import CellTimes, Phase, shared_span
+from factory.planning.cell_times import CellTimes, Phase, overhead, shared_span
 from factory.planning.groups import Group, group_cells, platform_of
 from factory.planning.lanes import MAX_LANES, _lanes
 from factory.planning.history_file import shipped_history_path

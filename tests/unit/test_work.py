@@ -178,7 +178,8 @@ def test_an_allocation_takes_the_fewest_cpus_that_keep_its_time(cells: list[Plan
             fewer = work_group(g.group, memory=512 * GIB, cpus=g.cpus - 1, history=h)
             assert fewer.predicted_seconds > w.predicted_seconds * (1 + CPU_SLACK)
         saved += w.cpus - g.cpus
-    flash = [g for g in narrow.groups if g.name.startswith("flash-attn") and len(
-        g.planned[0].cell.archs) == 1]
+    # sm_90: the H200 runs' object times (FIELD-NOTES: one cell scales to about 38-42 cores);
+    # sm_100's entry is the 2-core flagship build's, whose longest objects bound the cell sooner
+    flash = [g for g in narrow.groups if g.name.startswith("flash-attn") and "-sm90-" in g.name]
     assert flash and all(30 <= g.cpus <= 48 for g in flash)
     assert saved > 0
