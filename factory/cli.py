@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol
 
-from factory import __version__, logger
+from factory import __version__, actions, logger
 from factory.commands import (
     build,
     cache,
@@ -112,6 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"ERROR {_one_line(line)}", file=sys.stderr)
         if exc.tip:
             print(f"TIP {exc.tip}", file=sys.stderr)
+        if actions.on_actions():
+            command = next((a for a in argv if a in COMMANDS), None)
+            print(actions.error_annotation("\n".join(exc.lines),
+                                           title=f"factory {command}" if command else "factory"),
+                  file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("ERROR interrupted", file=sys.stderr)

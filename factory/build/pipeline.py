@@ -21,12 +21,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from factory.build.progress import BuildProgress
 from factory.errors import BuildError, FactoryError, OOMError, PlanError, VerifyError
-from factory.logger import Log, NinjaProgress
-from factory.units import format_size
+from factory.logger import Log, cell_lines
 from factory.matrix.load import Matrix, PlannedCell
-from factory.wheels.floor import lower_floor_tip, wheel_floor
 from factory.planning.budget import BudgetRequest
+from factory.planning.eta import model_for, spread_of
+from factory.runners.base import events_path
+from factory.units import format_size
+from factory.wheels.floor import lower_floor_tip, wheel_floor
 
 MAX_ATTEMPTS = 4
 # Fault injection for tests: the first attempt is OOM-killed once this many objects are done.
@@ -369,6 +372,12 @@ def _already_published(pc: PlannedCell, opts: BuildOptions) -> bool:
 
 
 def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) -> BuildOutcome:
+    """One cell, its lines named by its short id (and on GitHub Actions folded in a group)."""
+    with cell_lines(matrix.short_id(pc.cell), pc.cell.id):
+        return _build_cell(matrix, pc, opts, log)
+
+
+def _build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) -> BuildOutcome:
     t0 = time.monotonic()
     log.step(f"cell {pc.cell.id}")
     if not opts.dry_run and _already_published(pc, opts):
@@ -560,7 +569,7 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
         job.out_dir.mkdir(parents=True)
         log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
                  f"memory cap {format_size(plan.memory_budget_bytes)}, log {job.log_path}")
-        with NinjaProgress(job.log_path, log, pc.cell.package):
+        with _progress(pc, plan, job, log, history=history, tree=src):
             result = runner.run(job)
         attempts.append(_attempt_record(attempt, plan, result, job.log_path))
         if job.cache_dir is not None:
@@ -582,6 +591,17 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
         return plan, result, attempts
     raise OOMError(f"{pc.cell.id}: OOM-killed in all {opts.attempts} attempt(s); "
                    f"logs in {work / 'logs'}")
+
+
+def _progress(pc: PlannedCell, plan: Any, job: Any, log: Log, *, history: Any,
+              tree: Path) -> Any:
+    """The attempt's progress line: objects compiling and done, and the ETA from the plan's
+    per-object predictions (factory.build.progress)."""
+    model = model_for(history.object_times(pc.cell), archs=len(pc.cell.archs),
+                      jobs=plan.max_jobs, threads=plan.nvcc_threads, cpus=plan.cpus,
+                      spread=spread_of(plan))
+    return BuildProgress(log_path=job.log_path, events_path=events_path(job.log_path), log=log,
+                         label=pc.cell.package, model=model, tree=tree, jobs=plan.max_jobs)
 
 
 def _attempt_record(attempt: int, plan: Any, result: Any, log_path: Path) -> dict[str, Any]:

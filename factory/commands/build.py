@@ -8,9 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from factory import actions
+from factory.commands._common import (
+    add_matrix_arg,
+    add_store_arg,
+    matrix_from_args,
+    store_from_args,
+)
 from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
-from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, store_from_args
+from factory.units import format_duration
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -102,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             if len(cells) == 1:
                 raise
             failures.append((pc.cell.id, exc))
-            log.step(f"FAILED {pc.cell.id}: {exc.message}")
+            log.error(f"FAILED {pc.cell.id}: {exc.message}", title=pc.cell.id)
     log.step("summary")
     for o in outcomes:
         n = len(o.attempts)
@@ -115,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         log.detail(f"{o.status:9} {o.cell_id} ({o.seconds:.0f}s{extra}) -> {where}")
     for cell_id, exc in failures:
         log.detail(f"{'failed':9} {cell_id}: {exc.message}")
+    if actions.on_actions():
+        actions.append_summary(summary_markdown(outcomes, failures, published=args.publish))
     if args.json:
         json.dump({"version": 1, "outcomes": [
             {"cell": o.cell_id, "status": o.status, "wheel": str(o.wheel) if o.wheel else None,
@@ -123,6 +132,24 @@ def run(args: argparse.Namespace) -> int:
     if failures:
         return failures[0][1].exit_code
     return 0
+
+
+def summary_markdown(outcomes: list[Any], failures: list[tuple[str, FactoryError]], *,
+                     published: bool) -> str:
+    """The job's step summary for these builds: one table row per cell."""
+    rows: list[list[object]] = []
+    for o in outcomes:
+        attempts = len(o.attempts)
+        hits = o.attempts[-1].get("cache_hits") if attempts else None
+        cache = f"{hits}/{o.attempts[-1].get('cache_misses')}" if hits is not None else ""
+        status = "published" if published and o.status == "built" else o.status
+        rows.append([f"`{o.cell_id}`", status, format_duration(o.seconds), attempts or "",
+                     cache, f"`{o.wheel.name}`" if o.wheel else o.detail])
+    rows += [[f"`{cell}`", "**failed**", "", "", "", exc.message] for cell, exc in failures]
+    head = f"### factory build: {len(outcomes)} done, {len(failures)} failed\n\n"
+    return head + actions.markdown_table(
+        ["cell", "status", "time", "attempts", "cache hits/misses", "wheel"], rows,
+        align="llrrrl")
 
 
 def _buildable(cells: list[Any], ready: dict[str, Any], *, skip: bool, log: Log) -> list[Any]:

@@ -147,6 +147,16 @@ class Cell:
             f"{suffix}"
         )
 
+    @property
+    def short_id(self) -> str:
+        """'flash-attn@cu130-torch2.14-sm100-cp311': the package at its variant and Python, what
+        the lines of its build start with; the package version and torch patch left out
+        (``Matrix.short_id`` puts them back where two of a matrix's cells would read alike)."""
+        archs = "+".join(f"sm{a}" for a in self.archs)
+        suffix = "" if self.platform == DEFAULT_PLATFORM else f"-{self.platform}"
+        return (f"{self.package}@{self.cuda_tag}-torch{self.torch_minor}-{archs}-"
+                f"{self.python_tag}{suffix}")
+
     @classmethod
     def from_id(cls, cell_id: str) -> Cell:
         m = re.fullmatch(

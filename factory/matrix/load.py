@@ -143,6 +143,16 @@ class Matrix:
     torch_indexes: dict[str, str]
     cells: tuple[PlannedCell, ...]
 
+    def short_id(self, cell: Cell) -> str:
+        """The cell's short id (``Cell.short_id``), with the package version and the full torch
+        version where another cell of this matrix has the same short id."""
+        short = cell.short_id
+        same = [pc.cell for pc in self.cells if pc.cell.short_id == short and pc.cell != cell]
+        if not same:
+            return short
+        return short.replace("@", f"-{cell.version}@", 1).replace(
+            f"-torch{cell.torch_minor}-", f"-torch{cell.torch}-", 1)
+
     def find(self, cell_id: str) -> PlannedCell:
         want = Cell.from_id(cell_id)
         for pc in self.cells:

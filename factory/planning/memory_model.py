@@ -172,25 +172,38 @@ def object_key(path: str) -> str:
     return name
 
 
-def read_ninja_log(path: Path) -> dict[str, float]:
-    """Object key -> seconds from a .ninja_log (v5-v7; the last entry of an output wins)."""
-    out: dict[str, float] = {}
+@dataclasses.dataclass(frozen=True)
+class LoggedObject:
+    """One object of a .ninja_log: seconds since the log's first start."""
+
+    key: str  # object_key
+    start: float
+    end: float
+
+
+def read_ninja_timeline(path: Path) -> list[LoggedObject]:
+    """A .ninja_log (v5-v7) as a timeline in start order; the last entry of an output wins."""
+    entries: dict[str, tuple[int, int]] = {}
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise ConfigError(f"cannot read ninja log {path}: {exc}") from None
     for line in lines:
-        if line.startswith("#") or not line.strip():
-            continue
         fields = line.split("\t")
-        if len(fields) < 4:
+        if line.startswith("#") or len(fields) < 4:
             continue
         try:
-            start, end = int(fields[0]), int(fields[1])
+            entries[object_key(fields[3])] = (int(fields[0]), int(fields[1]))
         except ValueError:
             continue
-        out[object_key(fields[3])] = (end - start) / 1000.0
-    return out
+    t0 = min((start for start, _ in entries.values()), default=0)
+    return sorted((LoggedObject(k, (s - t0) / 1000.0, (e - t0) / 1000.0)
+                   for k, (s, e) in entries.items()), key=lambda o: (o.start, o.key))
+
+
+def read_ninja_log(path: Path) -> dict[str, float]:
+    """Object key -> seconds from a .ninja_log (v5-v7; the last entry of an output wins)."""
+    return {o.key: o.end - o.start for o in read_ninja_timeline(path)}
 
 
 def shipped_history_path() -> Path:

@@ -60,6 +60,7 @@ COMPILERS = {
 }
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+EVENT_SAMPLE_SECONDS = 2.0  # a memory sample in the events file at least this often
 
 _current: subprocess.Popen[bytes] | None = None
 _stopping = threading.Event()
@@ -137,10 +138,16 @@ def _descendants(table: dict[int, tuple[int, str, int]], roots: set[int]) -> set
 
 
 class Sampler(threading.Thread):
-    """Peak compiler RSS, concurrent compile jobs and the cgroup's anonymous memory."""
+    """Peak compiler RSS, concurrent compile jobs and the cgroup's anonymous memory. With an
+    ``events`` file, one JSON line per compile job that starts or ends (by its ``-o``) and a
+    memory sample every ``EVENT_SAMPLE_SECONDS``: what the host's progress and report read."""
 
-    def __init__(self, roots: set[int], cgroup: CgroupReader | None, interval: float) -> None:
+    def __init__(self, roots: set[int], cgroup: CgroupReader | None, interval: float,
+                 events: str | None = None) -> None:
         super().__init__(daemon=True)
+        self._events = open(events, "a") if events else None  # noqa: SIM115
+        self._live: dict[int, str] = {}  # job pid -> its output, as last announced
+        self._last_sample = 0.0
         self.roots = roots
         self.cgroup = cgroup
         self.interval = interval
@@ -181,12 +188,33 @@ class Sampler(threading.Thread):
                 self.object_peaks[out] = max(size, self.object_peaks.get(out, 0))
         self.peak_rss = max(self.peak_rss, rss)
         self.peak_jobs = max(self.peak_jobs, jobs)
+        anon = None
         if self.cgroup is not None:
             anon = self.cgroup.anon()
             if anon is not None:
                 self.peak_anon = max(self.peak_anon or 0, anon)
             self._stop_on_oom_kill()
         self.samples += 1
+        if self._events is not None:
+            self._emit_events(job_rss, rss, anon)
+
+    def _emit_events(self, job_rss: dict[int, int], rss: int, anon: int | None) -> None:
+        assert self._events is not None
+        now = time.time()
+        lines: list[dict[str, Any]] = []
+        for pid in [p for p in self._live if p not in job_rss]:
+            ended = self._live.pop(pid)
+            lines.append({"t": now, "end": ended, "peak": self.object_peaks.get(ended, 0)})
+        for pid in job_rss:
+            out = self._outputs.get(pid)
+            if out and pid not in self._live:
+                self._live[pid] = out
+                lines.append({"t": now, "start": out})
+        if now - self._last_sample >= EVENT_SAMPLE_SECONDS or lines:
+            self._last_sample = now
+            lines.append({"t": now, "rss": rss, "anon": anon, "jobs": len(job_rss)})
+        self._events.write("".join(json.dumps(line) + "\n" for line in lines))
+        self._events.flush()
 
     def _stop_on_oom_kill(self) -> None:
         """At the first OOM kill, stop the whole build: ninja would wait for the other jobs,
@@ -206,6 +234,8 @@ class Sampler(threading.Thread):
         self._stop_event.set()
         self.join(timeout=5)
         self.sample()
+        if self._events is not None:
+            self._events.close()
 
 
 # -- cgroup counters (v1 and v2) --------------------------------------------------------------
@@ -751,7 +781,8 @@ class Build:
         out_dir.mkdir(parents=True, exist_ok=True)
         before = {p.name: p.stat().st_mtime for p in out_dir.glob("*.whl")}
         report["phase"] = "build"
-        sampler = Sampler(set(), self.cgroup, float(job.get("sample_interval", 0.5)))
+        sampler = Sampler(set(), self.cgroup, float(job.get("sample_interval", 0.5)),
+                          events=job["log"] + ".events.jsonl")
         if self.sccache:
             # The server daemonizes (its parent is init): its compilers are found through it.
             sampler.roots.update(_sccache_servers(self.sccache_env["SCCACHE_SERVER_PORT"]))

@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from factory.runners.engine import docker_client
 from factory.errors import EngineError
+from factory.logger import Log, Ticker
 from factory.process import find_program, run_command
+from factory.runners.engine import docker_client
+from factory.units import format_duration, format_size
 
 _log = logging.getLogger(__name__)
 
@@ -119,14 +121,17 @@ def ensure_base_image(
     start = time.monotonic()
     from docker.errors import APIError
 
+    size = format_size(tarball.stat().st_size)
     try:
-        client.api.import_image_from_file(
-            str(tarball),
-            repository=repo,
-            tag=tag,
-            changes=["ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]',
-                     f"LABEL {PACKAGES_LABEL}={packages_key()}"],
-        )
+        with Ticker(Log(name=__name__),
+                    lambda: f"docker import: {size}, {format_duration(time.monotonic() - start)}"):
+            client.api.import_image_from_file(
+                str(tarball),
+                repository=repo,
+                tag=tag,
+                changes=["ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]',
+                         f"LABEL {PACKAGES_LABEL}={packages_key()}"],
+            )
     except APIError as exc:
         raise EngineError(f"docker import of {tarball} failed: {exc.explanation or exc}") from None
     if image_state(client, name) != "current":
@@ -153,6 +158,8 @@ def debootstrap(root: Path, *, suite: str, packages: tuple[str, ...], mirror: st
         log_path=log,
         error=EngineError,
         what="debootstrap",
+        progress=True,
+        watch=root,
     )
     for junk in (root / "var/cache/apt/archives", root / "var/lib/apt/lists"):
         for item in junk.glob("*"):
@@ -175,6 +182,8 @@ def debootstrap_foreign(root: Path, *, suite: str, arch: str, packages: tuple[st
         log_path=log,
         error=EngineError,
         what=f"debootstrap --foreign --arch={arch}",
+        progress=True,
+        watch=root,
     )
     for deb in sorted((root / "var/cache/apt/archives").glob("*.deb")):
         run_command(["dpkg-deb", "-x", deb, root], log_path=log, error=EngineError, echo=False,
@@ -194,6 +203,8 @@ def _debootstrap_tarball(tarball: Path, *, suite: str, mirror: str) -> None:
             log_path=log,
             error=EngineError,
             what="tar of the root filesystem",
+            progress=True,
+            watch=partial,
         )
         os.replace(partial, tarball)
     finally:

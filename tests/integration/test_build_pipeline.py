@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from conftest import EXAMPLE_CELL, REPO, cache_root, write_example_matrix
+from factory.matrix.cell import Cell
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -77,6 +78,19 @@ def test_planner_builds_where_a_fixed_max_jobs_is_oom_killed_and_an_oom_resumes(
     attempts = _manifest(tmp_path / "planned")["attempts"]
     assert len(attempts) == 1 and not attempts[0]["oom_killed"]
     assert attempts[0]["max_jobs"] == plan["max_jobs"]
+    # Progress from the sampler: every object's start and end, named by its -o; and every line
+    # of the cell's build names the cell (CI is set: no terminal).
+    events = [json.loads(line) for line in
+              Path(attempts[0]["log"] + ".events.jsonl").read_text().splitlines()]
+    started = {e["start"] for e in events if str(e.get("start", "")).endswith(".o")}
+    ended = {e["end"] for e in events if str(e.get("end", "")).endswith(".o")}
+    assert len(started) == 5 and started == ended  # four kernels and the bindings
+    assert any("rss" in e for e in events)
+    short = Cell.from_id(EXAMPLE_CELL).short_id
+    lines = planned.stderr.splitlines()
+    cell_lines = lines[:next(i for i, ln in enumerate(lines) if ln.endswith("] summary"))]
+    assert cell_lines and all(ln.startswith(f"[{short}] ") for ln in cell_lines if ln.strip())
+    assert any(" compiling, " in ln and "/5 objects" in ln for ln in cell_lines)
 
     # 3. A real OOM kill after two objects (fault injection inside the container), from a
     #    clean tree: the retry runs with fewer jobs and compiles only what was left.
