@@ -4,78 +4,22 @@ what is running (factory.planning.eta), checked on the repo's real flash-attn ni
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
 
 from factory.matrix.cell import Cell
 from factory.planning.eta import EtaModel, model_for, replay_log, spread_of
-from factory.planning.memory_model import MemoryHistory, ObjectTimes, read_ninja_timeline
+from factory.planning.memory_model import MemoryHistory, read_ninja_timeline
 from factory.planning.planner import plan_for
 
-ROOT = Path(__file__).resolve().parents[2]
-GPU = ROOT / "benchmarks" / "gpu"
-
-
-@dataclasses.dataclass(frozen=True)
-class RealRun:
-    log: Path
-    archs: tuple[int, ...]
-    jobs: int
-    cpus: int
-
-
-# Every complete ninja log in the repo (jobs and CPUs as docs/BENCHMARKS.md records the runs).
-RUNS = {
-    "sm90-16jobs-setup.py-order": RealRun(
-        ROOT / "factory/data/flash-attn-2.8.3.post2_sm90_h200_16jobs.ninja_log", (90,), 16, 16),
-    "sm90-16jobs-longest-first": RealRun(
-        GPU / "results-2026-11-29/sm90_16jobs_longest_first.ninja_log", (90,), 16, 16),
-    "sm90-9jobs": RealRun(
-        GPU / "results-2026-11-29-h200x2/flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312"
-        ".ninja_log", (90,), 9, 16),
-    "sm100-9jobs": RealRun(
-        GPU / "results-2026-11-29-h200x2/flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312"
-        ".ninja_log", (100,), 9, 16),
-    "sm90-32jobs": RealRun(
-        GPU / "results-2026-12-01-h200x2/flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312"
-        ".ninja_log", (90,), 32, 32),
-}
-# The shipped history's object times are the first run's; that run is predicted from another.
-SHIPPED_FROM = "sm90-16jobs-setup.py-order"
-
-
-def times_of(name: str) -> ObjectTimes:
-    run = RUNS[name]
-    seconds = {o.key: o.end - o.start for o in read_ninja_timeline(run.log)}
-    return ObjectTimes(package="flash-attn", version="2.8.3.post2", cuda="13.0", archs=run.archs,
-                       nvcc_threads=1, seconds=seconds, source=run.log.name,
-                       max_jobs=run.jobs, cpus=run.cpus)
-
-
-def model_of(name: str, spread: tuple[float, float] = (1.0, 1.0)) -> EtaModel:
-    """The ETA the factory would have shown for this run: the planner's data for the cell (the
-    shipped history; for the run the history was made from, another run) - never its own."""
-    run = RUNS[name]
-    if name == SHIPPED_FROM:
-        times = times_of("sm90-16jobs-longest-first")
-    else:
-        cell = Cell(package="flash-attn", version="2.8.3.post2", torch="2.11.0", cuda="13.0",
-                    archs=run.archs, python="3.12")
-        times = MemoryHistory.load().object_times(cell)
-        assert times is not None and times.source.startswith(RUNS[SHIPPED_FROM].log.name)
-    model = model_for(times, archs=len(run.archs), jobs=run.jobs, threads=1, cpus=run.cpus,
-                      spread=spread)
-    assert model is not None
-    return model
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from eta_replay import RUNS, errors, model_of  # noqa: E402  (the replay the docs print)
 
 
 def error_at(name: str, fraction: float) -> float:
-    timeline = read_ninja_timeline(RUNS[name].log)
-    span = max(o.end for o in timeline)
-    at = fraction * span
-    eta = replay_log(model_of(name), timeline, at)
-    return eta.remaining / (span - at) - 1.0
+    return errors(name, fraction)[0]
 
 
 # sm100 at 10 %: no object of it has ended yet (the first ends at 15 %), and the planner has
