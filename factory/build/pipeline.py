@@ -27,6 +27,9 @@ from factory.logger import Log, cell_lines
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
 from factory.planning.eta import model_for, spread_of
+from factory.planning.memory_model import read_ninja_timeline
+from factory.reports.build_report import AttemptPicture, build_report_html, read_events
+from factory.reports.page import write_page
 from factory.runners.base import events_path
 from factory.units import format_size
 from factory.wheels.floor import lower_floor_tip, wheel_floor
@@ -562,6 +565,7 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     from factory.planning.memory_model import record_build
 
     attempts: list[dict[str, Any]] = []
+    pictures: list[AttemptPicture] = []
     for attempt in range(1, opts.attempts + 1):
         job = _job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home, attempt=attempt,
                    opts=opts, sysroot=sysroot, epoch=epoch)
@@ -569,9 +573,14 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
         job.out_dir.mkdir(parents=True)
         log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
                  f"memory cap {format_size(plan.memory_budget_bytes)}, log {job.log_path}")
-        with _progress(pc, plan, job, log, history=history, tree=src):
+        with _progress(pc, plan, job, log, history=history, tree=src) as progress:
             result = runner.run(job)
         attempts.append(_attempt_record(attempt, plan, result, job.log_path))
+        pictures.append(_picture(attempt, plan, result, job, progress, tree=src))
+        report = write_page(work / "logs" / f"{opts.run_stamp}-report.html",
+                              build_report_html(cell_id=pc.cell.id, attempts=pictures,
+                                                wheel=pc.wheel))
+        log.detail(f"report: {report}")
         if job.cache_dir is not None:
             from factory.build.compile_cache import stats_from_report
 
@@ -602,6 +611,24 @@ def _progress(pc: PlannedCell, plan: Any, job: Any, log: Log, *, history: Any,
                       spread=spread_of(plan))
     return BuildProgress(log_path=job.log_path, events_path=events_path(job.log_path), log=log,
                          label=pc.cell.package, model=model, tree=tree, jobs=plan.max_jobs)
+
+
+def _picture(attempt: int, plan: Any, result: Any, job: Any, progress: BuildProgress, *,
+             tree: Path) -> AttemptPicture:
+    """The attempt as the build report draws it: the sampler's events, else (a runner without
+    the sampler) the build tree's .ninja_log."""
+    objects, samples = read_events(events_path(job.log_path))
+    if not objects and attempt == 1:
+        logs = sorted(tree.glob("build/temp.*/.ninja_log"))
+        objects = tuple(read_ninja_timeline(logs[-1])) if logs else ()
+    outcome = ("OOM-killed" if result.oom_killed else "built" if result.ok
+               else f"failed (exit {result.exit_code})")
+    return AttemptPicture(
+        number=attempt, jobs=plan.max_jobs, threads=plan.nvcc_threads,
+        cap_bytes=plan.memory_budget_bytes, predicted_peak_bytes=plan.predicted_peak_bytes,
+        predicted_seconds=plan.predicted_seconds, outcome=outcome, objects=objects,
+        samples=samples, predicted=progress.model.predicted if progress.model else {},
+    )
 
 
 def _attempt_record(attempt: int, plan: Any, result: Any, log_path: Path) -> dict[str, Any]:

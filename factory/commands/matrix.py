@@ -1,11 +1,18 @@
-"""factory matrix [--matrix PATH] [--json] [--missing --store STORE]"""
+"""factory matrix [--matrix PATH] [--json] [--missing --store STORE] [--html [FILE]]"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
+from factory.commands._common import (
+    add_matrix_arg,
+    add_store_arg,
+    matrix_from_args,
+    print_json,
+    store_from_args,
+)
 
 if TYPE_CHECKING:
     from factory.matrix.load import PlannedCell
@@ -14,11 +21,16 @@ if TYPE_CHECKING:
 def configure(parser: argparse.ArgumentParser) -> None:
     add_matrix_arg(parser)
     add_selection_args(parser)
+    parser.add_argument(
+        "--html", nargs="?", const="", default=None, metavar="FILE",
+        help="write the coverage grid (built, missing, cannot build) as a page: to FILE, or "
+        "without FILE into the store's index tree as coverage/index.html")
 
 
 def add_selection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--missing", action="store_true", help="only cells not yet published in --store")
+    parser.add_argument("--missing", action="store_true",
+                        help="only cells not yet published in --store")
     add_store_arg(parser)
     parser.add_argument("--package", action="append", default=None, help="only these packages")
 
@@ -37,6 +49,8 @@ def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.html is not None:
+        return write_coverage(args)
     cells = selected_cells(args)
     from factory.toolchain.readiness import ReadinessChecker
 
@@ -44,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     ready = {c.cell.id: checker.check(c) for c in cells}
     if args.json:
         print_json({
-            "cells": [{**c.as_dict(), "toolchain_ready": ready[c.cell.id].as_dict()} for c in cells],
+            "cells": [{**c.as_dict(), "toolchain_ready": ready[c.cell.id].as_dict()}
+                      for c in cells],
             "include": [{"cell": c.cell.id} for c in cells],
         })
         return 0
@@ -58,4 +73,43 @@ def run(args: argparse.Namespace) -> int:
         print(f"    key       {c.content_key} (recipe {c.recipe.name} rev {c.recipe.revision})")
     missing = sum(not r.buildable for r in ready.values())
     print(f"{len(cells)} cell(s)" + (f", {missing} without a toolchain here" if missing else ""))
+    return 0
+
+
+def write_coverage(args: argparse.Namespace) -> int:
+    """The coverage page: the whole matrix (or --package) against the store."""
+    from factory.errors import StoreError
+    from factory.index.pages import COVERAGE_KEY
+    from factory.index.store import open_existing_store, open_store
+    from factory.index.writer import cas_write
+    from factory.reports.coverage import coverage, coverage_html
+    from factory.reports.page import write_page
+    from factory.toolchain.readiness import ReadinessChecker
+
+    matrix = matrix_from_args(args)
+    spec = store_from_args(args)
+    try:
+        published = open_existing_store(spec).published_content_keys()
+    except StoreError:
+        if not args.html:
+            raise  # the page goes into that store: it must exist
+        published = set()  # nothing published yet: everything is missing
+    checker = ReadinessChecker(matrix.settings)
+
+    def readiness(pc: object) -> tuple[bool, str]:
+        r = checker.check(pc)  # type: ignore[arg-type]
+        return r.buildable, r.line()
+
+    grids = coverage(matrix, published=published, readiness=readiness)
+    if args.package:
+        wanted = {matrix.package(p).name for p in args.package}
+        grids = [g for g in grids if g.package in wanted]
+    text = coverage_html(grids, store=spec, matrix=str(matrix.path or "matrix.toml"))
+    if args.html:
+        path = write_page(Path(args.html), text)
+        print(f"coverage page: {path}")
+        return 0
+    store = open_store(spec)
+    cas_write(store, [COVERAGE_KEY], lambda: {COVERAGE_KEY: text.encode()})
+    print(f"coverage page: {spec.rstrip('/')}/{COVERAGE_KEY}")
     return 0

@@ -1,5 +1,5 @@
 """factory schedule --builders FILE [--matrix PATH] [--missing --store STORE]
-[--json | --markdown]"""
+[--json | --markdown] [--html FILE]"""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="TOML: [[builder]] name, memory, cpus, platform, labels")
     parser.add_argument("--markdown", action="store_true",
                         help="the schedule as Markdown tables (a CI job's step summary)")
+    parser.add_argument("--html", metavar="FILE", type=Path, default=None,
+                        help="also write the lanes (builders, slots, cells over time) as a page")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,6 +31,13 @@ def run(args: argparse.Namespace) -> int:
     builders = load_builders(args.builders)
     cells = selected_cells(args)
     found = schedule(cells, builders, history=MemoryHistory.load())
+    if args.html is not None:
+        from factory.reports.lanes import lanes_html
+        from factory.reports.page import write_page
+
+        path = write_page(args.html, lanes_html(found.as_dict()))
+        if not (args.json or args.markdown):
+            print(f"lanes page: {path}")
     if args.json:
         print_json(found.as_dict())
         return 0

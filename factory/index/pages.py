@@ -46,6 +46,10 @@ def root_page_keys(variant: str | None) -> tuple[str, str]:
 
 TOP_KEYS = ("index.json", "index.html")
 FINDER_KEY = "finder/index.html"  # the page people browse: every wheel, filter by typing
+# the matrix against the store (factory matrix --html): not derived from the store alone, so
+# an index rebuild keeps it as it is
+COVERAGE_KEY = "coverage/index.html"
+BROWSED_PAGES = (FINDER_KEY, COVERAGE_KEY)  # served at /finder/ and /coverage/
 
 
 @functools.lru_cache(maxsize=65536)

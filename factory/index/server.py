@@ -45,7 +45,7 @@ from factory.errors import (
     WheelError,
 )
 from factory.index.htpasswd import Credentials
-from factory.index.pages import FINDER_KEY, HTML_TYPE, JSON_TYPE
+from factory.index.pages import BROWSED_PAGES, HTML_TYPE, JSON_TYPE
 from factory.index.server_loop import Answer, Headers, ReadLoop, header_lines
 from factory.index.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL, WHEEL_VARIANTS
 from factory.index.store.local import LocalStore
@@ -313,10 +313,12 @@ def route(target: str, accept: str | None) -> Route:
     query = parse_qs(split.query)
     if parts and parts[-1] in {"index.html", "index.json"}:
         return _page_file_route(parts)
-    if parts[:1] == [FINDER_KEY.split("/")[0]]:
-        if parts != FINDER_KEY.split("/")[:1] + [""]:
-            return Route(kind="redirect", key="/" + FINDER_KEY.rsplit("/", 1)[0] + "/")
-        return _page_route(FINDER_KEY.removesuffix(".html"), {"format": ["text/html"]}, accept)
+    for browsed in BROWSED_PAGES:  # /finder/, /coverage/
+        top = browsed.split("/")[0]
+        if parts[:1] == [top]:
+            if parts != [top, ""]:
+                return Route(kind="redirect", key=f"/{top}/")
+            return _page_route(browsed.removesuffix(".html"), {"format": ["text/html"]}, accept)
     if parts and (VARIANT_RE.match(parts[0]) or parts[0] == WHEEL_VARIANTS):
         prefix, parts = parts[0] + "/", parts[1:]
         if prefix == f"{WHEEL_VARIANTS}/":

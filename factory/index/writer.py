@@ -204,7 +204,8 @@ def rebuild_pages(store: Store) -> RebuildReport:
         written += update_index(store, [e for e in entries if _on_pages(e, lost_race)])
     removed = 0
     for key in existing:
-        if key not in wanted and key not in roots and _is_page(key):
+        if key not in wanted and key not in roots and _is_page(key) \
+                and key != pages.COVERAGE_KEY:
             store.delete(key)
             removed += 1
     return RebuildReport(

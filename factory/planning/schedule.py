@@ -214,12 +214,15 @@ class CellTimes:
         return None if phases is None else sum(p.work for p in phases)
 
 
-def shared_span(cpus: int, lanes: Sequence[Sequence[Phase]]) -> list[float]:
+def shared_span(cpus: int, lanes: Sequence[Sequence[Phase]],
+                phase_ends: list[list[float]] | None = None) -> list[float]:
     """When each lane ends, with the lanes running side by side on ``cpus`` CPUs.
 
     The CPUs are shared out evenly among the running phases, none getting more than its cap
     (what oversubscribed compilers do: a finished cell's CPUs go to the others). Returns the
-    end time of each lane."""
+    end time of each lane; ``phase_ends`` (given empty) gets each lane's phase end times."""
+    if phase_ends is not None:
+        phase_ends[:] = [[] for _ in lanes]
     pos = [0] * len(lanes)
     done = [0.0] * len(lanes)  # work done of the current phase
     ends = [0.0] * len(lanes)
@@ -248,6 +251,8 @@ def shared_span(cpus: int, lanes: Sequence[Sequence[Phase]]) -> list[float]:
         for i in active:
             done[i] += rate[i] * step
             if done[i] >= lanes[i][pos[i]].work - 1e-6:
+                if phase_ends is not None:
+                    phase_ends[i].append(now)
                 pos[i] += 1
                 done[i] = 0.0
                 if pos[i] == len(lanes[i]):
@@ -341,6 +346,7 @@ class Slot:
     groups: tuple[str, ...]
     cells: tuple[str, ...]  # in build order
     seconds: float
+    cell_ends: tuple[float, ...] = ()  # when each cell ends (predicted), for the lanes picture
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -359,6 +365,7 @@ class Schedule:
                 "memory": f"{s.memory_bytes // 2**20}m",
                 "cells": list(s.cells), "groups": list(s.groups),
                 "predicted_seconds": round(s.seconds, 1),
+                "cell_ends_seconds": [round(t, 1) for t in s.cell_ends],
             })
         return {
             "version": SCHEDULE_VERSION,
@@ -811,11 +818,15 @@ def schedule(cells: Iterable[PlannedCell], builders: Sequence[Builder], *,
         if found is None:
             continue
         k, lanes, lane_ends = found
+        phase_ends: list[list[float]] = []
+        phases = {g.key: times.phases(g, b.memory_bytes // k, b.cpus) for g in given[b.name]}
+        shared_span(b.cpus, [[p for g in lane for p in phases[g.key] or ()] for lane in lanes],
+                    phase_ends)
         for i, (lane, end) in enumerate(zip(lanes, lane_ends, strict=True)):
             out.append(Slot(builder=b.name, index=i, memory_bytes=b.memory_bytes // k,
                             cpus=b.cpus, groups=tuple(g.name for g in lane),
                             cells=tuple(pc.cell.id for g in lane for pc in g.cells),
-                            seconds=end))
+                            seconds=end, cell_ends=tuple(phase_ends[i][1::2])))
     fluid = lower_bound(groups, builders, times)
     return Schedule(
         slots=tuple(out), makespan_seconds=max((s.seconds for s in out), default=0.0),

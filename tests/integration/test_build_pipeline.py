@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import html5lib
 import pytest
-
 from conftest import EXAMPLE_CELL, REPO, cache_root, write_example_matrix
+
 from factory.matrix.cell import Cell
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -91,10 +92,17 @@ def test_planner_builds_where_a_fixed_max_jobs_is_oom_killed_and_an_oom_resumes(
     cell_lines = lines[:next(i for i, ln in enumerate(lines) if ln.endswith("] summary"))]
     assert cell_lines and all(ln.startswith(f"[{short}] ") for ln in cell_lines if ln.strip())
     assert any(" compiling, " in ln and "/5 objects" in ln for ln in cell_lines)
+    # ... and the build report beside the logs draws those objects and the memory samples
+    work = cache_root() / "work-pipeline-test" / EXAMPLE_CELL
+    (report,) = [p for p in (work / "logs").glob("*-report.html")
+                 if p.name.split("-report")[0] in attempts[0]["log"]]
+    page = html5lib.parse(report.read_text(), namespaceHTMLElements=False)
+    assert len(page.findall(".//rect[@class='object']")) == 5
+    assert page.find(".//polyline[@class='rss']") is not None
+    assert page.find(".//line[@class='memory-cap']") is not None
 
     # 3. A real OOM kill after two objects (fault injection inside the container), from a
     #    clean tree: the retry runs with fewer jobs and compiles only what was left.
-    work = cache_root() / "work-pipeline-test" / EXAMPLE_CELL
     for build_dir in (work / "src").glob("build"):
         shutil.rmtree(build_dir)
     resumed = _factory("build", EXAMPLE_CELL, "--matrix", matrix, "--memory", "6g",

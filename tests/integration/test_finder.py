@@ -73,26 +73,6 @@ def test_the_page_is_valid_html_with_a_row_per_live_wheel(store: LocalStore) -> 
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not chromium or not driver:
-        pytest.skip("chromium and chromedriver not installed (docker/setup-host.sh installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    browser = webdriver.Chrome(service=Service(executable_path=driver), options=options)
-    try:
-        yield browser
-    finally:
-        browser.quit()
-
-
-@pytest.fixture(scope="module")
 def served(store: LocalStore) -> Iterator[RunningServer]:
     with running_server(store.root) as server:
         yield server
