@@ -646,6 +646,12 @@ def _cuda_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
+def install_line(url: str, requirement: str) -> str:
+    """The pip command that installs ``requirement`` from the per-variant index ``url`` (what the
+    doctor prints, and the finder page beside each wheel)."""
+    return f"pip install --extra-index-url {url} {requirement}"
+
+
 def _pick(host: HostInfo, project: str, fitting: list[IndexFile], reader: IndexReader,
           warnings: list[str]) -> Choice:
     """The best of the fitting files, and the pip command that installs exactly it."""
@@ -675,7 +681,7 @@ def _pick(host: HostInfo, project: str, fitting: list[IndexFile], reader: IndexR
     requirement = project if pip_pick == best.version and variant_files is not None else f"{project}=={best.version}"
     return Choice(
         project=project, wheel=best.filename, variant=variant,
-        install=f"pip install --extra-index-url {url} {requirement}", why=None, warnings=tuple(warnings),
+        install=install_line(url, requirement), why=None, warnings=tuple(warnings),
         index_url=url, requirement=requirement,
     )
 

@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from factory.errors import ConflictError
-from factory.index import pages
+from factory.index import finder, pages
 from factory.index.store.base import Store, WheelEntry
 
 _MAX_ATTEMPTS = 200
@@ -100,8 +100,8 @@ def _finder_renderer(store: Store) -> Render:
         # From the combined project pages just written: one read per project, not per wheel.
         projects = sorted(pages.root_projects(store.read(pages.root_page_keys(None)[0])))
         datas = store.read_many([pages.project_page_keys(p, None)[0] for p in projects])
-        rows = [r for data in datas for r in pages.finder_rows_from_page(data)]
-        return {pages.FINDER_KEY: pages.finder_html(rows)}
+        rows = [r for data in datas for r in finder.finder_rows_from_page(data)]
+        return {pages.FINDER_KEY: finder.finder_html(rows)}
 
     return render
 
@@ -187,7 +187,7 @@ def rebuild_pages(store: Store) -> RebuildReport:
         roots[html_key] = pages.root_html(names)
     roots[pages.TOP_KEYS[0]] = pages.top_json(variant_projects)
     roots[pages.TOP_KEYS[1]] = pages.top_html(variant_projects)
-    roots[pages.FINDER_KEY] = pages.finder_html(pages.finder_rows_from_entries(entries))
+    roots[pages.FINDER_KEY] = finder.finder_html(finder.finder_rows_from_entries(entries))
 
     written = unchanged = 0
     lost_race: list[str] = []

@@ -58,6 +58,8 @@ COMPILERS = {
     "lto1",
     "bin2c",
 }
+# ... and the versioned drivers ('g++-12': what the glibc sysroot's wrapper runs)
+VERSIONED_COMPILER = re.compile(r"^(?:g\+\+|gcc|c\+\+|cc|clang\+\+|clang)-\d+$")
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 EVENT_SAMPLE_SECONDS = 2.0  # a memory sample in the events file at least this often
@@ -107,6 +109,10 @@ def _proc_table() -> dict[int, tuple[int, str, int]]:
         fields = stat[rpar + 2 :].split()
         table[int(entry)] = (int(fields[1]), comm, rss_pages * PAGE)
     return table
+
+
+def is_compiler(comm: str) -> bool:
+    return comm in COMPILERS or VERSIONED_COMPILER.match(comm) is not None
 
 
 def _output_of(pid: int) -> str | None:
@@ -169,7 +175,7 @@ class Sampler(threading.Thread):
     def sample(self) -> None:
         table = _proc_table()
         tree = _descendants(table, set(self.roots))
-        compilers = {p for p in tree if table[p][1] in COMPILERS}
+        compilers = {p for p in tree if is_compiler(table[p][1])}
         rss = sum(table[p][2] for p in compilers)
         job_rss: dict[int, int] = {}
         for pid in compilers:
@@ -919,7 +925,8 @@ class _OomFault:
             return
         self.fired = True
         table = _proc_table()
-        victims = [p for p in _descendants(table, self.sampler.roots) if table[p][1] in COMPILERS]
+        victims = [p for p in _descendants(table, self.sampler.roots)
+                   if is_compiler(table[p][1])]
         for pid in victims:
             try:
                 with open(f"/proc/{pid}/oom_score_adj", "w") as fh:

@@ -122,8 +122,9 @@ def test_a_terminal_gets_a_bar(build: dict[str, Path], monkeypatch: pytest.Monke
 
 
 def test_the_sampler_writes_each_compile_jobs_start_and_end(tmp_path: Path) -> None:
-    """Real processes: two 'nvcc' jobs (scripts so named: the kernel names the process after
-    the script) one after the other under a shell; the events name each by its -o."""
+    """Real processes: an 'nvcc' and a 'g++-12' job (scripts so named: the kernel names the
+    process after the script) one after the other under a shell; the events name each by its
+    -o."""
     import subprocess
     import sys
     import time
@@ -133,12 +134,13 @@ def test_the_sampler_writes_each_compile_jobs_start_and_end(tmp_path: Path) -> N
         import inside  # the container's script: stdlib only, run as a file
     finally:
         sys.path.pop(0)
-    nvcc = tmp_path / "nvcc"
-    nvcc.write_text("#!/bin/sh\nsleep 1.2\n")
-    nvcc.chmod(0o755)
+    for name in ("nvcc", "g++-12"):  # a versioned driver: what the glibc sysroot runs
+        script = tmp_path / name
+        script.write_text("#!/bin/sh\nsleep 1.2\n")
+        script.chmod(0o755)
     events = tmp_path / "build.log.events.jsonl"
-    shell = subprocess.Popen(["/bin/sh", "-c", f"{nvcc} -c a.cu -o /b/t/a.o; "
-                              f"{nvcc} -c b.cu -o /b/t/b.o"])
+    shell = subprocess.Popen(["/bin/sh", "-c", f"{tmp_path}/nvcc -c a.cu -o /b/t/a.o; "
+                              f"{tmp_path}/g++-12 -c b.cpp -o /b/t/b.o"])
     sampler = inside.Sampler({shell.pid}, None, 0.1, events=str(events))
     sampler.start()
     shell.wait()
