@@ -305,7 +305,7 @@ def flash_attn_kernels(
     if not src.exists():
         import tarfile
 
-        from factory.toolchain.wheelhouse import fetch_sdist
+        from factory.toolchain.sdist import fetch_sdist
 
         sdist = fetch_sdist(
             "flash-attn", "2.8.3.post2", FA_SHA256, REPO / ".cache/factory/wheelhouse/sdists"

@@ -67,7 +67,7 @@ from index_wheels import variant_wheel  # noqa: E402
 
 from factory.index.pages import JSON_TYPE  # noqa: E402
 from factory.index.publish import publish  # noqa: E402
-from factory.index.store import LocalStore  # noqa: E402
+from factory.store import LocalStore  # noqa: E402
 
 PROJECTS = ("flash-attn", "demo-ext")
 MAX_EACH = 40  # wheels per publisher and load run

@@ -22,8 +22,8 @@ from index_wheels import variant_wheel  # noqa: E402
 
 from factory.index import rebuild_index, verify_index  # noqa: E402
 from factory.index.publish import inspect_wheel, publish  # noqa: E402
-from factory.index.store import LocalStore, WheelEntry  # noqa: E402
-from factory.index.store.base import ENTRY_SUFFIX, METADATA_SUFFIX, file_key  # noqa: E402
+from factory.store import LocalStore, WheelEntry  # noqa: E402
+from factory.store.base import ENTRY_SUFFIX, METADATA_SUFFIX, file_key  # noqa: E402
 
 TORCH_MINORS = [f"2.{m}" for m in range(3, 15)]  # 12 variants
 

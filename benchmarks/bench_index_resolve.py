@@ -33,7 +33,7 @@ from index_fixtures import installer_env, uv_bin  # noqa: E402
 from index_wheels import make_wheel, variant_wheel  # noqa: E402
 
 from factory.index.publish import publish  # noqa: E402
-from factory.index.store import LocalStore  # noqa: E402
+from factory.store import LocalStore  # noqa: E402
 
 TORCH_MINORS = [f"2.{m}" for m in range(3, 15)]
 HOST_TORCH = "2.11.0"

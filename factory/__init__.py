@@ -3,8 +3,4 @@
 The data flows one way: matrix -> cell -> plan -> build -> wheel -> verify -> publish -> index.
 """
 
-from factory.matrix.cell import Cell
-from factory.errors import FactoryError
-
 __version__ = "0.1.0"
-__all__ = ["Cell", "FactoryError", "__version__"]

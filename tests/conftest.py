@@ -76,7 +76,7 @@ source = "{REPO / 'tests' / 'example_ext'}"
 
 def _engine_up() -> Any | None:
     try:
-        from factory.runners.engine import docker_client
+        from factory.engine import docker_client
 
         return docker_client(timeout=30)
     except Exception:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from factory.index.store import Store, open_store
+from factory.store import Store, open_store
 
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",

@@ -85,7 +85,7 @@ def fake_build(out_dir: Path, pc: PlannedCell, *, created: str = "2026-01-01T00:
 
 def publish_build(store: Path | str, out_dir: Path, pc: PlannedCell, **kwargs: Any) -> Path:
     from factory.index.publish import publish
-    from factory.index.store import open_store
+    from factory.store import open_store
 
     wheel = fake_build(out_dir, pc, **kwargs)
     publish(open_store(str(store)), [wheel])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from factory.runners import cgroup
+from factory.planning import cgroup
 
 
 def test_v2_oom_kill_counter(tmp_path: Path) -> None:

@@ -41,15 +41,14 @@ import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from factory.errors import ConfigError
+from factory.matrix.settings import DEFAULT_CACHE_SIZE, Settings
+from factory.store.s3 import parse_url as parse_s3_url
+from factory.store.s3 import s3_url
 from factory.units import parse_size
 
-if TYPE_CHECKING:
-    from factory.matrix.settings import Settings
-
-DEFAULT_SIZE = "20G"
 # Inside every build container the cache is mounted here (factory.runners.base.INSIDE["cache"])
 # and the run dir here (INSIDE["run"]); kept as literals so this module imports nothing heavy.
 INSIDE_CACHE = "/factory/cache"
@@ -113,15 +112,6 @@ CXX_WRAPPER = _CACHED_COMPILER.replace("@WHAT@", "the C++ compiler").replace(
 )
 
 
-def sccache_size(n: int) -> str:
-    """Bytes in sccache's notation (``SCCACHE_CACHE_SIZE``): digits and the largest of K, M, G, T
-    that divides them."""
-    for exponent in (4, 3, 2, 1):
-        if n % 1024**exponent == 0:
-            return f"{n // 1024**exponent}{' KMGT'[exponent]}"
-    return str(n)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RemoteCache:
     """The remote cache under the store's own bucket and prefix. Factory builds reach it from the
@@ -138,12 +128,13 @@ class RemoteCache:
         """``s3://bucket/prefix`` -> the cache under ``prefix/compile-cache/``; the endpoint and
         region come from the same variables the S3 store reads."""
         env = os.environ if environ is None else environ
-        if not store.startswith("s3://"):
+        parts = parse_s3_url(store)
+        if parts is None:
             raise ConfigError(f"a remote compile cache needs an s3:// store, not {store!r}")
-        bucket, _, prefix = store[len("s3://") :].partition("/")
+        bucket, prefix = parts
         if not bucket:
             raise ConfigError(f"remote compile cache {store!r} names no bucket")
-        prefix = "/".join(p for p in (prefix.strip("/"), "compile-cache") if p)
+        prefix = "/".join(p for p in (prefix, "compile-cache") if p)
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
         return cls(
             bucket=bucket,
@@ -151,6 +142,10 @@ class RemoteCache:
             endpoint=env.get("FACTORY_S3_ENDPOINT_URL") or None,
             region=region,
         )
+
+    @property
+    def url(self) -> str:
+        return s3_url(self.bucket, self.prefix)
 
     def env(self) -> dict[str, str]:
         # Disk first, S3 second: hits come from the local disk when they can, every write goes
@@ -173,7 +168,7 @@ class CacheSettings:
     """``[settings.compile-cache]`` of the matrix, resolved."""
 
     dir: Path  # on the builder; every build container mounts it
-    size: str = DEFAULT_SIZE
+    size: str = DEFAULT_CACHE_SIZE
     remote: RemoteCache | None = None
 
     def as_dict(self) -> dict[str, Any]:

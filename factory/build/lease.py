@@ -35,7 +35,7 @@ POLL_SECONDS = 30.0
 
 
 class LeaseStore(Protocol):
-    """The two primitives of factory.index.store's Store a lease needs (no import: the store
+    """The two primitives of factory.store's Store a lease needs (no import: the store
     is a later stage)."""
 
     def read_with_token(self, key: str) -> tuple[bytes | None, str | None]: ...

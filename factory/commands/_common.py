@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from factory.errors import UsageError
 from factory.matrix.load import Matrix, default_matrix_path, load_matrix
 from factory.matrix.settings import DEFAULT_STORE
+from factory.store import URL_FORMS
+from factory.units import parse_size
+from factory.wheels.checks import DEFAULT_LIMITS
 
 
 def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +23,7 @@ def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
 def add_store_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store", default=None,
-        help="a directory or s3://bucket/prefix "
+        help=f"a directory or {URL_FORMS} "
         f"(default: the matrix's settings.store, {DEFAULT_STORE})",
     )
 
@@ -65,10 +69,6 @@ def add_wheel_limit_args(parser: argparse.ArgumentParser) -> None:
 
 def wheel_limits_from_args(args: argparse.Namespace) -> Any:
     import dataclasses
-
-    from factory.errors import UsageError
-    from factory.units import parse_size
-    from factory.wheels.checks import DEFAULT_LIMITS
 
     limits = DEFAULT_LIMITS
     if args.max_unpacked is not None:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from factory import actions
+from factory.build.pipeline import BuildOptions, build_cells
+from factory.build.readiness import ReadinessChecker
 from factory.commands._common import (
     add_matrix_arg,
     add_store_arg,
@@ -17,6 +19,8 @@ from factory.commands._common import (
 )
 from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
+from factory.planning.budget import requested_budget
+from factory.runners import RUNNERS, runner_kind
 from factory.units import format_duration
 
 
@@ -26,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--package", action="append", help="with --all: only these packages")
     add_matrix_arg(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan, container settings and environment")
-    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None)
+    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
     parser.add_argument("--memory", default=None, help="memory cap for the build, e.g. 16g (default: detected)")
     parser.add_argument("--cpus", type=int, default=None, help="CPUs for the build (default: detected)")
     parser.add_argument("--out", type=Path, default=Path("dist"), help="where final wheels go (default: dist/)")
@@ -58,9 +62,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.build.pipeline import BuildOptions, build_cells
-    from factory.planning.budget import requested_budget
-
     for flag in ("max_jobs", "nvcc_threads", "attempts"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -83,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
         **({"attempts": args.attempts} if args.attempts else {}),
     )
     log = Log()
-    from factory.toolchain.readiness import ReadinessChecker
 
     checker = ReadinessChecker(matrix.settings, runner=opts.runner)
     ready = {pc.cell.id: checker.check(pc) for pc in cells}
@@ -177,8 +177,10 @@ def _runner_options(args: argparse.Namespace) -> dict[str, object]:
         opts["uncapped"] = True
     if args.interpreter:
         opts["interpreter"] = args.interpreter
-    if opts and (args.runner or "") not in ("local", ""):
-        raise UsageError("--python-env, --uncapped and --interpreter apply to the local runner only")
+    if opts and args.runner and not set(opts) <= set(runner_kind(args.runner).options):
+        takes = " and ".join(k.name for k in RUNNERS.values() if k.options)
+        raise UsageError(f"--python-env, --uncapped and --interpreter apply to the {takes} runner "
+                         "only")
     return opts
 
 

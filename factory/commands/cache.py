@@ -7,8 +7,13 @@ import dataclasses
 import time
 from pathlib import Path
 
-from factory.errors import BuildError, ConfigError
+from factory.build import compile_cache, remote_cache
+from factory.build.compile_cache import cache_settings, disk_usage, recorded_builds
 from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
+from factory.engine import docker_client
+from factory.errors import BuildError, ConfigError
+from factory.runners.docker import LABEL
+from factory.units import format_size, parse_size
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -34,9 +39,6 @@ def _running_builds(cache_dir: Path) -> list[str]:
     """Running build containers that mount this cache (none when docker is absent): builds of
     other builders, without --cache or with another cache dir, do not hold it and are ignored."""
     try:
-        from factory.runners.docker import LABEL
-        from factory.runners.engine import docker_client
-
         client = docker_client(timeout=10)
         running = client.containers.list(filters={"label": LABEL, "status": "running"})
     except Exception:  # no engine, no SDK: nothing of ours can be running in it
@@ -49,15 +51,9 @@ def _running_builds(cache_dir: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.build import compile_cache
-    from factory.build.compile_cache import cache_settings, disk_usage, recorded_builds
-    from factory.units import format_size, parse_size
-
     matrix = matrix_from_args(args)
     settings = cache_settings(matrix.settings, store=args.store)
     if args.action in ("pull", "push"):
-        from factory.build import remote_cache
-
         if settings.remote is None:
             raise ConfigError(
                 "no remote compile cache: set [settings.compile-cache] remote = \"store\" "
@@ -67,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         result = fn(settings.remote, settings.dir)
         if args.json:
             print_json({**dataclasses.asdict(result), "dir": str(settings.dir),
-                        "remote": f"s3://{settings.remote.bucket}/{settings.remote.prefix}"})
+                        "remote": settings.remote.url})
         else:
             print(result.summary())
         return 0
@@ -109,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"size     {format_size(usage.bytes)} in {usage.files} file(s), bound {settings.size}")
     if settings.remote:
         r = settings.remote
-        print(f"remote   s3://{r.bucket}/{r.prefix}" + (f" at {r.endpoint}" if r.endpoint else ""))
+        print(f"remote   {r.url}" + (f" at {r.endpoint}" if r.endpoint else ""))
     if not builds:
         print("no build with the cache on has been recorded under", work)
     for b in builds:

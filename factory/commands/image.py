@@ -10,7 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import UsageError
-from factory.toolchain.images import DEFAULT_BASE_IMAGE, ensure_base_image, is_image_reference
+from factory.matrix.cell import parse_platform
+from factory.matrix.load import default_matrix_path, load_matrix
+from factory.matrix.settings import default_settings, sysroots_beside
+from factory.toolchain.images import (
+    DEFAULT_BASE_IMAGE,
+    ensure_base_image,
+    is_image_reference,
+    rootfs_tarball,
+)
+from factory.toolchain.python_image import check_image_python, ensure_builder_image
+from factory.toolchain.redist import REDIST_URL, fetch_toolkit, make_cuda_image
+from factory.toolchain.resolve import cuda_image_name
+from factory.toolchain.sysroot import SUITE, ensure_sysroot, tarball_path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -76,11 +88,6 @@ def run(args: argparse.Namespace) -> int:
         _check_name(args.name)
     start = time.monotonic()
     if args.image_command == "sysroot":
-        from factory.matrix.cell import parse_platform
-        from factory.matrix.settings import sysroots_beside
-        from factory.toolchain.images import rootfs_tarball
-        from factory.toolchain.sysroot import SUITE, ensure_sysroot, tarball_path
-
         platform = parse_platform(args.platform)
         work_dir = args.work_dir or _settings().work_dir
         cache = sysroots_beside(work_dir)
@@ -96,10 +103,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _cuda(args: argparse.Namespace) -> int:
-    from factory.toolchain.python_image import check_image_python, ensure_builder_image
-    from factory.toolchain.redist import REDIST_URL, fetch_toolkit, make_cuda_image
-    from factory.toolchain.resolve import cuda_image_name
-
     matrix = _matrix()
     settings = matrix.settings if matrix else _settings()
     pythons = [args.python] if args.python else _cell_pythons(matrix, args.cuda)
@@ -150,7 +153,6 @@ def _cell_pythons(matrix: Any, cuda: str) -> list[str]:
 
 
 def _matrix():  # type: ignore[no-untyped-def]
-    from factory.matrix.load import default_matrix_path, load_matrix
 
     try:
         return load_matrix(default_matrix_path())
@@ -159,7 +161,6 @@ def _matrix():  # type: ignore[no-untyped-def]
 
 
 def _settings():  # type: ignore[no-untyped-def]
-    from factory.matrix.settings import default_settings
 
     m = _matrix()
     return m.settings if m else default_settings()

@@ -6,6 +6,10 @@ import argparse
 
 from factory.commands._common import add_store_arg, print_json, store_from_args
 from factory.errors import IndexError_, UsageError
+from factory.index import rebuild_index, verify_index
+from factory.index.publish import TEMP_GRACE
+from factory.index.wheel_variants import write_wheel_variants
+from factory.store import open_existing_store
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -32,14 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.index import rebuild_index, verify_index
-    from factory.index.store import open_existing_store
-    from factory.index.publish import TEMP_GRACE
-
     store = open_existing_store(store_from_args(args))
     if args.action == "wheel-variants":
-        from factory.index.wheel_variants import write_wheel_variants
-
         written = write_wheel_variants(store, store.wheels())
         print(f"wheel variants: {written} files written under {store.url}/wheel-variants/")
         return 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from factory.build.readiness import ReadinessChecker
 from factory.commands._common import (
     add_matrix_arg,
     add_store_arg,
@@ -13,9 +13,13 @@ from factory.commands._common import (
     print_json,
     store_from_args,
 )
-
-if TYPE_CHECKING:
-    from factory.matrix.load import PlannedCell
+from factory.errors import StoreError
+from factory.index.pages import COVERAGE_KEY
+from factory.index.writer import cas_write
+from factory.matrix.load import PlannedCell
+from factory.reports.coverage import coverage, coverage_html
+from factory.reports.page import write_page
+from factory.store import open_existing_store, open_store
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,8 +44,6 @@ def selected_cells(args: argparse.Namespace) -> list[PlannedCell]:
     matrix = matrix_from_args(args)
     cells = matrix.cells_of(args.package)
     if args.missing:
-        from factory.index.store import open_existing_store
-
         store = open_existing_store(store_from_args(args))
         published = store.published_content_keys()
         cells = [c for c in cells if c.content_key not in published]
@@ -52,14 +54,12 @@ def run(args: argparse.Namespace) -> int:
     if args.html is not None:
         return write_coverage(args)
     cells = selected_cells(args)
-    from factory.toolchain.readiness import ReadinessChecker
 
     checker = ReadinessChecker(matrix_from_args(args).settings)
     ready = {c.cell.id: checker.check(c) for c in cells}
     if args.json:
         print_json({
-            "cells": [{**c.as_dict(), "toolchain_ready": ready[c.cell.id].as_dict()}
-                      for c in cells],
+            "cells": [{**c.as_dict(), "toolchain_ready": ready[c.cell.id].as_dict()} for c in cells],
             "include": [{"cell": c.cell.id} for c in cells],
         })
         return 0
@@ -78,14 +78,6 @@ def run(args: argparse.Namespace) -> int:
 
 def write_coverage(args: argparse.Namespace) -> int:
     """The coverage page: the whole matrix (or --package) against the store."""
-    from factory.errors import StoreError
-    from factory.index.pages import COVERAGE_KEY
-    from factory.index.store import open_existing_store, open_store
-    from factory.index.writer import cas_write
-    from factory.reports.coverage import coverage, coverage_html
-    from factory.reports.page import write_page
-    from factory.toolchain.readiness import ReadinessChecker
-
     matrix = matrix_from_args(args)
     spec = store_from_args(args)
     try:
@@ -96,8 +88,8 @@ def write_coverage(args: argparse.Namespace) -> int:
         published = set()  # nothing published yet: everything is missing
     checker = ReadinessChecker(matrix.settings)
 
-    def readiness(pc: object) -> tuple[bool, str]:
-        r = checker.check(pc)  # type: ignore[arg-type]
+    def readiness(pc: PlannedCell) -> tuple[bool, str]:
+        r = checker.check(pc)
         return r.buildable, r.line()
 
     grids = coverage(matrix, published=published, readiness=readiness)
@@ -109,7 +101,6 @@ def write_coverage(args: argparse.Namespace) -> int:
         path = write_page(Path(args.html), text)
         print(f"coverage page: {path}")
         return 0
-    store = open_store(spec)
-    cas_write(store, [COVERAGE_KEY], lambda: {COVERAGE_KEY: text.encode()})
+    cas_write(open_store(spec), [COVERAGE_KEY], lambda: {COVERAGE_KEY: text.encode()})
     print(f"coverage page: {spec.rstrip('/')}/{COVERAGE_KEY}")
     return 0

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from factory.planning.budget import requested_budget
-from factory.units import format_size
 from factory.build.pipeline import load_history
+from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
+from factory.planning.budget import requested_budget
 from factory.planning.memory_model import HISTORY_ENV
 from factory.planning.planner import plan_build
-from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
+from factory.units import format_size
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -12,6 +12,8 @@ from factory.commands._common import (
     store_from_args,
     wheel_limits_from_args,
 )
+from factory.index.publish import publish
+from factory.store import open_store
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,9 +30,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.index.publish import publish
-    from factory.index.store import open_store
-
     store = open_store(store_from_args(args))
     report = publish(store, args.wheels, limits=wheel_limits_from_args(args))
     if args.json:

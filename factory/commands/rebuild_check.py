@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import shutil
 
+from factory.build.pipeline import BuildOptions, build_cell
 from factory.commands._common import (
     add_matrix_arg,
     add_store_arg,
@@ -20,24 +21,23 @@ from factory.commands._common import (
 )
 from factory.errors import CellError, VerifyError
 from factory.logger import Log
+from factory.planning.budget import requested_budget
+from factory.runners import RUNNERS
+from factory.store import file_key, open_existing_store
+from factory.wheels.compare import compare_wheels
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cell", metavar="CELL", help="a published cell id")
     add_matrix_arg(parser)
     add_store_arg(parser)
-    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None)
+    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
     parser.add_argument("--memory", default=None, help="memory cap for the build, e.g. 16g")
     parser.add_argument("--cpus", type=int, default=None, help="CPUs for the build")
     parser.add_argument("--keep", action="store_true", help="keep the rebuild's tree and wheel")
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.build.pipeline import BuildOptions, build_cell
-    from factory.index.store import file_key, open_existing_store
-    from factory.planning.budget import requested_budget
-    from factory.wheels.compare import compare_wheels
-
     matrix = matrix_from_args(args)
     pc = matrix.find(args.cell)
     store = open_existing_store(store_from_args(args))

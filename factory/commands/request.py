@@ -10,7 +10,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from factory.commands._common import add_matrix_arg, add_store_arg, matrix_from_args, print_json, store_from_args
+from factory.ci import runner_label
+from factory.commands._common import (
+    add_matrix_arg,
+    add_store_arg,
+    matrix_from_args,
+    print_json,
+    store_from_args,
+)
+from factory.hosts.request import request, request_cell
+from factory.planning.budget import requested_budget
+from factory.runners import RUNNERS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index-url", default=None,
                         help="the index root hosts install from (default: $FACTORY_INDEX_URL, "
                              "or the local store as a file:// URL)")
-    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None)
+    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
     parser.add_argument("--memory", default=None, help="memory cap for a build, e.g. 16g")
     parser.add_argument("--out", type=Path, default=None, help="where a built wheel goes (default: dist/)")
     parser.add_argument("--print-cell", action="store_true",
@@ -34,14 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.hosts.request import request, request_cell
-    from factory.planning.budget import requested_budget
-
     cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch, python=args.python)
     matrix = matrix_from_args(args)
     if args.print_cell:
-        from factory.ci import runner_label
-
         pc = matrix.find(cell.id)  # validates the cell against the recipe and the torch/CUDA table
         if args.json:
             print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,

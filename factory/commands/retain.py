@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from factory.commands._common import add_store_arg, print_json, store_from_args
+from factory.index.retention import KEEP, retain
+from factory.store import open_existing_store
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -18,9 +20,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.index.retention import KEEP, retain
-    from factory.index.store import open_existing_store
-
     store = open_existing_store(store_from_args(args))
     actions, counts = retain(store, keep=args.keep, force=args.force, dry_run=args.dry_run)
     if args.json:

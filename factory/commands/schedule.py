@@ -10,6 +10,10 @@ from typing import Any
 from factory import actions
 from factory.commands._common import add_matrix_arg, print_json
 from factory.commands.matrix import add_selection_args, selected_cells
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.schedule import load_builders, schedule
+from factory.reports.lanes import lanes_html
+from factory.reports.page import write_page
 from factory.units import format_duration, format_size
 
 
@@ -25,16 +29,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.planning.memory_model import MemoryHistory
-    from factory.planning.schedule import load_builders, schedule
-
     builders = load_builders(args.builders)
     cells = selected_cells(args)
     found = schedule(cells, builders, history=MemoryHistory.load())
     if args.html is not None:
-        from factory.reports.lanes import lanes_html
-        from factory.reports.page import write_page
-
         path = write_page(args.html, lanes_html(found.as_dict()))
         if not (args.json or args.markdown):
             print(f"lanes page: {path}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from factory import logger
 from factory.commands._common import (
     add_store_arg,
     add_wheel_limit_args,
@@ -13,6 +14,10 @@ from factory.commands._common import (
     wheel_limits_from_args,
 )
 from factory.errors import UsageError
+from factory.index import rebuild_index
+from factory.index.server import ServerConfig, make_server, serve_workers
+from factory.store import open_existing_store, url_scheme
+from factory.units import parse_size
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -54,11 +59,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.index import rebuild_index
-    from factory.index.server import ServerConfig, make_server, serve_workers
-    from factory.logger import configure
-    from factory.units import parse_size
-
     if args.max_connections < 1:
         raise UsageError(f"--max-connections must be at least 1, not {args.max_connections}")
     if not 1 <= args.workers <= args.max_connections:
@@ -68,12 +68,11 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be 0-65535 (0: any free port), not {args.port}")
     spec = store_from_args(args)
-    if spec.startswith("s3://"):
+    if url_scheme(spec) is not None:
         raise UsageError(
             "factory serve serves a local store",
             tip="put a static host or CDN in front of the bucket (docs/INDEX.md)",
         )
-    from factory.index.store import open_existing_store
 
     store = open_existing_store(spec)
     root = Path(spec)
@@ -91,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             wheel_limits=wheel_limits_from_args(args),
         )
     )
-    configure(timestamps=True)  # the request log, each line with its time
+    logger.configure(timestamps=True)  # the request log, each line with its time
     uploads = (
         f"with credentials from {args.htpasswd}" if args.htpasswd else "disabled (no --htpasswd)"
     )

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from factory.errors import CellError, WheelError
-from factory.wheels.provenance import SUFFIX, Manifest, published_builds, read_manifest, render_text
 from factory.commands._common import add_store_arg, print_json, store_from_args
+from factory.errors import CellError, WheelError
+from factory.matrix.cell import Cell
+from factory.store import open_store
+from factory.wheels.provenance import SUFFIX, Manifest, published_builds, read_manifest, render_text
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +37,6 @@ def _from_file(path: Path) -> Manifest | None:
 def _lookup(args: argparse.Namespace) -> list[tuple[Manifest, str | None]]:
     from packaging.utils import parse_wheel_filename
 
-    from factory.index.store import open_store
-
     target = str(args.target)
     local = _from_file(Path(target))
     if local is not None:
@@ -57,8 +57,6 @@ def _lookup(args: argparse.Namespace) -> list[tuple[Manifest, str | None]]:
                 tip="pass --store to look in another store",
             )
         return [(b.manifest, b.yanked) for b in builds]
-
-    from factory.matrix.cell import Cell
 
     cell = Cell.from_id(target)  # raises CellError with the id format as a tip
     builds = [

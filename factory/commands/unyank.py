@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from factory.commands._common import add_store_arg, store_from_args
+from factory.index.publish import unyank
+from factory.store import open_store
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -13,9 +15,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.index.publish import unyank
-    from factory.index.store import open_store
-
     store = open_store(store_from_args(args))
     if unyank(store, args.filename):
         print(f"unyanked {args.filename}")

@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 from factory.build.pipeline import sysroots_dir
+from factory.commands._common import print_json
 from factory.errors import ConfigError, FactoryError, VerifyError
+from factory.matrix.load import Matrix, PlannedCell, default_matrix_path, load_matrix
 from factory.matrix.tags import platform_of_plat
 from factory.toolchain.wheelhouse import wheelhouse_dir
-from factory.matrix.load import Matrix, PlannedCell, default_matrix_path, load_matrix
 from factory.wheels.verify import WheelReport, verify_wheel
-from factory.commands._common import print_json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

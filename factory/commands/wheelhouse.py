@@ -7,6 +7,9 @@ import time
 from pathlib import Path
 
 from factory.commands._common import add_matrix_arg, matrix_from_args
+from factory.toolchain.cross import builder_platform, is_cross
+from factory.toolchain.wheelhouse import build_requirements, prepare_wheelhouse
+from factory.units import format_size
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -21,10 +24,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.toolchain.cross import builder_platform, is_cross
-    from factory.toolchain.wheelhouse import build_requirements, prepare_wheelhouse
-    from factory.units import format_size
-
     matrix = matrix_from_args(args)
     pc = matrix.find(args.cell)
     root = args.root

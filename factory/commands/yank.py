@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from factory.commands._common import add_store_arg, store_from_args
+from factory.index.publish import yank
+from factory.store import open_existing_store
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -14,9 +16,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from factory.index.publish import yank
-    from factory.index.store import open_existing_store
-
     store = open_existing_store(store_from_args(args))
     if yank(store, args.filename, args.reason):
         print(f"yanked {args.filename}: {args.reason}")

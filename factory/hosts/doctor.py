@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import importlib.resources
 import json
-import os
 import platform
 import re
 import shutil
@@ -34,9 +33,10 @@ import tomllib
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory.errors import StoreError, UsageError, WheelError
-from factory.wheels.floor import glibc_text
-from factory.index.links import Anchor, parse_anchors
+from factory.errors import CellError, StoreError, UsageError, WheelError
+from factory.links import Anchor, parse_anchors
+from factory.matrix.cell import parse_platform
+from factory.matrix.manylinux import glibc_text, host_glibc
 from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local
 from factory.matrix.tags import platform_tag_parts as _manylinux
 from factory.recipes import default_archs_for
@@ -223,23 +223,8 @@ def probe_torch(python_exe: str) -> dict[str, Any]:
     return {"torch_error": f"{python_exe} exited with {proc.returncode} while importing torch: {last}"}
 
 
-def glibc_version() -> tuple[int, int] | None:
-    try:
-        text = os.confstr("CS_GNU_LIBC_VERSION") or ""  # "glibc 2.36"
-    except (ValueError, OSError, AttributeError):
-        text = ""
-    if not text:
-        lib, ver = platform.libc_ver()
-        text = f"{lib} {ver}" if lib == "glibc" else ""
-    m = re.search(r"glibc (\d+)\.(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def host_machine(raw: str | None = None) -> str:
     """platform.machine() in wheel-tag spelling ('arm64' -> 'aarch64', 'AMD64' -> 'x86_64')."""
-    from factory.errors import CellError
-    from factory.matrix.cell import parse_platform
-
     raw = platform.machine() if raw is None else raw
     try:
         return parse_platform(raw or "x86_64")
@@ -273,7 +258,7 @@ def read_host(*, python_exe: str | None = None, nvidia_smi_output: Path | None =
         gpus=gpus,
         gpu_source=source,
         gpu_note=note,
-        glibc=glibc_version(),
+        glibc=host_glibc(),
         machine=host_machine(machine),
     )
 

@@ -17,10 +17,14 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from factory.build.pipeline import BuildOptions, build_cells
+from factory.engine import docker_client, image_exists
+from factory.errors import BuildError, EngineError, StoreError, ToolchainError, UsageError
 from factory.matrix.cell import Cell, parse_arch
-from factory.errors import BuildError, StoreError, ToolchainError, UsageError
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
+from factory.runners import runner_kind
+from factory.store import open_store, url_scheme
 from factory.wheels.provenance import PublishedBuild, published_builds
 
 INDEX_URL_ENV = "FACTORY_INDEX_URL"
@@ -72,7 +76,7 @@ def index_url_for(store_spec: str, index_url: str | None) -> str:
     url = index_url or os.environ.get(INDEX_URL_ENV)
     if url:
         return url.rstrip("/")
-    if store_spec.startswith("s3://"):
+    if url_scheme(store_spec) is not None:
         raise UsageError(
             f"the install line needs the URL hosts reach {store_spec} through",
             tip=f"pass --index-url https://... or set {INDEX_URL_ENV}",
@@ -110,12 +114,9 @@ def check_buildable_here(pc: PlannedCell, runner: str) -> None:
     if pc.toolchain.nvcc_source != "image" or image is None:
         return
     reason = None
-    if runner != "docker":
+    if not runner_kind(runner).image_toolkit:
         reason = f"the {runner} runner cannot use a builder image"
     else:
-        from factory.runners.engine import docker_client, image_exists
-        from factory.errors import EngineError
-
         try:
             if not image_exists(docker_client(timeout=30), image):
                 reason = f"this host has no {image} image"
@@ -143,8 +144,6 @@ def request(
     build: BuildFn | None = None,
     log: Any = None,
 ) -> RequestResult:
-    from factory.index.store import open_store
-
     url = index_url_for(store_spec, index_url)  # before any work: an S3 store needs --index-url
     pc = matrix.find(cell.id)
     store = open_store(store_spec)
@@ -154,10 +153,9 @@ def request(
                              variant=pc.variant, built=False,
                              install=install_line(url, pc.variant, found.manifest.wheel))
     check_buildable_here(pc, runner)
-    from factory.build.pipeline import BuildOptions
 
     if build is None:
-        from factory.build.pipeline import build_cells as build
+        build = build_cells
     opts = BuildOptions(runner=runner, budget=budget, out_dir=out_dir or Path("dist"),
                         store=store_spec, publish=True)
     build([pc], matrix=matrix, opts=opts, log=log)

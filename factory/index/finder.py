@@ -26,8 +26,11 @@ from collections.abc import Iterable
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+# The doctor is the one home of the install lines; it sits above the index (an exception
+# docs/ARCHITECTURE.md lists: the doctor's formatter imports only matrix, recipes, the bottom).
+from factory.hosts.doctor import Choice, install_line
+from factory.hosts.snippets import render_snippet
 from factory.index.pages import simple_root
-from factory.index.store.base import FILES, WheelEntry
 from factory.matrix.gpus import gpu_sms
 from factory.matrix.tags import (
     glibc_floor,
@@ -35,6 +38,7 @@ from factory.matrix.tags import (
     variant_of_filename,
     wheel_platform,
 )
+from factory.store.base import FILES, WheelEntry
 from factory.units import format_size
 
 # What the page fills in, per row, in the installers' templates.
@@ -75,11 +79,6 @@ def finder_rows_from_page(data: bytes | None) -> list[FinderRow]:
 def install_templates() -> dict[str, str]:
     """Each installer's text for one wheel, from the doctor's own formatter, with placeholders
     for the index root, the variant path, the project and the version."""
-    # The doctor is the one home of these lines; it sits above the index, so it is imported
-    # here, when a page is rendered (docs/ARCHITECTURE.md lists the exception).
-    from factory.hosts.doctor import Choice, install_line
-    from factory.hosts.snippets import render_snippet
-
     url = ROOT_TOKEN + PATH_TOKEN
     requirement = f"{PROJECT_TOKEN}=={VERSION_TOKEN}"
     choice = Choice(project=PROJECT_TOKEN, wheel="x.whl", variant=None, install=None, why=None,

@@ -19,8 +19,10 @@ from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
-from factory.index.store.base import FILES, WheelEntry
-from factory.matrix.tags import variant_of_filename
+from factory.matrix.tags import (
+    variant_of_filename,
+)
+from factory.store.base import FILES, WheelEntry
 
 API_VERSION = "1.1"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"

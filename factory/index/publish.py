@@ -22,7 +22,9 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from factory.errors import ConflictError, StoreError, WheelError
-from factory.index.store.base import (
+from factory.index.writer import RebuildReport, rebuild_pages, update_index
+from factory.matrix.tags import variant_of_filename
+from factory.store.base import (
     ENTRY_SUFFIX,
     METADATA_SUFFIX,
     PROVENANCE_SUFFIX,
@@ -31,8 +33,6 @@ from factory.index.store.base import (
     WheelEntry,
     file_key,
 )
-from factory.index.writer import RebuildReport, rebuild_pages, update_index
-from factory.matrix.tags import variant_of_filename
 from factory.wheels.checks import DEFAULT_LIMITS, WheelLimits, check_filename, check_wheel
 
 

@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from factory.errors import UsageError
+from factory.index.publish import yank
+from factory.index.writer import update_index
+from factory.store.base import ENTRY_SUFFIX, METADATA_SUFFIX, YANK_SUFFIX, WheelEntry
 from factory.wheels.provenance import SUFFIX, PublishedBuild, published_builds
 
 KEEP = "keep"
@@ -79,9 +82,6 @@ def delete_build(store: Any, key: str) -> None:
     The entry goes first (it is what commits a wheel: without it the pages stop listing the
     file), then the wheel (so a concurrent 'index rebuild' cannot re-commit it), then the
     pages, then the side files."""
-    from factory.index.writer import update_index
-    from factory.index.store.base import ENTRY_SUFFIX, METADATA_SUFFIX, YANK_SUFFIX, WheelEntry
-
     entry_data = store.read(key + ENTRY_SUFFIX)
     store.delete(key + ENTRY_SUFFIX)
     store.delete(key)
@@ -92,8 +92,6 @@ def delete_build(store: Any, key: str) -> None:
 
 
 def apply_retention(store: Any, actions: Sequence[RetentionAction]) -> dict[str, int]:
-    from factory.index.publish import yank
-
     counts: dict[str, int] = defaultdict(int)
     for a in actions:
         if a.action == YANK:

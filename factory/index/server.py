@@ -46,11 +46,12 @@ from factory.errors import (
 )
 from factory.index.htpasswd import Credentials
 from factory.index.pages import BROWSED_PAGES, HTML_TYPE, JSON_TYPE
+from factory.index.publish import publish
 from factory.index.server_loop import Answer, Headers, ReadLoop, header_lines
-from factory.index.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL, WHEEL_VARIANTS
-from factory.index.store.local import LocalStore
 from factory.index.upload import UploadError, receive
 from factory.matrix.tags import VARIANT_RE
+from factory.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL, WHEEL_VARIANTS
+from factory.store.local import LocalStore
 from factory.wheels.checks import DEFAULT_LIMITS, WheelLimits
 
 log = logging.getLogger("factory.index.server")
@@ -991,8 +992,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._text(status, message)
 
     def _publish_upload(self, fields: dict[str, str], sha256: str, path: Path) -> tuple[int, str]:
-        from factory.index.publish import publish
-
         if fields.get(":action", "file_upload") != "file_upload":
             return HTTPStatus.BAD_REQUEST, "expected :action=file_upload"
         digest = fields.get("sha256_digest")

@@ -16,9 +16,12 @@ from collections import defaultdict
 from pathlib import Path
 from urllib.parse import unquote, urljoin
 
+from factory.errors import WheelError
 from factory.index import pages
-from factory.index.links import parse_anchors
-from factory.index.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
+from factory.links import parse_anchors
+from factory.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
+from factory.wheels.floor import wheel_floor
+from factory.wheels.verify import check_floor
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -197,10 +200,6 @@ class _LinkChecker:
 def _floor(filename: str, data: bytes, problems: list[str]) -> dict[str, object]:
     """A wheel's floor for the report; a tag promising less than the binaries need is a
     problem (factory.wheels.verify.check_floor says it the same way)."""
-    from factory.errors import WheelError
-    from factory.wheels.floor import wheel_floor
-    from factory.wheels.verify import check_floor
-
     try:
         floor = wheel_floor(Path(filename), data)
     except WheelError as exc:

@@ -33,8 +33,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from factory.errors import StoreError, WheelError
-from factory.index.store.base import WHEEL_VARIANTS, Store, WheelEntry, check_key
+from factory.index.pages import API_VERSION, root_html
+from factory.index.writer import cas_write
 from factory.matrix.tags import local_tag_of_filename
+from factory.recipes import default_archs_for
+from factory.store.base import WHEEL_VARIANTS, Store, WheelEntry, check_key
 
 TREE = WHEEL_VARIANTS
 SCHEMA = "https://variants-schema.wheelnext.dev/peps/825/v0.1.1.json"
@@ -128,9 +131,6 @@ def file_key(project: str, name: str) -> str:
 def write_wheel_variants(store: Store, entries: Iterable[WheelEntry]) -> int:
     """Add the labelled copies of these wheels (if missing), their variants.json and the
     ``wheel-variants/simple/`` pages; returns the number of files written."""
-    from factory.index.writer import cas_write
-    from factory.recipes import default_archs_for
-
     written = 0
     touched: set[str] = set()
     for e in entries:
@@ -169,8 +169,6 @@ def write_wheel_variants(store: Store, entries: Iterable[WheelEntry]) -> int:
 def _project_page(store: Store, project: str) -> bytes:
     import html
 
-    from factory.index.pages import API_VERSION
-
     prefix = f"{TREE}/files/{project}/"
     keys = sorted(o.key for o in store.list(prefix, sizes=False))
     done = {k[: -len(".sha256")] for k in keys if k.endswith(".sha256")}
@@ -200,8 +198,6 @@ def _project_page(store: Store, project: str) -> bytes:
 
 
 def _root_page(store: Store) -> bytes:
-    from factory.index.pages import root_html
-
     projects = defaultdict(int)
     for o in store.list(f"{TREE}/files/", sizes=False):
         projects[o.key.split("/")[2]] += 1

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from factory.errors import ConflictError
 from factory.index import finder, pages
-from factory.index.store.base import Store, WheelEntry
+from factory.store.base import Store, WheelEntry
 
 _MAX_ATTEMPTS = 200
 

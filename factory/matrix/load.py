@@ -10,14 +10,16 @@ import contextlib
 import dataclasses
 import difflib
 import itertools
-import tomllib
+import platform as _platform
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import tomllib
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from factory.errors import CellError, ConfigError, ConfigErrors
 from factory.matrix.cell import (
     DEFAULT_PLATFORM,
     Cell,
@@ -27,10 +29,13 @@ from factory.matrix.cell import (
     parse_python,
     parse_version,
 )
-from factory.errors import CellError, ConfigError, ConfigErrors
+from factory.matrix.manylinux import host_glibc, manylinux_name, plat_for_image
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
+from factory.matrix.tags import local_tag, plat_for_platform, variant_of_filename
 from factory.recipes import Recipe, get_recipe
+from factory.runners import runner_kind
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
+from factory.toolchain.sdist import check_sdist_exists
 
 AXES = ("torch", "cuda", "archs", "python", "platform")
 # Axes a matrix may leave out, and the value they then take.
@@ -115,8 +120,6 @@ class PlannedCell:
     @property
     def variant(self) -> str:
         """Its per-variant index: 'cu130-torch2.14-sm100' (the arch set unless the default)."""
-        from factory.matrix.tags import variant_of_filename
-
         return variant_of_filename(self.wheel) or self.cell.variant
 
     def as_dict(self) -> dict[str, Any]:
@@ -173,8 +176,6 @@ class Matrix:
                 f"{pkg.source!r} is built as {known}",
                 tip="add the version to the package's versions in the matrix",
             )
-        from factory.toolchain.wheelhouse import check_sdist_exists
-
         try:
             check_sdist_exists(pkg.name, version, self.settings.wheelhouse / "sdists")
         except CellError as exc:
@@ -205,8 +206,6 @@ class Matrix:
 
 
 def wheel_filename(cell: Cell, recipe: Recipe, plat: str) -> str:
-    from factory.matrix.tags import local_tag
-
     local = local_tag(
         cuda=cell.cuda, torch_minor=cell.torch_minor, archs=cell.archs, default_archs=recipe.default_archs
     )
@@ -218,24 +217,17 @@ def default_plat(
     settings: Settings, python: str | None = None, platform: str = DEFAULT_PLATFORM
 ) -> str:
     """The wheel's platform tag: the build environment's glibc floor, the cell's CPU."""
-    from factory.matrix.tags import plat_for_platform
-
     return plat_for_platform(_environment_plat(settings, python), platform)
 
 
 def _environment_plat(settings: Settings, python: str | None) -> str:
     if settings.plat != "auto":
         return settings.plat
-    if settings.runner == "local":
-        # the local runner builds against this host's glibc, so the tag follows it
-        import platform
-
-        lib, ver = platform.libc_ver()
-        if lib == "glibc" and ver:
-            major, minor = ver.split(".")[:2]
-            return f"manylinux_{major}_{minor}_{platform.machine()}"
-    from factory.toolchain.images import plat_for_image
-
+    if runner_kind(settings.runner).host_glibc:
+        # a runner on this host links against its glibc, so the tag follows it
+        glibc = host_glibc()
+        if glibc is not None:
+            return f"{manylinux_name(glibc)}_{_platform.machine()}"
     return plat_for_image(settings.image_for(python))
 
 

@@ -10,8 +10,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from factory.errors import CellError, ConfigError, FactoryError
+from factory.errors import CellError, ConfigError, FactoryError, StoreError, UsageError, WheelError
 from factory.matrix.cell import parse_python
+from factory.matrix.manylinux import floor_policy
+from factory.runners import RUNNERS
+from factory.store import URL_FORMS, open_store, url_scheme
+from factory.units import parse_size
 
 DEFAULT_STORE = "index/store"
 TOOLKIT_SOURCES = ("pypi", "image", "system")
@@ -22,6 +26,7 @@ SETTINGS_KEYS = {
     "images", "compile-cache", "manylinux", "sysroot",
 }
 COMPILE_CACHE_KEYS = {"dir", "size", "remote"}
+DEFAULT_CACHE_SIZE = "20G"  # the compile cache's bound, as sccache reads it
 
 DEFAULTS: dict[str, Any] = {
     "store": DEFAULT_STORE,
@@ -74,7 +79,7 @@ class CompileCacheSettings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
-    store: str  # a directory (absolute) or s3://bucket/prefix
+    store: str  # a directory (absolute) or a URL store's spec (factory.store)
     wheelhouse: Path
     work_dir: Path
     venv_dir: Path
@@ -159,7 +164,7 @@ def default_settings(root: Path | None = None) -> Settings:
 
 def resolve_store(spec: str, root: Path) -> str:
     """A store spec with a relative directory made absolute (from ``root``); URLs as they are."""
-    if "://" in spec or Path(spec).is_absolute():
+    if url_scheme(spec) is not None or Path(spec).is_absolute():
         return spec
     return str(root / spec)
 
@@ -170,16 +175,15 @@ def _path(value: str, root: Path) -> Path:
 
 
 def _store(spec: str) -> str:
-    if "://" in spec and not (spec.startswith("s3://") and spec[len("s3://") :].partition("/")[0]):
-        raise ConfigError(f"[settings] store {spec!r} is not a directory or s3://bucket/prefix")
+    try:
+        open_store(spec)  # parses the spec; nothing is made or contacted
+    except StoreError:
+        raise ConfigError(f"[settings] store {spec!r} is not a directory or {URL_FORMS}") from None
     return spec
 
 
 def check_manylinux(value: Any, where: str) -> str:
     """"2_28" (a manylinux policy auditwheel knows) or "auto"; ConfigError otherwise."""
-    from factory.errors import WheelError
-    from factory.wheels.floor import floor_policy
-
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where} manylinux must be a string like \"2_28\" or \"auto\"")
     if value == "auto":
@@ -197,16 +201,12 @@ def _sysroot(value: str) -> str:
 
 
 def _runner(runner: str) -> str:
-    from factory.runners import RUNNERS
-
     if runner not in RUNNERS:
         raise ConfigError(f"[settings] runner {runner!r} is not one of {', '.join(RUNNERS)}")
     return runner
 
 
 def _memory(memory: Any) -> int | None:
-    from factory.units import parse_size
-
     if memory in ("auto", ""):
         return None
     try:
@@ -245,10 +245,6 @@ def _images(images: Any) -> tuple[tuple[str, str], ...]:
 def _compile_cache(raw: Any, *, root: Path, work_dir: Path) -> CompileCacheSettings:
     """``compile-cache = {dir, size, remote}``; the dir defaults to ``compile-cache`` next to the
     work dir."""
-    from factory.build.compile_cache import DEFAULT_SIZE, sccache_size
-    from factory.errors import UsageError
-    from factory.units import parse_size
-
     raw = raw or {}
     if not isinstance(raw, Mapping):
         raise ConfigError("[settings] compile-cache must be a table")
@@ -257,7 +253,7 @@ def _compile_cache(raw: Any, *, root: Path, work_dir: Path) -> CompileCacheSetti
     if remote is not None and not isinstance(remote, str):
         raise ConfigError('[settings.compile-cache] remote must be "store" or an s3:// URL')
     try:
-        size = parse_size(str(raw.get("size", DEFAULT_SIZE)), what="compile cache size")
+        size = parse_size(str(raw.get("size", DEFAULT_CACHE_SIZE)), what="compile cache size")
     except UsageError as exc:
         raise ConfigError(f"[settings.compile-cache] size: {exc.message}") from None
     return CompileCacheSettings(
@@ -265,3 +261,12 @@ def _compile_cache(raw: Any, *, root: Path, work_dir: Path) -> CompileCacheSetti
         size=sccache_size(size),
         remote=remote,
     )
+
+
+def sccache_size(n: int) -> str:
+    """Bytes in sccache's notation (``SCCACHE_CACHE_SIZE``): digits and the largest of K, M, G, T
+    that divides them."""
+    for exponent in (4, 3, 2, 1):
+        if n % 1024**exponent == 0:
+            return f"{n // 1024**exponent}{' KMGT'[exponent]}"
+    return str(n)

@@ -28,16 +28,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import CellError, WheelError
-from factory.matrix.cell import DEFAULT_PLATFORM
-
-if TYPE_CHECKING:
-    from factory.matrix.cell import Cell
+from factory.matrix.cell import DEFAULT_PLATFORM, Cell
 
 _LOCAL_RE = re.compile(
     r"cu(?P<cu>[1-9]\d)(?P<cumin>\d{1,2})torch(?P<tmaj>\d+)\.(?P<tmin>\d+)"
@@ -207,8 +203,6 @@ def cell_from_wheel_filename(
     The tag holds only the torch minor; ``torch`` (the full version, e.g. from provenance)
     restores the patch level, else it reads as ``MAJ.MIN.0``.
     """
-    from factory.matrix.cell import Cell
-
     name, version, _, tags = _parse_filename(filename)
     if version.local is None:
         raise WheelError(f"{filename}: no local version tag, not a factory wheel")

@@ -13,14 +13,11 @@ import dataclasses
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from factory.errors import UsageError
+from factory.matrix.settings import Settings
+from factory.planning import cgroup
 from factory.units import parse_size
-from factory.runners import cgroup
-
-if TYPE_CHECKING:
-    from factory.matrix.settings import Settings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

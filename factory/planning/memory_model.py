@@ -31,15 +31,13 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from factory.errors import ConfigError, FactoryError
 from factory.matrix.cell import Cell
+from factory.matrix.load import PlannedCell
 from factory.planning.replay import contention_factor
 from factory.units import format_size
-
-if TYPE_CHECKING:
-    from factory.matrix.load import PlannedCell
 
 HISTORY_ENV = "FACTORY_MEMORY_HISTORY"
 HISTORY_VERSION = 1

@@ -32,11 +32,10 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from factory.planning.budget import BudgetRequest
-from factory.units import format_size
-from factory.matrix.cell import Cell
 from factory.errors import ConfigError, PlanError
+from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell
+from factory.planning.budget import BudgetRequest
 from factory.planning.memory_model import MemoryHistory, ModelKey, ObjectTimes
 from factory.planning.replay import (
     PEAK_WINDOW_SECONDS,
@@ -45,6 +44,7 @@ from factory.planning.replay import (
     contention_factor,
     replay,
 )
+from factory.units import format_size
 
 # A tie within this fraction of the best predicted time goes to the plan with the lower peak:
 # the time model is not that precise, and memory left over is safety.

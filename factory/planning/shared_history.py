@@ -29,7 +29,7 @@ class _Listed(Protocol):
 
 
 class RecordStore(Protocol):
-    """The primitives of factory.index.store's Store the records need (no import: the store
+    """The primitives of factory.store's Store the records need (no import: the store
     is a later stage)."""
 
     def put_new(self, key: str, data: bytes) -> bool: ...

@@ -8,8 +8,8 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from factory.errors import BuildError, ConfigError
 from factory.matrix.cell import Cell
-from factory.errors import BuildError
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -67,8 +67,6 @@ class Recipe:
 
     def check_cell(self, cell: Cell) -> None:
         """Raise ConfigError-like CellError when the recipe cannot build the cell."""
-        from factory.errors import ConfigError
-
         if self.supported_archs is not None:
             bad = [a for a in cell.archs if a not in self.supported_archs]
             if bad:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from factory.toolchain.cross import inside_cross
+
 # Inside paths are the same on every run: object files in build/ stay valid when an OOM retry
 # resumes, and compile commands (hence compile-cache keys) do not change between cells.
 INSIDE_ROOT = "/factory"
@@ -69,7 +71,6 @@ class BuildJob:
         The target's files live in the venv, which is made for this target alone."""
         if self.cross_target is None:
             return None
-        from factory.toolchain.cross import inside_cross
 
         return inside_cross(
             target=self.cross_target, python=self.python,

@@ -30,11 +30,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from factory.build.compile_cache import SCCACHE_SUBDIR
+from factory.engine import docker_client
 from factory.errors import EngineError
 from factory.process import run_command
+from factory.runners import RUNNERS
 from factory.runners.base import INSIDE, BuildJob, LineCallback, RunResult
 from factory.runners.oom import was_oom_killed
 from factory.toolchain.cross import builder_platform
+from factory.toolchain.python_image import ensure_builder_image
 from factory.toolchain.sysroot import sysroot_env
 
 WHEELHOUSE = "/factory/wheelhouse"
@@ -73,7 +76,8 @@ def cibuildwheel_environment(
         raise EngineError(
             f"the cibuildwheel runner builds only for this builder's CPU ({machine}), "
             f"not {job.cross_target}",
-            tip="cross-build the cell with --runner docker",
+            tip="cross-build the cell with "
+            + " or ".join(f"--runner {k.name}" for k in RUNNERS.values() if k.cross_compiles),
         )
     create = ["--network=none"]
     if job.memory_limit_bytes:
@@ -145,8 +149,6 @@ def ensure_cibuildwheel_image(image: str, python: str) -> str:
         return image
     from docker.errors import APIError, ImageNotFound
 
-    from factory.runners.engine import docker_client
-
     client = docker_client()
     nodot = python.replace(".", "")
     label = f"org.factory.cibuildwheel.cp{nodot}"
@@ -203,8 +205,6 @@ class CibuildwheelRunner:
         interpreter layout (an official manylinux image is cibuildwheel's to get)."""
         image = job.image or default_image()
         if cibuildwheel_image(image) != image:
-            from factory.toolchain.python_image import ensure_builder_image
-
             ensure_builder_image(image)
             ensure_cibuildwheel_image(image, job.python)
 

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from factory.build.compile_cache import inside_config
+from factory.engine import docker_client, image_exists
 from factory.errors import EngineError
-from factory.runners import cgroup
+from factory.planning import cgroup
 from factory.runners.base import (
     INSIDE,
     BuildJob,
@@ -40,8 +41,10 @@ from factory.runners.base import (
     read_report,
     result_from_report,
 )
-from factory.runners.engine import docker_client, image_exists
 from factory.runners.oom import was_oom_killed
+from factory.toolchain.cross import base_of_cross_image, ensure_cross_image
+from factory.toolchain.images import make_command
+from factory.toolchain.python_image import ensure_builder_image
 from factory.toolchain.sysroot import sysroot_env
 
 _log = logging.getLogger(__name__)
@@ -246,13 +249,9 @@ class DockerRunner:
         """Make the builder image when it is missing. An image that brings its own toolkit
         (``cuda_home`` None: docker/Dockerfile.cuda) is the user's, used as it is: ``run``
         says so when it does not exist."""
-        from factory.toolchain.cross import base_of_cross_image, ensure_cross_image
-
         image = self._image(job)
         base = base_of_cross_image(image, job.cross_target) if job.cross_target else image
         if job.cuda_home is not None:
-            from factory.toolchain.python_image import ensure_builder_image
-
             ensure_builder_image(base)
         if job.cross_target:  # the base plus the target's cross compiler, made once
             ensure_cross_image(base, target=job.cross_target, python=job.python)
@@ -261,8 +260,6 @@ class DockerRunner:
         client = self.client
         image = self._image(job)
         if not image_exists(client, image):
-            from factory.toolchain.readiness import make_command
-
             raise EngineError(
                 f"builder image {image} does not exist",
                 tip=f"make it with '{make_command(image) or 'factory image base'}'",

@@ -245,7 +245,7 @@ class Sampler(threading.Thread):
 
 
 # -- cgroup counters (v1 and v2) --------------------------------------------------------------
-# The build's own view of its cgroup. The host's reads live in factory/runners/cgroup.py; this
+# The build's own view of its cgroup. The host's reads live in factory/planning/cgroup.py; this
 # script cannot import them: it runs on the builder image's python, stdlib only, as one file.
 
 

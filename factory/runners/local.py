@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from factory.build.compile_cache import inside_config
-from factory.toolchain.sysroot import sysroot_env
 from factory.errors import EngineError
-from factory.runners import cgroup
+from factory.planning import cgroup
 from factory.runners.base import (
     BuildJob,
     LineCallback,
@@ -41,6 +40,7 @@ from factory.runners.base import (
 )
 from factory.runners.docker import owner_alive, owner_token
 from factory.runners.oom import was_oom_killed
+from factory.toolchain.sysroot import sysroot_env
 
 INSIDE_SCRIPT = Path(__file__).with_name("inside.py")
 CGROUP_PREFIX = "factory-build-"

@@ -28,8 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from factory.engine import docker_client
 from factory.errors import EngineError
 from factory.matrix.cell import DEFAULT_PLATFORM, PLATFORMS, Cell, parse_platform
+from factory.toolchain.images import DEBIAN_MIRROR, debootstrap_foreign
 from factory.toolchain.python_image import SUITE_PYTHONS
 
 
@@ -120,8 +122,6 @@ def ensure_cross_image(base: str, *, target: str, python: str, client: Any | Non
     """The cross builder image for ``base`` (made once: a container from ``base`` with the
     network on installs the packages, then is committed). Returns its name."""
     from docker.errors import APIError, ImageNotFound
-
-    from factory.runners.engine import docker_client
 
     client = client or docker_client()
     name = cross_image_name(base, target)
@@ -298,8 +298,6 @@ def ensure_target_sysroot(
     import os
     import shutil
     import tempfile
-
-    from factory.toolchain.images import DEBIAN_MIRROR, debootstrap_foreign
 
     suite = sysroot_suite(python)
     if suite is None:

@@ -13,20 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from factory.engine import docker_client
 from factory.errors import EngineError
 from factory.logger import Log, Ticker
 from factory.process import find_program, run_command
-from factory.runners.engine import docker_client
 from factory.units import format_duration, format_size
 
 _log = logging.getLogger(__name__)
-
-# The manylinux tag follows the glibc of the build image (auditwheel refuses anything lower).
-IMAGE_PLATS = {
-    "factory-base:bookworm": "manylinux_2_36_x86_64",  # Debian 12, glibc 2.36 (tests, offline)
-    "factory-base:trixie": "manylinux_2_41_x86_64",  # Debian 13, glibc 2.41 (Python 3.13)
-    "quay.io/pypa/manylinux_2_28_x86_64": "manylinux_2_28_x86_64",
-}
 
 DEFAULT_BASE_IMAGE = "factory-base:bookworm"
 DEFAULT_WORK_DIR = Path(".cache/factory/work")
@@ -49,6 +42,7 @@ BASE_PACKAGES = (
 PACKAGES_LABEL = "org.factory.base-packages"
 
 
+_CUDA_IMAGE = re.compile(r"factory-cuda:(?P<cuda>\d+\.\d+)-py(?P<python>\d+\.\d+)")
 # docker's reference grammar (distribution/reference): [registry[:port]/]path[:tag]
 _IMAGE_REFERENCE = re.compile(
     r"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?"
@@ -57,18 +51,20 @@ _IMAGE_REFERENCE = re.compile(
 )
 
 
+def make_command(image: str) -> str | None:
+    """The command that makes a builder image the factory knows how to make."""
+    m = _CUDA_IMAGE.fullmatch(image)
+    if m:
+        return (f"factory image cuda {m.group('cuda')} --python {m.group('python')} "
+                "(offline: --from MIRROR-DIR)")
+    if image.startswith("factory-base:"):
+        return f"factory image base --name {image}"
+    return None
+
+
 def is_image_reference(name: str) -> bool:
     """Whether docker accepts ``name`` as an image name (checked before docker is asked)."""
     return len(name) <= 255 and _IMAGE_REFERENCE.fullmatch(name) is not None
-
-
-def plat_for_image(image: str) -> str:
-    for prefix, plat in IMAGE_PLATS.items():
-        if image.startswith(prefix):
-            return plat
-    if "manylinux_2_28" in image or "manylinux2_28" in image:
-        return "manylinux_2_28_x86_64"
-    return "manylinux_2_36_x86_64"
 
 
 def packages_key() -> str:

@@ -12,13 +12,14 @@ every kernel object. It also keeps every Python's wheels on one manylinux tag.
 
 from __future__ import annotations
 
-import os
 import logging
+import os
 import re
 import time
 
-from factory.runners.engine import docker_client
+from factory.engine import docker_client
 from factory.errors import EngineError, ToolchainError
+from factory.toolchain.images import DEBIAN_MIRROR, ensure_base_image, image_state
 
 _log = logging.getLogger(__name__)
 
@@ -118,8 +119,6 @@ def check_image_python(image: str, python: str, *, run_image: bool = True) -> No
 
 def ensure_builder_image(name: str) -> str:
     """Make sure ``name`` exists; make it (debootstrap, then a CPython build) when it does not."""
-    from factory.toolchain.images import ensure_base_image, image_state
-
     client = docker_client()
     state = image_state(client, name)
     if state == "current":
@@ -144,7 +143,6 @@ def build_python_image(base: str, name: str, *, python: str) -> str:
     from docker.errors import APIError, ContainerError
 
     client = docker_client()
-    from factory.toolchain.images import DEBIAN_MIRROR
 
     mirror = os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR)  # as the base image's debootstrap
     script = BUILD_SCRIPT.format(mirror=mirror, source_suite=source_suite, python=python)

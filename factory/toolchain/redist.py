@@ -28,6 +28,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from factory.engine import docker_client
 from factory.errors import ToolchainError
 from factory.toolchain.cross import CPU_PLATFORMS, builder_platform
 from factory.toolchain.toolkit import HEADER_EXTRAS, STAMP
@@ -219,8 +220,6 @@ def image_dockerfile(cuda: str, *, base: str) -> str:
 def make_cuda_image(home: Path, cuda: str, *, base: str, name: str) -> str:
     """Build ``name`` from ``base`` plus the toolkit in ``home`` (no network, no registry)."""
     from docker.errors import APIError, BuildError
-
-    from factory.runners.engine import docker_client
 
     client = docker_client()
     with tempfile.TemporaryDirectory(prefix=".image-", dir=home.parent) as tmp:

@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.resources
-import tomllib
 from pathlib import Path
 
+import tomllib
 from packaging.version import Version
 
-from factory.matrix.cell import Cell, parse_cuda
 from factory.errors import ConfigError, ToolchainError
+from factory.matrix.cell import Cell, parse_cuda
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{cuda_tag}"
 

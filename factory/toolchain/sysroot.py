@@ -31,8 +31,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from factory.errors import EngineError
-from factory.wheels.floor import glibc_text, manylinux_name
+from factory.errors import EngineError, ToolchainError
+from factory.matrix.manylinux import glibc_text, manylinux_name, parse_floor
+from factory.toolchain.cross import CPU_PLATFORMS, builder_platform
+from factory.toolchain.images import (
+    DEBIAN_MIRROR,
+    _debootstrap_tarball,
+    debootstrap,
+    debootstrap_foreign,
+)
 
 SUITE = "bullseye"
 # What is linked against: glibc (libc6-dev) and libstdc++ 10 (libstdc++-10-dev); the kernel
@@ -82,16 +89,12 @@ exec "$driver" --sysroot="$sysroot" -nostdinc++ \\
 
 
 def _cpu(platform: str) -> Any:
-    from factory.toolchain.cross import CPU_PLATFORMS
-
     return CPU_PLATFORMS[platform]
 
 
 def _driver(platform: str, name: str) -> str:
     """The compiler driver the wrappers call: 'g++' on the builder's own CPU, the cross
     compiler ('aarch64-linux-gnu-g++') for another."""
-    from factory.toolchain.cross import builder_platform
-
     return name if platform == builder_platform() else f"{_cpu(platform).triplet}-{name}"
 
 
@@ -166,9 +169,6 @@ class FloorPlan:
 def plan_floor(manylinux: str, *, builder: tuple[int, int], sysroot: str, where: str) -> FloorPlan:
     """Whether ``manylinux`` ("2_28", "auto") is reachable from a builder whose glibc is
     ``builder``, and how; ToolchainError (before anything compiles) when it is not."""
-    from factory.errors import ToolchainError
-    from factory.wheels.floor import parse_floor
-
     if manylinux == "auto":
         return FloorPlan(promised=None, builder=builder, sysroot=False)
     want = parse_floor(manylinux)
@@ -257,14 +257,6 @@ def make_tarball(archive: Path, *, mirror: str | None = None, rootfs: Path | Non
     libstdc++-10-dev and libc6-dev), made first when missing, so that one debootstrap serves
     both the sysroot and a ``factory-base:bullseye`` image; without it, a debootstrap of just
     the two packages (for another CPU than the builder's: downloaded and unpacked, never run)."""
-    from factory.toolchain.cross import builder_platform
-    from factory.toolchain.images import (
-        DEBIAN_MIRROR,
-        _debootstrap_tarball,
-        debootstrap,
-        debootstrap_foreign,
-    )
-
     mirror = mirror or os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR)
     archive.parent.mkdir(parents=True, exist_ok=True)
     log = archive.parent / f"debootstrap-sysroot-{_name(platform)}.log"

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from factory.errors import ToolchainError
 from factory.process import run_command
-from factory.toolchain.resolve import Toolchain, nvcc_version
 from factory.toolchain.cross import builder_platform
+from factory.toolchain.resolve import Toolchain, nvcc_version
 from factory.toolchain.wheelhouse import download_wheels
 
 # Headers torch's own CUDA headers include (ATen/cuda/CUDAContext.h: cublas_v2.h, cusparse.h,

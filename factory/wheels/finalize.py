@@ -20,7 +20,6 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.utils import (
     InvalidWheelFilename,
@@ -30,9 +29,12 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import WheelError
+from factory.matrix.load import PlannedCell
+from factory.matrix.manylinux import parse_manylinux
 from factory.matrix.tags import local_tag, platform_of_plat, torch_pin
 from factory.process import env_bin_dir, find_program, run_program
-from factory.wheels.floor import parse_manylinux, wheel_floor
+from factory.toolchain.cross import builder_platform
+from factory.wheels.floor import wheel_floor
 from factory.wheels.reader import (
     SIGNATURE_FILES,
     WheelInfo,
@@ -41,9 +43,6 @@ from factory.wheels.reader import (
     is_shared_object,
     parse_requirement,
 )
-
-if TYPE_CHECKING:
-    from factory.matrix.load import PlannedCell
 
 # Libraries a torch extension links but must not carry: torch and its nvidia-* dependencies
 # provide them at run time (importing torch loads them first). Vendoring them would add
@@ -294,8 +293,6 @@ _AUDITWHEEL_AS = (
 
 
 def _auditwheel_for(auditwheel: str, cpu: str) -> list[str]:
-    from factory.toolchain.cross import builder_platform
-
     if cpu == builder_platform():
         return [auditwheel]
     return [sys.executable, "-c", _AUDITWHEEL_AS, cpu]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import WheelError
+from factory.store.base import FILES
 from factory.units import format_size
 
 SCHEMA_VERSION = 1
@@ -338,12 +339,10 @@ class PublishedBuild:
 
 
 def published_builds(store: Any, project: str | None = None) -> list[PublishedBuild]:
-    """Every wheel in ``store`` (a ``factory.index.store.Store``) that has a manifest, oldest first.
+    """Every wheel in ``store`` (a ``factory.store.Store``) that has a manifest, oldest first.
 
     A manifest whose wheel is missing is skipped: a publisher uploads the manifest first, so it
     may exist alone for a moment (or forever, after a crash) and names no build."""
-    from factory.index.store.base import FILES
-
     prefix = f"{FILES}/{project}/" if project else f"{FILES}/"
     keys = {o.key for o in store.list(prefix)}
     manifest_keys = sorted(k for k in keys if k.endswith(SUFFIX) and k[: -len(SUFFIX)] in keys)

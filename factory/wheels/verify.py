@@ -17,20 +17,28 @@ import time
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from factory.errors import EngineError, FactoryError, VerifyError, WheelError
-from factory.matrix.tags import local_tag, parse_local, torch_pin
+from factory.matrix.load import PlannedCell
+from factory.matrix.manylinux import manylinux_name
+from factory.matrix.settings import default_settings
+from factory.matrix.tags import local_tag, parse_local, platform_of_plat, torch_pin
 from factory.process import last_error_line, run_program
-from factory.wheels.floor import BinaryFloor, manylinux_name, promised_glibc, wheel_floor
 from factory.recipes import default_archs_for as recipe_default_archs
+from factory.toolchain.cross import (
+    CPU_PLATFORMS,
+    builder_platform,
+    ensure_target_sysroot,
+    find_qemu,
+    pip_for_platform,
+)
+from factory.toolchain.wheelhouse import glibc_minor_of, platform_tags
+from factory.wheels.floor import BinaryFloor, promised_glibc, wheel_floor
 from factory.wheels.reader import WheelInfo, analyse_wheel
-
-if TYPE_CHECKING:
-    from factory.matrix.load import PlannedCell
 
 _CUBIN_RE = re.compile(r"\bsm_(\d+)([a-z]?)\.cubin\b")
 _PTX_RE = re.compile(r"\b(?:sm|compute)_(\d+)([a-z]?)\.ptx\b")
@@ -236,16 +244,12 @@ def elf_machine(header: bytes) -> int | None:
 
 def tag_cpus(info: WheelInfo) -> set[str]:
     """The CPUs the wheel's platform tags name ('aarch64'); WheelError for a tag naming none."""
-    from factory.matrix.tags import platform_of_plat
-
     return {platform_of_plat(p) for p in info.platforms}
 
 
 def check_cpu(info: WheelInfo) -> Check:
     """Every ELF file in the wheel is for the CPU its platform tag names (a cross build that
     fell back to the builder's own compiler produces x86-64 objects in an aarch64 wheel)."""
-    from factory.toolchain.cross import CPU_PLATFORMS
-
     try:
         cpus = tag_cpus(info)
     except WheelError as exc:
@@ -479,8 +483,6 @@ def check_import(
     """Install into a clean environment, offline, and import. A wheel for another CPU than this
     host's is installed for its platform (host pip, ``--target``) and imported by the target's
     Python under qemu-user (``sysroots``: where the target root filesystems are kept)."""
-    from factory.toolchain.cross import builder_platform
-
     try:
         cpus = tag_cpus(info)
     except WheelError:
@@ -579,10 +581,6 @@ def check_import_emulated(
     """The import check of a wheel for another CPU: host pip installs it and its deps from the
     (target's) wheelhouse for the target's platform tags into a clean directory, then the
     target's Python imports it under qemu-user. No GPU and no target machine needed."""
-    from factory.matrix.settings import default_settings
-    from factory.toolchain.cross import ensure_target_sysroot, find_qemu, pip_for_platform
-    from factory.toolchain.wheelhouse import glibc_minor_of, platform_tags
-
     cps = [i for i in info.interpreters if re.fullmatch(r"cp3\d+", i)]
     if not cps:
         return Check(name="import", ok=False,

@@ -29,7 +29,7 @@ from index_wheels import make_wheel, variant_wheel
 from factory.cli import main
 from factory.index.publish import publish
 from factory.index.server import running_server
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 SECRET = f"planted-{uuid.uuid4().hex}"  # a password and a token no output may ever show
 SECRET_B64 = base64.b64encode(f"uploader:{SECRET}".encode()).decode()

@@ -36,11 +36,12 @@ from conftest import cache_root
 from index_fixtures import installer_env, uv_bin
 from index_wheels import make_wheel, variant_wheel
 
-from factory.hosts.doctor import Choice, Gpu, HostInfo, diagnose, glibc_version
+from factory.hosts.doctor import Choice, Gpu, HostInfo, diagnose
+from factory.matrix.manylinux import host_glibc
 from factory.hosts.snippets import render_snippet
 from factory.index.publish import publish, yank
 from factory.index.server import running_server
-from factory.index.store import LocalStore, open_store
+from factory.store import LocalStore, open_store
 
 moto_endpoint = index_fixtures.moto_endpoint
 pytestmark = pytest.mark.integration
@@ -245,7 +246,7 @@ def _host(sm: int, cuda: str) -> HostInfo:
         gpus=(Gpu(name=f"GPU sm_{sm}", sm=sm),),
         gpu_source="recorded",
         gpu_note=None,
-        glibc=glibc_version(),
+        glibc=host_glibc(),
         machine="x86_64",
     )
 

@@ -35,8 +35,8 @@ from factory.cli import main
 from factory.errors import StoreError
 from factory.index import rebuild_index, verify_index
 from factory.index.publish import publish
-from factory.index.store import LocalStore, Store
-from factory.index.store.s3 import S3Store
+from factory.store import LocalStore, Store
+from factory.store.s3 import S3Store
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -116,7 +116,7 @@ def test_default_build_installs_and_loads_on_glibc_2_31(
 
 def docker_engine_run(image: str, script: str, wheelhouse: Path) -> str:
     """Run ``script`` in ``image`` on the host's network (the index listens on loopback)."""
-    from factory.runners.engine import docker_client
+    from factory.engine import docker_client
 
     client = docker_client(timeout=1800)
     container = client.containers.run(

@@ -17,8 +17,8 @@ from index_wheels import make_wheel, variant_wheel
 
 from factory.index.publish import publish, unyank, yank
 from factory.index.server import RunningServer, parse_range, running_server
-from factory.index.store import LocalStore, open_store
-from factory.index.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL
+from factory.store import LocalStore, open_store
+from factory.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL
 
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env

@@ -11,7 +11,7 @@ from unit.test_index import _publish_demo
 
 from factory.index import rebuild_index, verify_index
 from factory.index.publish import publish, yank
-from factory.index.store import Store
+from factory.store import Store
 
 # The shared fixtures (a module of their own: conftest.py belongs to everyone).
 moto_endpoint = index_fixtures.moto_endpoint

@@ -19,7 +19,7 @@ from index_wheels import make_wheel, variant_wheel
 
 from factory.index.publish import publish, yank
 from factory.index.server import RunningServer, running_server
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 pytestmark = pytest.mark.integration
 

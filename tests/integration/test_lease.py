@@ -15,7 +15,7 @@ from pathlib import Path
 import index_fixtures
 
 from factory.build.lease import CellLease, hold_cell
-from factory.index.store import open_store
+from factory.store import open_store
 from factory.matrix.cell import Cell
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory, ModelKey
 from factory.planning.shared_history import merge_into, push
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILDER = r"""
 import sys, time
 from factory.build.lease import hold_cell
-from factory.index.store import open_store
+from factory.store import open_store
 spec, name, work, ttl, hold = sys.argv[1:6]
 store = open_store(spec)
 marker = "files/demo/published.txt"

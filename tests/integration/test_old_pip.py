@@ -16,7 +16,7 @@ from index_wheels import variant_wheel
 
 from factory.index.publish import publish
 from factory.index.server import running_server
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.download]
 

@@ -16,7 +16,7 @@ from index_wheels import make_wheel, variant_wheel
 from factory.errors import ConflictError, StoreError
 from factory.index import rebuild_index, verify_index
 from factory.index.publish import inspect_wheel, publish, yank
-from factory.index.store import Store, open_store
+from factory.store import Store, open_store
 
 # The shared fixtures (a module of their own: conftest.py belongs to everyone).
 moto_endpoint = index_fixtures.moto_endpoint

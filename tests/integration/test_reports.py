@@ -102,7 +102,7 @@ def test_an_index_rebuild_keeps_the_coverage_page(tmp_path: Path) -> None:
     from index_wheels import make_wheel
 
     from factory.index.publish import publish
-    from factory.index.store import LocalStore
+    from factory.store import LocalStore
 
     store = LocalStore(tmp_path / "store")
     publish(store, [make_wheel(tmp_path, "other-pkg", "3.0")])

@@ -26,7 +26,7 @@ from factory.index import verify_index
 from factory.index.pages import JSON_TYPE
 from factory.index.publish import publish
 from factory.index.server import RunningServer, negotiate, running_server
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 PASSWORD = "s3cret-Pa55"  # noqa: S105 (a test credential)
 

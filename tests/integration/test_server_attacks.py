@@ -26,7 +26,7 @@ from index_wheels import make_wheel, variant_wheel
 from factory.index import rebuild_index, verify_index
 from factory.index.publish import publish
 from factory.index.server import RunningServer, running_server
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 PASSWORD = "s3cret-Pa55"  # noqa: S105 (a test credential)
 TLS_CLIENT_HELLO = bytes.fromhex(

@@ -11,8 +11,8 @@ import pytest
 from index_wheels import make_wheel
 
 from factory.errors import StoreError
-from factory.index.store import LocalStore, Store, open_store
-from factory.index.store.s3 import S3Store
+from factory.store import LocalStore, Store, open_store
+from factory.store.s3 import S3Store
 
 # The shared fixtures (a module of their own: conftest.py belongs to everyone).
 moto_endpoint = index_fixtures.moto_endpoint

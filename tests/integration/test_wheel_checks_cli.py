@@ -14,7 +14,7 @@ from unit.test_wheel_checks import MIB, REFUSED, _bomb
 
 from factory.errors import WheelError
 from factory.index.publish import publish
-from factory.index.store import open_store
+from factory.store import open_store
 
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env

@@ -17,7 +17,7 @@ from index_wheels import make_wheel, variant_wheel
 
 from factory.index.publish import publish
 from factory.index.server import RunningServer, running_server
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 from factory.index.wheel_variants import label_wheel, properties, variants_doc, write_wheel_variants
 
 pytestmark = pytest.mark.integration

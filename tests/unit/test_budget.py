@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from factory.planning.budget import detect_budget
-from factory.runners.cgroup import cpu_limit, memory_limit, own_dirs
+from factory.planning.cgroup import cpu_limit, memory_limit, own_dirs
 from factory.units import GIB
 
 HOST_MEMINFO = "MemTotal: 263000000 kB\nMemFree: 1000 kB\nMemAvailable: 262000000 kB\n"

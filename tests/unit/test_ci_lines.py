@@ -78,7 +78,7 @@ def test_factory_build_appends_its_summary_on_actions(tmp_path: Path,
     def fake_build(cells: Any, **_: Any) -> list[Outcome]:
         return [Outcome(cells[0].cell.id, "built", None, (), 12.0)]
 
-    monkeypatch.setattr("factory.build.pipeline.build_cells", fake_build)
+    monkeypatch.setattr("factory.commands.build.build_cells", fake_build)
     code = main(["build", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
                  "--matrix", str(REPO / "matrix.toml")])
     assert code == 0

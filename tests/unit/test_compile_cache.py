@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from factory.build import compile_cache
+from factory.matrix.settings import sccache_size
 from factory.build.compile_cache import (
     CacheSettings,
     RemoteCache,
     cache_settings,
     inside_config,
     parse_stats,
-    sccache_size,
 )
 from factory.errors import ConfigError
 from factory.matrix.load import load_matrix

@@ -242,7 +242,7 @@ def test_the_url_names_the_hosts_platform(tmp_path: Path) -> None:
 
     from factory.hosts.doctor import Gpu, HostInfo, diagnose
     from factory.index.publish import publish
-    from factory.index.store import LocalStore
+    from factory.store import LocalStore
 
     store = LocalStore(tmp_path / "store")
     tags = [f"cp311-cp311-manylinux_2_28_{m}" for m in ("x86_64", "aarch64")]

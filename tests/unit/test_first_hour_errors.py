@@ -156,7 +156,7 @@ def test_an_s3_endpoint_that_is_down_is_named_with_a_tip(
 
 
 def test_s3_clients_connect_with_a_short_timeout() -> None:
-    from factory.index.store.s3 import CONNECT_TIMEOUT_S, s3_client
+    from factory.store.s3 import CONNECT_TIMEOUT_S, s3_client
 
     assert (
         s3_client(endpoint="http://127.0.0.1:9").meta.config.connect_timeout
@@ -186,7 +186,7 @@ CU128 = MATRIX.replace('torch = ["2.14.1"]', 'torch = ["2.10.0"]').replace(
 
 @pytest.fixture
 def no_cuda_image(monkeypatch: pytest.MonkeyPatch) -> None:
-    from factory.toolchain.readiness import ReadinessChecker
+    from factory.build.readiness import ReadinessChecker
 
     monkeypatch.setattr(ReadinessChecker, "_image_here", lambda self, image: False)
 
@@ -305,7 +305,7 @@ def test_a_cell_whose_builder_image_lacks_its_python_is_shown_missing(
 @pytest.fixture
 def image_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, ...]]:
     """``factory image cuda`` in tmp_path with its docker and download steps recorded."""
-    from factory.toolchain import python_image, redist
+    from factory.commands import image
 
     steps: list[tuple[str, ...]] = []
 
@@ -314,9 +314,9 @@ def image_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[s
         return dest / f"cuda-{cuda}"
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(python_image, "ensure_builder_image", lambda b: steps.append(("base", b)))
-    monkeypatch.setattr(redist, "fetch_toolkit", fetch)
-    monkeypatch.setattr(redist, "make_cuda_image", lambda home, cuda, *, base, name: steps.append(
+    monkeypatch.setattr(image, "ensure_builder_image", lambda b: steps.append(("base", b)))
+    monkeypatch.setattr(image, "fetch_toolkit", fetch)
+    monkeypatch.setattr(image, "make_cuda_image", lambda home, cuda, *, base, name: steps.append(
         ("image", base, name)))
     return steps
 

@@ -15,12 +15,12 @@ from wheel_fixtures import make_wheel
 
 from factory.errors import ConfigError, ToolchainError, WheelError
 from factory.matrix.load import load_matrix
+from factory.matrix.manylinux import floor_policy
 from factory.toolchain import sysroot
 from factory.toolchain.sysroot import plan_floor
 from factory.wheels.floor import (
     VersionNeed,
     floor_of,
-    floor_policy,
     lower_floor_tip,
     promised_glibc,
     wheel_floor,

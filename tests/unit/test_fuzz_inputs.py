@@ -28,7 +28,7 @@ from index_wheels import make_wheel, variant_wheel
 from factory.matrix.cell import parse_arch, parse_cuda, parse_python, parse_version
 from factory.cli import COMMANDS, main
 from factory.index.publish import publish
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 INTERNAL_ERROR = 70  # cli.main's code for an exception that is not a FactoryError: a bug
 SCALE = int(os.environ.get("FACTORY_FUZZ_SCALE", "1"))

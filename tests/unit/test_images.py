@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from factory.matrix.manylinux import plat_for_image
 from factory.toolchain import images
 from factory.errors import EngineError
 
@@ -15,9 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_platform_follows_the_base_glibc() -> None:
-    assert images.plat_for_image("factory-base:bookworm") == "manylinux_2_36_x86_64"
+    assert plat_for_image("factory-base:bookworm") == "manylinux_2_36_x86_64"
     assert (
-        images.plat_for_image("quay.io/pypa/manylinux_2_28_x86_64:2025.01")
+        plat_for_image("quay.io/pypa/manylinux_2_28_x86_64:2025.01")
         == "manylinux_2_28_x86_64"
     )
 

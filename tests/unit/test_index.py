@@ -9,10 +9,10 @@ import pytest
 from index_wheels import make_wheel, variant_wheel
 
 from factory.index import rebuild_index, verify_index
-from factory.index.links import parse_anchors
+from factory.links import parse_anchors
 from factory.index.pages import project_html, project_json
 from factory.index.publish import publish
-from factory.index.store import LocalStore, Store, WheelEntry
+from factory.store import LocalStore, Store, WheelEntry
 
 
 def _entry(**overrides: object) -> WheelEntry:

@@ -10,7 +10,7 @@ import pytest
 from ops_builds import factory_cli, fake_build, manifest_for, planned, publish_build, write_matrix
 
 from factory.errors import WheelError
-from factory.index.store import open_store
+from factory.store import open_store
 from factory.wheels.provenance import (
     Manifest,
     manifest_name,

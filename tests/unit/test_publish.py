@@ -12,7 +12,7 @@ from index_wheels import make_wheel, variant_wheel
 
 from factory.errors import WheelError
 from factory.index.publish import inspect_wheel, publish
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:

@@ -123,7 +123,6 @@ def test_cache_clear_minds_only_builds_that_use_this_cache(
     from types import SimpleNamespace
 
     from factory.commands import cache
-    from factory.runners import engine
 
     ours, other = tmp_path / "cache", tmp_path / "other-cache"
     containers = [
@@ -132,7 +131,7 @@ def test_cache_clear_minds_only_builds_that_use_this_cache(
         SimpleNamespace(name="mine", attrs={"Mounts": [{"Source": str(ours)}]}),
     ]
     client = SimpleNamespace(containers=SimpleNamespace(list=lambda filters: containers))
-    monkeypatch.setattr(engine, "docker_client", lambda timeout: client)
+    monkeypatch.setattr(cache, "docker_client", lambda timeout: client)
     assert cache._running_builds(ours) == ["mine"]
     assert cache._running_builds(tmp_path / "unused") == []
 

@@ -69,12 +69,12 @@ def test_rerun_of_a_published_cell_never_calls_the_build(
     setup: tuple[Path, Path, list[PlannedCell]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     matrix, store, cells = setup
-    import factory.build.pipeline
+    import factory.hosts.request
 
     def must_not_build(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("build_cells was called for a published cell")
 
-    monkeypatch.setattr(factory.build.pipeline, "build_cells", must_not_build)
+    monkeypatch.setattr(factory.hosts.request, "build_cells", must_not_build)
     for pc in (cells[0], cells[10]):
         code = cli.main(["request", *_args(pc), "--matrix", str(matrix), "--store", str(store)])
         out = capsys.readouterr()
@@ -87,7 +87,7 @@ def test_missing_cell_is_built_with_publish_then_answered(
     capsys: pytest.CaptureFixture[str], tmp_path: Path,
 ) -> None:
     matrix, store, cells = setup
-    import factory.build.pipeline
+    import factory.hosts.request
 
     calls: list[tuple[list[str], Any]] = []
 
@@ -97,7 +97,7 @@ def test_missing_cell_is_built_with_publish_then_answered(
             publish_build(opts.store, tmp_path / "built", p)
         return []
 
-    monkeypatch.setattr(factory.build.pipeline, "build_cells", fake_build_cells)
+    monkeypatch.setattr(factory.hosts.request, "build_cells", fake_build_cells)
     pc = cells[1]
     args = ["request", *_args(pc), "--matrix", str(matrix), "--store", str(store), "--index-url", "http://i"]
     assert cli.main(args) == 0
@@ -114,9 +114,9 @@ def test_missing_cell_is_built_with_publish_then_answered(
 def test_cuda12_cell_fails_in_one_line_without_building(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import factory.build.pipeline
+    import factory.hosts.request
 
-    monkeypatch.setattr(factory.build.pipeline, "build_cells", lambda *a, **k: pytest.fail("build called"))
+    monkeypatch.setattr(factory.hosts.request, "build_cells", lambda *a, **k: pytest.fail("build called"))
     args = ["request", SPEC, "--torch", "2.10.0", "--cuda", "12.8", "--arch", "10.0", "--python", "3.12",
             "--matrix", str(REPO / "matrix.toml"), "--store", str(tmp_path / "store")]
     r = factory_cli(*args)
@@ -145,7 +145,7 @@ def test_bad_requests_are_usage_errors(tmp_path: Path) -> None:
 def test_yanked_only_build_is_reported(setup: tuple[Path, Path, list[PlannedCell]]) -> None:
     matrix, store, cells = setup
     from factory.index.publish import yank
-    from factory.index.store import open_store
+    from factory.store import open_store
 
     yank(open_store(str(store)), cells[5].wheel, "bad kernels")
     r = factory_cli("request", *_args(cells[5]), "--matrix", str(matrix), "--store", str(store))

@@ -12,7 +12,7 @@ import pytest
 from factory.errors import UsageError
 from factory.wheels.provenance import published_builds
 from factory.index.retention import ALREADY_YANKED, DELETE, KEEP, YANK, plan_retention
-from factory.index.store import open_store
+from factory.store import open_store
 
 from ops_builds import factory_cli, planned, publish_build, write_matrix
 

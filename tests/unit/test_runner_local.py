@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from factory.errors import EngineError
-from factory.runners import BuildJob, cgroup, get_runner, local
+from factory.planning import cgroup
+from factory.runners import BuildJob, get_runner, local
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,10 +19,10 @@ def _job(tmp: Path, *, cuda_home: Path | None, image: str = "factory-base:bookwo
 def test_docker_prepare_makes_the_builder_image_but_not_a_toolkit_image(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import factory.toolchain.python_image as python_image
+    import factory.runners.docker as docker_runner
 
     made: list[str] = []
-    monkeypatch.setattr(python_image, "ensure_builder_image", made.append)
+    monkeypatch.setattr(docker_runner, "ensure_builder_image", made.append)
     runner = get_runner("docker", client=object())
     runner.prepare(_job(tmp_path, cuda_home=tmp_path / "cuda"))
     assert made == ["factory-base:bookworm"]

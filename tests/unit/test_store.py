@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from factory.errors import StoreError
-from factory.index.store import LocalStore
-from factory.index.store.base import check_key
+from factory.store import LocalStore
+from factory.store.base import check_key
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from index_wheels import make_wheel
 
 from factory.errors import WheelError
 from factory.index.publish import publish
-from factory.index.store import LocalStore
+from factory.store import LocalStore
 from factory.wheels.checks import WheelLimits, check_filename, check_wheel
 
 moto_endpoint = index_fixtures.moto_endpoint

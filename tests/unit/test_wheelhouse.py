@@ -12,6 +12,7 @@ import pytest
 from http_fixtures import pages, serving
 
 from factory.errors import BuildError, ConfigError
+from factory.toolchain import sdist
 from factory.toolchain import wheelhouse as wh
 
 
@@ -101,10 +102,10 @@ def test_fetch_sdist_checks_the_hash_and_reuses_the_file(
     simple_index: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", simple_index["url"])
-    path = wh.fetch_sdist("flash-attn", "2.8.3", SDIST_SHA, tmp_path)
+    path = sdist.fetch_sdist("flash-attn", "2.8.3", SDIST_SHA, tmp_path)
     assert path.name == "flash_attn-2.8.3.tar.gz" and path.read_bytes() == SDIST
     hits = len(simple_index["hits"])
-    assert wh.fetch_sdist("flash_attn", "2.8.3", SDIST_SHA, tmp_path) == path
+    assert sdist.fetch_sdist("flash_attn", "2.8.3", SDIST_SHA, tmp_path) == path
     assert len(simple_index["hits"]) == hits  # already there with the right hash: no request
 
 
@@ -112,7 +113,7 @@ def test_fetch_sdist_refuses_a_pin_the_index_contradicts(
     simple_index: dict[str, Any], tmp_path: Path
 ) -> None:
     with pytest.raises(ConfigError, match="sha256"):
-        wh.fetch_sdist("flash-attn", "2.8.3", "0" * 64, tmp_path, index_url=simple_index["url"])
+        sdist.fetch_sdist("flash-attn", "2.8.3", "0" * 64, tmp_path, index_url=simple_index["url"])
     assert not list(tmp_path.glob("*.tar.gz"))
 
 
@@ -121,17 +122,17 @@ def test_fetch_sdist_refuses_bytes_that_do_not_match(
 ) -> None:
     simple_index["fragment"] = "f" * 64  # the index lies about the file
     with pytest.raises(BuildError, match="mismatch"):
-        wh.fetch_sdist("flash-attn", "2.8.3", None, tmp_path, index_url=simple_index["url"])
+        sdist.fetch_sdist("flash-attn", "2.8.3", None, tmp_path, index_url=simple_index["url"])
 
 
 def test_fetch_sdist_needs_some_hash(simple_index: dict[str, Any], tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no sha256"):
-        wh.fetch_sdist("flash-attn", "2.8.2", None, tmp_path, index_url=simple_index["url"])
+        sdist.fetch_sdist("flash-attn", "2.8.2", None, tmp_path, index_url=simple_index["url"])
 
 
 def test_fetch_sdist_reports_a_missing_version_in_one_line(
     simple_index: dict[str, Any], tmp_path: Path
 ) -> None:
     with pytest.raises(BuildError) as info:
-        wh.fetch_sdist("flash-attn", "9.9", None, tmp_path, index_url=simple_index["url"])
+        sdist.fetch_sdist("flash-attn", "9.9", None, tmp_path, index_url=simple_index["url"])
     assert "\n" not in info.value.message

@@ -153,6 +153,16 @@ class Store(Protocol):
     def remove_stale_temps(self, older_than: float) -> builtins.list[str]: ...
 
 
+class UrlStore(Protocol):
+    """What the store registry holds for a scheme: the class of a URL store."""
+
+    url_form: str  # what its spec looks like ('s3://bucket/prefix'), for messages
+
+    def from_url(self, url: str) -> Store:
+        """The store a spec of this scheme names; nothing is contacted yet."""
+        ...
+
+
 class StoreBase:
     """Wheel-level reads shared by the backends; they only need the primitives."""
 

@@ -5,14 +5,15 @@ download (a cell whose toolchain cannot be made here is skipped or fails fast)."
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
+from factory.engine import docker_client, image_exists
 from factory.errors import EngineError, ToolchainError
 from factory.matrix.load import PlannedCell
 from factory.matrix.settings import Settings
-
-_CUDA_IMAGE = re.compile(r"factory-cuda:(?P<cuda>\d+\.\d+)-py(?P<python>\d+\.\d+)")
+from factory.runners import RUNNERS, runner_kind
+from factory.toolchain.images import make_command
+from factory.toolchain.python_image import base_for_python, lacks_python
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -34,43 +35,29 @@ class Readiness:
         return dataclasses.asdict(self)
 
 
-def make_command(image: str) -> str | None:
-    """The command that makes a builder image the factory knows how to make."""
-    m = _CUDA_IMAGE.fullmatch(image)
-    if m:
-        return (f"factory image cuda {m.group('cuda')} --python {m.group('python')} "
-                "(offline: --from MIRROR-DIR)")
-    if image.startswith("factory-base:"):
-        return f"factory image base --name {image}"
-    return None
-
-
 class ReadinessChecker:
     """One docker connection for many cells (none when no cell needs an image)."""
 
     def __init__(self, settings: Settings, *, runner: str | None = None) -> None:
         self.settings = settings
-        self.runner = runner or settings.runner
+        self.kind = runner_kind(runner or settings.runner)
         self._client: Any = None
         self._engine_error: str | None = None
 
     def _image_here(self, image: str) -> bool | None:
         if self._client is None and self._engine_error is None:
-            from factory.runners.engine import docker_client
-
             try:
                 self._client = docker_client(timeout=10)
             except EngineError as exc:
                 self._engine_error = exc.message
         if self._client is None:
             return None
-        from factory.runners.engine import image_exists
 
         return bool(image_exists(self._client, image))
 
     def check(self, pc: PlannedCell) -> Readiness:
         tc = pc.toolchain
-        if self.runner == "docker" and tc.nvcc_source != "image":
+        if self.kind.image_toolkit and tc.nvcc_source != "image":
             lacking = self._builder_lacks_python(pc.cell.python)
             if lacking is not None:
                 return lacking
@@ -86,13 +73,13 @@ class ReadinessChecker:
             )
         if tc.image is None:
             raise ToolchainError(f"toolchain of {pc.cell.id} names no image")
-        if self.runner != "docker":
+        if not self.kind.image_toolkit:
             return Readiness(
                 state="missing",
                 detail=f"CUDA {tc.cuda} comes in image {tc.image}, which the "
-                f"{self.runner} runner does not use",
+                f"{self.kind.name} runner does not use",
                 command=f'a system CUDA {tc.cuda} toolkit (toolkit = ["system"]) or '
-                "--runner docker",
+                + " or ".join(f"--runner {k.name}" for k in RUNNERS.values() if k.image_toolkit),
             )
         here = self._image_here(tc.image)
         if here is None:
@@ -104,8 +91,6 @@ class ReadinessChecker:
     def _builder_lacks_python(self, python: str) -> Readiness | None:
         """Builds run ``python<X.Y>`` in the matrix's builder image for the cell's Python: one
         that, by its name, has another Python cannot build the cell."""
-        from factory.toolchain.python_image import base_for_python, lacks_python
-
         base = self.settings.image_for(python)
         lacks = lacks_python(base, python)
         if lacks is None:
@@ -122,8 +107,6 @@ class ReadinessChecker:
         """The command that makes the cell's CUDA image: the toolkit goes onto the matrix's
         builder image for the cell's Python, so when that one lacks the Python, the command
         names a base that has it."""
-        from factory.toolchain.python_image import base_for_python, lacks_python
-
         detail = f"image {image} does not exist"
         base = self.settings.image_for(python)
         lacks = lacks_python(base, python)

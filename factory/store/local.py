@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from factory.errors import StoreError
-from factory.index.store.base import FILES, WHEEL_VARIANTS, StoreBase, StoreObject, Stray, check_key
+from factory.store.base import FILES, WHEEL_VARIANTS, StoreBase, StoreObject, Stray, check_key
 
 _LOCK_NAME = ".lock"
 TEMP_PREFIX = ".tmp-"  # the server's upload directories use it too

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import StoreError
-from factory.index.store.base import (
+from factory.store.base import (
     StoreBase,
     StoreObject,
     cache_control,
@@ -91,13 +91,32 @@ def s3_client(
     )
 
 
+SCHEME = "s3"
+
+
+def parse_url(url: str) -> tuple[str, str] | None:
+    """'s3://bucket/some/prefix' -> ('bucket', 'some/prefix'); None for anything else. The
+    bucket may come back empty (s3:///x): the caller says what it needed it for."""
+    head = f"{SCHEME}://"
+    if not url.startswith(head):
+        return None
+    bucket, _, prefix = url[len(head):].partition("/")
+    return bucket, prefix.strip("/")
+
+
+def s3_url(bucket: str, prefix: str = "") -> str:
+    return f"{SCHEME}://{bucket}/{prefix}" if prefix else f"{SCHEME}://{bucket}"
+
+
 class S3Store(StoreBase):
+    url_form = f"{SCHEME}://bucket/prefix"  # what a spec of this store looks like, for messages
+
     def __init__(self, bucket: str, prefix: str = "", *, client: Any = None) -> None:
         if not bucket:
-            raise StoreError("an S3 store needs a bucket: s3://bucket/prefix")
+            raise StoreError(f"an S3 store needs a bucket: {self.url_form}")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.url = s3_url(bucket, self.prefix)
         self._client = client
         self._probed = client is not None  # a client handed in is the caller's business
 
@@ -109,6 +128,14 @@ class S3Store(StoreBase):
             self._probed = True
             check_reachable(self._client, self.bucket)
         return self._client
+
+    @classmethod
+    def from_url(cls, url: str) -> S3Store:
+        """The store an ``s3://bucket/prefix`` spec names; nothing is contacted yet."""
+        parts = parse_url(url)
+        if parts is None or not parts[0]:
+            raise StoreError(f"store {url!r} names no bucket", tip=f"use {cls.url_form}")
+        return cls(*parts)
 
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
