@@ -31,6 +31,9 @@ ROOT = "factory"
 OPEN_LINE = {"end": ""}
 # extra={"bare": True}: a line written as it is, never prefixed (a workflow command)
 BARE = {"bare": True}
+# extra={"access": True}: a request log line that carries its own time (Combined Log Format):
+# no timestamp in front of it
+ACCESS = {"access": True, "bare": True}
 CI_INTERVAL = 30.0  # at most one progress line this often outside a terminal
 TTY_INTERVAL = 1.0  # a redrawn bar this often on a terminal
 DETAIL_INDENT = " " * 11  # a detail line sits under its step's text ("[  12.3s] ")
@@ -88,7 +91,7 @@ class LineHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             stream = self.stream
-            text = self.format(record)
+            text = record.getMessage() if getattr(record, "access", False) else self.format(record)
             cell = _CELL.get()
             if cell and not getattr(record, "bare", False) and not _interactive(stream):
                 text = _prefixed(text, cell)

@@ -13,6 +13,7 @@ from factory.build.pipeline import BuildOptions, build_cells
 from factory.build.readiness import ReadinessChecker
 from factory.commands._common import (
     add_matrix_arg,
+    add_runner_arg,
     add_store_arg,
     matrix_from_args,
     store_from_args,
@@ -21,7 +22,7 @@ from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
 from factory.planning.budget import requested_budget
 from factory.runners import RUNNERS, runner_kind
-from factory.units import format_duration
+from factory.units import format_duration, format_size
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--package", action="append", help="with --all: only these packages")
     add_matrix_arg(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan, container settings and environment")
-    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
+    add_runner_arg(parser)
     parser.add_argument("--memory", default=None, help="memory cap for the build, e.g. 16g (default: detected)")
     parser.add_argument("--cpus", type=int, default=None, help="CPUs for the build (default: detected)")
     parser.add_argument("--out", type=Path, default=Path("dist"), help="where final wheels go (default: dist/)")
@@ -45,7 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="local runner: a fresh venv from the wheelhouse (default), a venv that sees the "
         "interpreter's packages (a preinstalled torch), or the interpreter as it is",
     )
-    parser.add_argument("--interpreter", default=None, metavar="PYTHON",
+    parser.add_argument("--interpreter", default=None, metavar="EXE",
                         help="local runner: the Python to build with (default: python3.X on PATH)")
     parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
                         help="fix MAX_JOBS instead of planning it (to reproduce a hand-picked value)")
@@ -190,7 +191,8 @@ def _print_dry_run(d: dict[str, object]) -> None:
     print(f"cell         {d['cell']}")
     print(f"wheel        {d['wheel']}")
     print(f"plan         MAX_JOBS={plan['max_jobs']} NVCC_THREADS={plan['nvcc_threads']} "
-          f"(predicted peak {plan['predicted_peak_bytes']} of {plan['memory_budget_bytes']} bytes)")
+          f"(predicted peak {format_size(plan['predicted_peak_bytes'])} of "
+          f"{format_size(plan['memory_budget_bytes'])})")
     ready = d["toolchain_ready"]
     assert isinstance(ready, dict)
     print(f"toolchain    {ready['state']}: {ready['detail']}"
@@ -203,7 +205,7 @@ def _print_dry_run(d: dict[str, object]) -> None:
         if key in ("runner", "inside_job"):
             continue
         if not isinstance(value, dict):
-            print(f"  {key} = {value}")
+            print(f"  {key} = {_value(key, value)}")
             continue
         print(key)
         for k, v in value.items():
@@ -212,9 +214,17 @@ def _print_dry_run(d: dict[str, object]) -> None:
                 for host, bind in v.items():
                     print(f"    {bind.get('bind')} <- {host} ({bind.get('mode')})")
             else:
-                print(f"  {k} = {v}")
+                print(f"  {k} = {_value(k, v)}")
     print("environment")
     env = d["env"]
     assert isinstance(env, dict)
     for k, v in sorted(env.items()):
         print(f"  {k}={v}")
+
+
+def _value(key: str, value: object) -> str:
+    """A setting as the runner takes it; a memory size also in binary units."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1 << 20 and (
+            "mem" in key or key.endswith("_bytes")):
+        return f"{value} ({format_size(value)})"
+    return str(value)

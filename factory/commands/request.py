@@ -1,53 +1,99 @@
-"""factory request SPEC --torch V --cuda V --arch A --python V [--store] [--matrix] [--index-url URL]
+"""factory request SPEC --torch V --cuda V --arch A --python V [--store] [--matrix]
+[--index-url URL] [--check | --yes]
 
 Prints progress on stderr and the install line alone on stdout, so a script can run
-``$(factory request ...)``.
+``$(factory request ...)``. A cell that is not published yet is built only after a yes: asked
+on a terminal, ``--yes`` elsewhere; ``--check`` only says whether it is published (exit 0 with
+its install line, 1 without).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from factory.ci import runner_label
 from factory.commands._common import (
     add_matrix_arg,
+    add_runner_arg,
     add_store_arg,
     matrix_from_args,
     print_json,
     store_from_args,
 )
-from factory.hosts.request import request, request_cell
+from factory.errors import PlanError, UsageError
+from factory.hosts.request import NOT_PUBLISHED_EXIT, look_up, request, request_cell
+from factory.matrix.load import PlannedCell
+from factory.matrix.settings import Settings
 from factory.planning.budget import requested_budget
-from factory.runners import RUNNERS
+from factory.planning.planner import plan_build
+from factory.units import format_duration
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", metavar="SPEC", help="the package and its version: flash-attn==2.8.3.post2")
+    parser.add_argument("spec", metavar="SPEC",
+                        help="the package and its version: flash-attn==2.8.3.post2")
     parser.add_argument("--torch", required=True, help="torch version, e.g. 2.10.0")
     parser.add_argument("--cuda", required=True, help="CUDA version of that torch build, e.g. 12.8")
     parser.add_argument("--arch", action="append", required=True,
-                        help="GPU compute capability, e.g. 10.0 (repeat or comma-separate for several)")
+                        help="GPU compute capability, e.g. 10.0 (repeat or comma-separate for "
+                        "several)")
     parser.add_argument("--python", required=True, help="Python version, e.g. 3.12")
     add_store_arg(parser)
     add_matrix_arg(parser)
     parser.add_argument("--index-url", default=None,
                         help="the index root hosts install from (default: $FACTORY_INDEX_URL, "
                              "or the local store as a file:// URL)")
-    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
+    add_runner_arg(parser)
     parser.add_argument("--memory", default=None, help="memory cap for a build, e.g. 16g")
-    parser.add_argument("--out", type=Path, default=None, help="where a built wheel goes (default: dist/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where a built wheel goes (default: dist/)")
     parser.add_argument("--print-cell", action="store_true",
-                        help="only print the cell id (and its runner label) and exit: no store, no build")
+                        help="only print the cell id (and its runner label) and exit: no store, "
+                        "no build")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--check", action="store_true",
+                      help="only say whether the wheel is published (exit 1 when not): never "
+                      "builds")
+    what.add_argument("-y", "--yes", action="store_true",
+                      help="build a cell that is not published without asking (a script, CI)")
+
+
+def _confirm(args: argparse.Namespace, store: str,
+             settings: Settings) -> Callable[[PlannedCell], bool] | None:
+    """Ask before a build: on a terminal, yes or no; elsewhere refuse without --yes."""
+    if args.yes:
+        return None
+
+    def ask(pc: PlannedCell) -> bool:
+        try:
+            plan = plan_build(pc, budget=requested_budget(settings, memory=args.memory))
+            took = (f" (the plan: about {format_duration(plan.predicted_seconds)} of compiling "
+                    f"with {plan.max_jobs} job(s))" if plan.predicted_seconds else "")
+        except PlanError as exc:
+            raise PlanError(f"{pc.cell.id} is not published in {store}, and it cannot be "
+                            f"built here: {exc.message}", tip=exc.tip) from None
+        if not sys.stdin.isatty():
+            raise UsageError(f"{pc.cell.id} is not published in {store}: building it takes a "
+                             f"while{took}",
+                             tip="pass --yes to build it without asking, or --check to only look")
+        print(f"{pc.cell.id} is not published in {store}. Build and publish it now{took}? "
+              "[y/N] ", end="", file=sys.stderr, flush=True)
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+    return ask
 
 
 def run(args: argparse.Namespace) -> int:
-    cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch, python=args.python)
+    cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch,
+                        python=args.python)
     matrix = matrix_from_args(args)
     if args.print_cell:
-        pc = matrix.find(cell.id)  # validates the cell against the recipe and the torch/CUDA table
+        # validates the cell against the recipe and the torch/CUDA table
+        pc = matrix.find(cell.id, outside=True)
         if args.json:
             print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,
                         "content_key": pc.content_key, "runner": runner_label(pc.cell.package)})
@@ -56,12 +102,23 @@ def run(args: argparse.Namespace) -> int:
         return 0
     store = store_from_args(args)
     print(f"request {cell.id} (store {store})", file=sys.stderr)
-    result = request(
-        cell, matrix=matrix, store_spec=store, index_url=args.index_url,
-        runner=args.runner or matrix.settings.runner,
-        budget=requested_budget(matrix.settings, memory=args.memory),
-        out_dir=args.out,
-    )
+    if args.check:
+        pc, result = look_up(cell, matrix=matrix, store_spec=store, index_url=args.index_url)
+        if result is None:
+            print(f"{pc.cell.id}: not published in {store}", file=sys.stderr)
+            if args.json:
+                print_json({"cell": pc.cell.id, "published": False, "wheel": pc.wheel})
+            return NOT_PUBLISHED_EXIT
+    else:
+        result = request(
+            cell, matrix=matrix, store_spec=store, index_url=args.index_url,
+            runner=args.runner or matrix.settings.runner,
+            budget=requested_budget(matrix.settings, memory=args.memory),
+            out_dir=args.out, confirm=_confirm(args, store, matrix.settings),
+        )
+        if result is None:
+            print(f"{cell.id}: not built (declined)", file=sys.stderr)
+            return NOT_PUBLISHED_EXIT
     status = "built and published" if result.built else "already published, nothing to build"
     print(f"{result.wheel}: {status}", file=sys.stderr)
     if args.json:

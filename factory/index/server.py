@@ -13,6 +13,8 @@ file; reads are open unless ``read_auth``. Credentials never reach a log line.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import dataclasses
 import email.utils
@@ -49,6 +51,7 @@ from factory.index.pages import BROWSED_PAGES, HTML_TYPE, JSON_TYPE
 from factory.index.publish import publish
 from factory.index.server_loop import Answer, Headers, ReadLoop, header_lines
 from factory.index.upload import UploadError, receive
+from factory.logger import ACCESS
 from factory.matrix.tags import VARIANT_RE
 from factory.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL, WHEEL_VARIANTS
 from factory.store.local import LocalStore
@@ -438,11 +441,13 @@ class IndexServer(ThreadingHTTPServer):
             raise
 
     def _answered(
-        self, client: str, method: str, target: str, head: bytes, body: bytes = b""
+        self, client: str, method: str, target: str, head: bytes, body: bytes = b"",
+        headers: Headers | None = None,
     ) -> Answer:
         status = int(head[9:12])
         self.stats.add(requests=1, bytes_sent=len(body))
-        _log_line(client, method, target, status)
+        _log_access(client=client, method=method, target=target, version="HTTP/1.1",
+                    status=status, size=len(body), headers=headers)
         return Answer(head=head, body=body)
 
     def answer(self, method: str, target: str, headers: Headers, client: str) -> Answer | None:
@@ -459,11 +464,13 @@ class IndexServer(ThreadingHTTPServer):
             status, body, extra = page_answer(page, where.vary, headers)
             if status == HTTPStatus.NOT_MODIFIED:
                 extra.pop("Content-Encoding", None)
-                return self._answered(client, method, target, _head(status, extra))
+                return self._answered(client, method, target, _head(status, extra),
+                                      headers=headers)
             head = _head(
                 status, {"Content-Type": where.ctype, "Content-Length": str(len(body)), **extra}
             )
-            return self._answered(client, method, target, head, b"" if method == "HEAD" else body)
+            return self._answered(client, method, target, head,
+                                  b"" if method == "HEAD" else body, headers=headers)
         if where.kind != "file":
             return None
         if where.key.endswith(_CACHED_FILES):  # small and read per candidate: from memory
@@ -505,7 +512,8 @@ class IndexServer(ThreadingHTTPServer):
         if not isinstance(content, bytes) and not sending:
             content.close()
         self.stats.add(requests=1, bytes_sent=size if sending else 0)
-        _log_line(client, method, target, status)
+        _log_access(client=client, method=method, target=target, version="HTTP/1.1",
+                    status=int(status), size=size if sending else 0, headers=headers)
         head = _head(status, fields)
         if not sending:
             return Answer(head=head)
@@ -657,9 +665,56 @@ def _date_now() -> str:
     return _date_cache[1]
 
 
-def _log_line(client: str, command: str, target: str, code: int) -> None:
-    """The handler's log_request line (no query: it may hold a token)."""
-    log.info('%s "%s %s" %s', client, command, urlsplit(target).path[:200], code)
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _quoted(value: str | None) -> str:
+    """A quoted field of the access log: '-' when absent; quotes, backslashes and what is not
+    printable escaped (as Apache does), so a client cannot forge a line."""
+    if not value:
+        return "-"
+    out = []
+    for ch in value[:400]:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch.isprintable() and ord(ch) < 0x7F:
+            out.append(ch)
+        else:
+            out.append("".join(f"\\x{b:02x}" for b in ch.encode("utf-8", "replace")))
+    return "".join(out)
+
+
+def access_line(*, client: str, method: str, target: str, version: str, status: int | str,
+                size: int | str, headers: Any, user: str | None = None,
+                now: float | None = None) -> str:
+    """One request in Combined Log Format (what log analysers and fail2ban read):
+    ``host - user [day/Mon/year:H:M:S +0000] "METHOD /path VERSION" status bytes "referer"
+    "user-agent"``. The path only: a query may hold a token."""
+    t = time.gmtime(time.time() if now is None else now)
+    when = (f"{t.tm_mday:02d}/{_MONTHS[t.tm_mon - 1]}/{t.tm_year}:{t.tm_hour:02d}:"
+            f"{t.tm_min:02d}:{t.tm_sec:02d} +0000")
+    try:
+        path = urlsplit(target).path[:200] if target else "-"
+    except ValueError:
+        path = "-"
+    request = f"{method[:20] or '-'} {_quoted(path)} {version or 'HTTP/1.0'}"
+    return (f"{client} - {_quoted(user) if user else '-'} [{when}] \"{request}\" {status} "
+            f"{size if size not in ('', None) else '-'} "
+            f"\"{_quoted(headers.get('Referer') if headers else None)}\" "
+            f"\"{_quoted(headers.get('User-Agent') if headers else None)}\"")
+
+
+def basic_user(header: str | None) -> str | None:
+    """The user name of a Basic Authorization header (already checked), for the access log."""
+    try:
+        decoded = base64.b64decode((header or "")[6:], validate=True)
+        return decoded.partition(b":")[0].decode() or None
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _log_access(**fields: Any) -> None:
+    log.info(access_line(**fields), extra=ACCESS)
 
 
 class _Prefixed(io.RawIOBase):
@@ -699,15 +754,21 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib signature)
         pass  # the stdlib line would include the raw request line; see log_request
 
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword.lower() == "content-length":
+            self._content_length: str | None = value  # the access log's bytes
+        super().send_header(keyword, value)
+
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         # Also called for requests that never got a path (a malformed line): one line each.
-        path = getattr(self, "path", None)
-        try:
-            shown = urlsplit(path).path[:200] if path else "-"  # no query: it may hold a token
-        except ValueError:
-            shown = "-"
         command = getattr(self, "command", None) or "-"
-        log.info('%s "%s %s" %s', self.client_address[0], command[:20], shown, code)
+        if size == "-":
+            size = "0" if command == "HEAD" else getattr(self, "_content_length", None) or "-"
+        _log_access(client=self.client_address[0], method=command,
+                    target=getattr(self, "path", None) or "",
+                    version=getattr(self, "request_version", "") or "HTTP/1.0",
+                    status=int(code) if str(code).isdigit() else code, size=size,
+                    headers=getattr(self, "headers", None), user=getattr(self, "_user", None))
 
     # -- the request line and the connection (malformed input gets a 4xx, never a traceback) --
     default_request_version = "HTTP/1.0"  # so that a refused HTTP/0.9 line gets a status line
@@ -814,6 +875,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _authorized(self) -> bool:
         creds = self.server.credentials
         if creds is not None and creds.check(self.headers.get("Authorization")):
+            self._user = basic_user(self.headers.get("Authorization"))
             return True
         self.server.stats.add(auth_failures=1)
         if self.headers.get("Authorization"):

@@ -156,13 +156,30 @@ class Matrix:
         return short.replace("@", f"-{cell.version}@", 1).replace(
             f"-torch{cell.torch_minor}-", f"-torch{cell.torch}-", 1)
 
-    def find(self, cell_id: str) -> PlannedCell:
-        want = Cell.from_id(cell_id)
+    def nearest(self, cell_id: str) -> str | None:
+        """The matrix's cell id that reads most like ``cell_id`` (a typo's fix)."""
+        ids = [pc.cell.id for pc in self.cells]
+        close = difflib.get_close_matches(cell_id.strip().lower(), ids, n=1, cutoff=0.0)
+        return close[0] if close else None
+
+    def find(self, cell_id: str, *, outside: bool = False) -> PlannedCell:
+        """The matrix's cell of this id; with ``outside`` (a one-off request, a rebuild of a
+        published one-off) also a cell the matrix does not list, if its package is known and
+        the version exists. Else one line naming the matrix's nearest cell."""
+        nearest = self.nearest(cell_id)
+        hint = f"; the nearest matrix cell is {nearest}" if nearest else ""
+        try:
+            want = Cell.from_id(cell_id)
+        except CellError as exc:
+            raise CellError(exc.message + hint, tip=exc.tip) from None
         for pc in self.cells:
             if pc.cell == want:
                 return pc
-        # A cell outside the matrix is fine (one-off requests) if its package is known and the
-        # version exists.
+        if not outside:
+            where = f" {self.path}" if self.path else ""
+            raise CellError(f"{want.id} is not a cell of the matrix{where}{hint}",
+                            tip="'factory matrix' lists its cells; 'factory request' builds a "
+                            "cell outside it")
         pkg = self.package(want.package)
         if want.version not in pkg.versions:
             pkg = self._other_version(pkg, want.version)

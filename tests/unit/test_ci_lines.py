@@ -133,3 +133,26 @@ def test_workflow_command_escapes() -> None:
     assert actions.error_annotation("50% done\nnext", title="a:b,c") == (
         "::error title=a%3Ab%2Cc::50%25 done%0Anext")
     assert actions.group_start("x\ny") == "::group::x%0Ay"
+
+
+def test_the_access_log_is_combined_log_format() -> None:
+    """host ident user [date] "request" status bytes "referer" "user-agent"; what a client
+    sends in a quoted field cannot end it."""
+    import re
+
+    from factory.index.server import access_line
+
+    headers = {"User-Agent": 'uv/0.13.9 "x"\nforged', "Referer": None}
+    line = access_line(client="10.0.0.7", method="GET", target="/simple/flash-attn/?token=s",
+                       version="HTTP/1.1", status=200, size=1234,
+                       headers=type("H", (dict,), {"get": dict.get})(headers),
+                       user="uploader", now=1796159325.0)
+    clf = re.compile(r'^(\S+) - (\S+) \[(\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d \+0000)\] '
+                     r'"(\S+) (\S+) (\S+)" (\d{3}) (\d+|-) "((?:[^"\\]|\\.)*)" '
+                     r'"((?:[^"\\]|\\.)*)"$')
+    m = clf.match(line)
+    assert m, line
+    assert m.groups()[:9] == ("10.0.0.7", "uploader", "01/Dec/2026:21:08:45 +0000", "GET",
+                              "/simple/flash-attn/", "HTTP/1.1", "200", "1234", "-")
+    assert m.group(10) == 'uv/0.13.9 \\"x\\"\\x0aforged' and "\n" not in line
+    assert "token" not in line

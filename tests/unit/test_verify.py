@@ -13,7 +13,7 @@ from wheel_fixtures import (
 )
 
 from factory.wheels import verify as verify_mod
-from factory.errors import EngineError, VerifyError
+from factory.errors import EngineError, VerifyError, WheelError
 from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
 from factory.wheels.reader import analyse_wheel
 
@@ -90,7 +90,8 @@ def test_cli_verify_runs_as_a_program(tmp_path: Path) -> None:
         text=True,
         cwd=tmp_path,
     )
-    assert result.returncode == VerifyError.exit_code
+    assert result.returncode == WheelError.exit_code  # a missing file, as for publish
+    assert result.stderr.endswith("nope-1.0-py3-none-any.whl: no such file\n")
     assert result.stderr.startswith("ERROR") and "Traceback" not in result.stderr
 
 
