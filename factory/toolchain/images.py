@@ -119,8 +119,7 @@ def ensure_base_image(
 
     size = format_size(tarball.stat().st_size)
     try:
-        with Ticker(Log(name=__name__),
-                    lambda: f"docker import: {size}, {format_duration(time.monotonic() - start)}"):
+        with image_progress(f"docker import of {size}"):
             client.api.import_image_from_file(
                 str(tarball),
                 repository=repo,
@@ -134,6 +133,26 @@ def ensure_base_image(
         raise EngineError(f"docker import reported success but image {name} is missing")
     _log.info(f"  imported in {time.monotonic() - start:.0f} s")
     return name
+
+
+def image_progress(what: str, container: Any = None) -> Ticker:
+    """The progress line of a long image step (a container that builds CPython, installs the
+    cross compilers, a docker build, an import): the time, and the container's last output
+    line when there is a container."""
+    start = time.monotonic()
+
+    def render() -> str:
+        line = f"{what}: {format_duration(time.monotonic() - start)}"
+        if container is not None:
+            try:
+                last = container.logs(tail=1).decode(errors="replace").strip()
+            except Exception:  # the engine's answer is only decoration here
+                last = ""
+            if last:
+                line += f", {last[:100]}"
+        return line
+
+    return Ticker(Log(name=__name__), render)
 
 
 def debootstrap(root: Path, *, suite: str, packages: tuple[str, ...], mirror: str,

@@ -184,3 +184,20 @@ def test_a_long_command_shows_what_it_fetches_and_how_far(tmp_path: Path,
     assert "Progress" not in log.read_text() and "Saved ./a.whl" in log.read_text()
     err = capsys.readouterr().err
     assert "pip download: " in err  # the last progress line, once it ended
+
+
+def test_an_image_step_shows_its_time_and_the_containers_last_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from factory.logger import configure
+    from factory.toolchain.images import image_progress
+
+    class Container:
+        def logs(self, tail: int) -> bytes:
+            assert tail == 1
+            return b"gcc -c Objects/longobject.c\n"
+
+    configure()
+    with image_progress("building CPython 3.13", Container()):
+        pass
+    err = capsys.readouterr().err
+    assert "building CPython 3.13: 0s, gcc -c Objects/longobject.c" in err
