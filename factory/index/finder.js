@@ -35,11 +35,25 @@ function parse(query) {
   return {named, words: rest.split(/\s+/).filter(w => w)};
 }
 
+// what a row's install line needs, from its own cells and links (not repeated as attributes:
+// the page lists every wheel of the index)
+function facts(row) {
+  if (!row.facts) {
+    row.facts = {
+      project: row.querySelector("td[data-key=package]").textContent,
+      version: row.querySelector("td[data-key=version]").textContent,
+      path: row.querySelector("a.variant-link").getAttribute("href").replace(/^\.\.\//, ""),
+    };
+  }
+  return row.facts;
+}
+
 function installText(row) {
+  const f = facts(row);
   return templates[installer].split(tokens.root).join(root)
-    .split(tokens.path).join(row.dataset.path)
-    .split(tokens.project).join(row.dataset.project)
-    .split(tokens.version).join(row.dataset.version);
+    .split(tokens.path).join(f.path)
+    .split(tokens.project).join(f.project)
+    .split(tokens.version).join(f.version);
 }
 
 function render() {
@@ -84,7 +98,16 @@ function sortBy(spec) {
     const td = row.querySelector("td[data-key=" + key + "]");
     return td.dataset.sort === undefined ? td.textContent : td.dataset.sort;
   };
-  const sorted = rows.slice().sort((a, b) => value(a) < value(b) ? -1 : value(a) > value(b) ? 1 : 0);
+  // numbers in the text compare as numbers ("2.9" before "2.14"); the rest as text
+  const parts = text => text.split(/(\d+)/).map((p, i) => i % 2 ? Number(p) : p);
+  const compare = (a, b) => {
+    const x = parts(value(a)), y = parts(value(b));
+    for (let i = 0; i < Math.min(x.length, y.length); i++) {
+      if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
+    }
+    return x.length - y.length;
+  };
+  const sorted = rows.slice().sort(compare);
   if (dir === "desc") sorted.reverse();
   for (const row of sorted) table.appendChild(row);
 }

@@ -63,7 +63,8 @@ def test_the_page_is_valid_html_with_a_row_per_live_wheel(store: LocalStore) -> 
     assert cells[:8] == ["fa-demo", "1.0+cu130torch2.14sm100", "2.14", "13.0", "sm_100", "cp311",
                          "aarch64", "2.28"]
     assert cells[8].endswith(("KiB", "MiB", " B"))  # binary units, as everywhere
-    assert sm100_arm.get("data-path") == "cu130-torch2.14-sm100/simple/"  # one URL, both CPUs
+    variant = sm100_arm.find(".//a[@class='variant-link']")
+    assert variant.get("href") == "../cu130-torch2.14-sm100/simple/"  # one URL for both CPUs
     assert sm100_arm.get("data-archs") == "100"
 
 
@@ -190,6 +191,7 @@ def test_columns_sort_as_their_values(browser: Any, served: RunningServer) -> No
 
     def column(key: str) -> list[str]:
         return [r.find_element(By.CSS_SELECTOR, f"td[data-key={key}]").get_attribute("data-sort")
+                or r.find_element(By.CSS_SELECTOR, f"td[data-key={key}]").text
                 for r in browser.find_elements(By.CSS_SELECTOR, "#wheels tbody.wheel")]
 
     button = browser.find_element(By.CSS_SELECTOR, "th[data-key=torch] button")
@@ -296,3 +298,30 @@ def test_the_page_works_from_a_static_copy(browser: Any, store: LocalStore,
         f"pip install --extra-index-url {copy.as_uri()}/cu128-torch2.11-sm100/simple/")
     browser.find_element(By.ID, "filter").send_keys("other")
     assert _visible(browser) == [OTHER]
+
+
+def test_versions_sort_as_versions_not_as_text(browser: Any, tmp_path: Path) -> None:
+    """torch 2.9 before 2.14, 2.8.3.post2 after 2.8.3 and before 2.10 (text would not)."""
+    from selenium.webdriver.common.by import By
+
+    from factory.index.finder import FinderRow, finder_html
+
+    names = ["fa-2.10.0+cu130torch2.14-cp311-cp311-linux_x86_64.whl",
+             "fa-2.8.3.post2+cu130torch2.9-cp311-cp311-linux_x86_64.whl",
+             "fa-2.8.3+cu128torch2.9-cp311-cp311-linux_x86_64.whl"]
+    page = tmp_path / "finder" / "index.html"
+    page.parent.mkdir()
+    page.write_bytes(finder_html([FinderRow(project="fa", filename=n, size=1000 * (i + 1),
+                                            uploaded=f"2026-12-0{i + 1}T00:00:00Z",
+                                            yanked=False) for i, n in enumerate(names)]))
+    _open(browser, page.as_uri())
+
+    def texts(key: str) -> list[str]:
+        return [r.find_element(By.CSS_SELECTOR, f"td[data-key={key}]").text
+                for r in browser.find_elements(By.CSS_SELECTOR, "#wheels tbody.wheel")]
+
+    browser.find_element(By.CSS_SELECTOR, "th[data-key=torch] button").click()
+    assert texts("torch") == ["2.9", "2.9", "2.14"]
+    browser.find_element(By.CSS_SELECTOR, "th[data-key=version] button").click()
+    assert texts("version") == ["2.8.3+cu128torch2.9", "2.8.3.post2+cu130torch2.9",
+                                "2.10.0+cu130torch2.14"]

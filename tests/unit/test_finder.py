@@ -11,7 +11,7 @@ from factory.index.finder import (
     PROJECT_TOKEN,
     ROOT_TOKEN,
     VERSION_TOKEN,
-    _version_key,
+    _key_of,
     install_templates,
 )
 from factory.matrix.gpus import gpu_sms, products_for, runs_on, sm_of
@@ -33,11 +33,10 @@ def test_a_build_runs_on_its_major_at_the_same_or_a_higher_minor() -> None:
 
 
 def test_version_keys_sort_as_versions() -> None:
-    versions = ["2.8.3.post2+cu130torch2.14sm100", "2.10.0", "2.8.3", "2.9.0rc1", "2.9.0", "",
-                "1.0a1"]
-    by_key = sorted(versions, key=_version_key)
-    real = sorted((v for v in versions if v), key=Version)
-    assert by_key == ["", *real]
+    versions = ["2.8.3.post2+cu130torch2.14sm100", "2.10.0", "2.8.3", "2.9.0rc1", "2.9.0",
+                "1.0a1", "2.9.0b2"]
+    by_key = sorted(versions, key=lambda v: _key_of(Version(v)))
+    assert by_key == sorted(versions, key=Version)
 
 
 def test_the_templates_are_the_doctors_lines_with_placeholders() -> None:
