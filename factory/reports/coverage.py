@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from factory.errors import FactoryError
 from factory.matrix.cell import Cell, parse_cuda, parse_python
-from factory.matrix.load import Matrix, plan_cell
+from factory.matrix.load import Matrix, PackageSpec, PlannedCell, plan_cell
 from factory.reports.page import COLORS, esc, legend, page
 
 LABELS = {"built": "built", "missing": "missing", "cannot": "cannot build",
@@ -48,7 +48,7 @@ def _sorted_versions(values: set[str]) -> list[str]:
 
 
 def coverage(matrix: Matrix, *, published: set[str],
-             readiness: Callable[[object], tuple[bool, str]]) -> list[Grid]:
+             readiness: Callable[[PlannedCell], tuple[bool, str]]) -> list[Grid]:
     """One grid per package version. ``published``: the store's content keys; ``readiness``:
     planned cell -> (buildable here, why not)."""
     by_cell = {pc.cell: pc for pc in matrix.cells}
@@ -85,11 +85,10 @@ def coverage(matrix: Matrix, *, published: set[str],
     return grids
 
 
-def _chip(cell: Cell, pc: object, pkg: object, matrix: Matrix, published: set[str],
-          readiness: Callable[[object], tuple[bool, str]]) -> Chip:
+def _chip(cell: Cell, pc: PlannedCell | None, pkg: PackageSpec, matrix: Matrix,
+          published: set[str], readiness: Callable[[PlannedCell], tuple[bool, str]]) -> Chip:
     if pc is not None:
-        key = getattr(pc, "content_key", "")
-        if key in published:
+        if pc.content_key in published:
             return Chip(python=cell.python, status="built", detail="published", cell_id=cell.id)
         ok, why = readiness(pc)
         if not ok:
@@ -98,7 +97,7 @@ def _chip(cell: Cell, pc: object, pkg: object, matrix: Matrix, published: set[st
         return Chip(python=cell.python, status="missing", detail="not built yet",
                     cell_id=cell.id)
     try:
-        plan_cell(cell, pkg, matrix)  # type: ignore[arg-type]
+        plan_cell(cell, pkg, matrix)
     except FactoryError as exc:
         return Chip(python=cell.python, status="cannot", detail=exc.message, cell_id=cell.id)
     return Chip(python=cell.python, status="absent",

@@ -131,7 +131,7 @@ def test_coverage_says_built_missing_cannot_and_not_in_the_matrix(tmp_path: Path
     matrix = load_matrix(tmp_path / "matrix.toml")
     built = next(pc for pc in matrix.cells if pc.cell.id.endswith("cu130-sm90-cp311"))
     (grid,) = coverage(matrix, published={built.content_key}, readiness=lambda pc: (
-        pc.cell.cuda != "12.8", "no CUDA 12.8 image"))  # type: ignore[attr-defined]
+        pc.cell.cuda != "12.8", "no CUDA 12.8 image"))
     assert grid.columns == (("12.8", (90,), "x86_64"), ("12.8", (103,), "x86_64"),
                             ("13.0", (90,), "x86_64"), ("13.0", (103,), "x86_64"))
     status = {(col, c.python): (c.status, c.detail) for (_, col), chips in grid.chips.items()
