@@ -108,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
             outcomes.extend(build_cells([pc], matrix=matrix, opts=opts, log=log))
         except FactoryError as exc:
             if len(cells) == 1:
+                if actions.on_actions():  # the job's summary says so too
+                    actions.append_summary(summary_markdown(
+                        [], [(pc.cell.id, exc)], published=args.publish))
                 raise
             failures.append((pc.cell.id, exc))
             log.error(f"FAILED {pc.cell.id}: {exc.message}", title=pc.cell.id)

@@ -156,3 +156,19 @@ def test_the_access_log_is_combined_log_format() -> None:
                               "/simple/flash-attn/", "HTTP/1.1", "200", "1234", "-")
     assert m.group(10) == 'uv/0.13.9 \\"x\\"\\x0aforged' and "\n" not in line
     assert "token" not in line
+
+
+def test_a_single_failed_build_is_in_the_summary_too(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+
+    def failing_build(cells: Any, **_: Any) -> list[Outcome]:
+        raise BuildError("build failed (exit 1)")
+
+    monkeypatch.setattr("factory.commands.build.build_cells", failing_build)
+    assert main(["build", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
+                 "--matrix", str(REPO / "matrix.toml")]) == BuildError.exit_code
+    (table,) = tables(summary.read_text())
+    assert table[1][:2] == ["factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "failed"]
