@@ -38,8 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--torch", required=True, help="torch version, e.g. 2.10.0")
     parser.add_argument("--cuda", required=True, help="CUDA version of that torch build, e.g. 12.8")
     parser.add_argument("--arch", action="append", required=True,
-                        help="GPU compute capability, e.g. 10.0 (repeat or comma-separate for "
-                        "several)")
+                        help="GPU compute capability, e.g. 10.0, or a GPU's name, e.g. B200 "
+                        "(repeat or comma-separate for several)")
     parser.add_argument("--python", required=True, help="Python version, e.g. 3.12")
     add_store_arg(parser)
     add_matrix_arg(parser)

@@ -21,6 +21,7 @@ from factory.build.pipeline import BuildOptions, build_cells
 from factory.engine import docker_client, image_exists
 from factory.errors import BuildError, EngineError, StoreError, ToolchainError, UsageError
 from factory.matrix.cell import Cell, parse_arch
+from factory.matrix.gpus import sm_of
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
 from factory.runners import runner_kind
@@ -63,8 +64,8 @@ def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], pyth
     sms: set[int] = set()
     for a in archs:
         for part in str(a).replace(";", ",").split(","):
-            if part.strip():
-                sms.add(parse_arch(part))
+            if part.strip():  # a compute capability, or a GPU's name ('B200', 'RTX PRO 6000')
+                sms.add(sm_of(part) or parse_arch(part))
     if not sms:
         raise UsageError("--arch needs at least one GPU arch, e.g. --arch 10.0")
     cell = Cell(package=package, version=version, torch=torch, cuda=cuda,

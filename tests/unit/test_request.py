@@ -206,3 +206,11 @@ def test_request_asks_before_it_builds_and_can_only_look(
     assert capsys.readouterr().out.startswith("pip install ")
     assert cli.main([*args, "--check"]) == 0  # now it is there: its line, still no build
     assert capsys.readouterr().out.startswith("pip install ") and built == [pc.cell.id]
+
+
+def test_a_gpu_name_is_its_arch() -> None:
+    from factory.hosts.request import request_cell
+
+    cell = request_cell(SPEC, torch="2.14.1", cuda="13.0", archs=["B200", "rtx pro 6000"],
+                        python="3.11")
+    assert cell.archs == (100, 120)
