@@ -97,9 +97,10 @@ def test_planner_builds_where_a_fixed_max_jobs_is_oom_killed_and_an_oom_resumes(
     (report,) = [p for p in (work / "logs").glob("*-report.html")
                  if p.name.split("-report")[0] in attempts[0]["log"]]
     page = html5lib.parse(report.read_text(), namespaceHTMLElements=False)
-    assert len(page.findall(".//rect[@class='object']")) == 5
-    assert page.find(".//polyline[@class='rss']") is not None
-    assert page.find(".//line[@class='memory-cap']") is not None
+    svg = "{http://www.w3.org/2000/svg}"
+    assert len(page.findall(f".//{svg}rect[@class='object']")) == 5
+    assert page.find(f".//{svg}polyline[@class='rss']") is not None
+    assert page.find(f".//{svg}line[@class='memory-cap']") is not None
 
     # 3. A real OOM kill after two objects (fault injection inside the container), from a
     #    clean tree: the retry runs with fewer jobs and compiles only what was left.
@@ -114,6 +115,19 @@ def test_planner_builds_where_a_fixed_max_jobs_is_oom_killed_and_an_oom_resumes(
             in resumed.stderr)
     assert first["oom_killed"] and first["max_jobs"] >= 2
     assert second["max_jobs"] < first["max_jobs"] and not second["oom_killed"]
+    # the retry's progress counts the first attempt's objects as done, and the report draws
+    # both attempts
+    lines = resumed.stderr.splitlines()
+    retry = lines[next(i for i, ln in enumerate(lines) if "attempt 2: MAX_JOBS" in ln):]
+    progress = next(ln for ln in retry if "/5 objects" in ln)
+    done = int(progress.split("/5 objects")[0].rsplit(" ", 1)[-1])
+    assert done >= first["objects_built"] >= 2, progress
+    stamp = Path(second["log"]).name.split("-attempt")[0]
+    both = html5lib.parse((work / "logs" / f"{stamp}-report.html").read_text(),
+                          namespaceHTMLElements=False)
+    sections = [s.get("id") for s in both.iter("section")]
+    assert sections == ["attempt-1", "attempt-2"]
+    assert "OOM-killed" in "".join(both.find(".//table").itertext())
     total_objects = 5  # four kernels and the bindings
     assert second["objects_total"] is not None and second["objects_total"] < total_objects
     # ninja logs every finished object once per compile: none was compiled twice
