@@ -103,10 +103,15 @@ def _short(key: str) -> str:
     return key.rsplit("/", 1)[-1]
 
 
+def time_span(attempt: AttemptPicture) -> float:
+    """The time axis both charts of an attempt share: to its last event or planned end."""
+    planned = [o.start + attempt.predicted.get(o.key, 0.0) for o in attempt.objects]
+    return max([attempt.span, *planned, 1.0]) * 1.02
+
+
 def timeline_svg(attempt: AttemptPicture) -> str:
     objects = attempt.objects
-    span = max([attempt.span, *(o.start + attempt.predicted.get(o.key, 0.0) for o in objects)])
-    frame = Frame(width=WIDTH, height=max(80, len(objects) * ROW + 46), x_max=span * 1.02,
+    frame = Frame(width=WIDTH, height=max(80, len(objects) * ROW + 46), x_max=time_span(attempt),
                   y_max=max(1, len(objects)), left=230)
     longest = sorted((o.end - o.start for o in objects), reverse=True)
     cut = longest[max(0, len(longest) // 10 - 1)] if longest else 0.0
@@ -134,8 +139,7 @@ def memory_svg(attempt: AttemptPicture) -> str:
     samples = attempt.samples
     top = max([1, *(s.rss for s in samples), *(s.anon or 0 for s in samples),
                attempt.cap_bytes or 0, attempt.predicted_peak_bytes or 0]) * 1.08
-    frame = Frame(width=WIDTH, height=300, x_max=max(attempt.span, 1.0) * 1.02, y_max=top / GIB,
-                  left=230)
+    frame = Frame(width=WIDTH, height=300, x_max=time_span(attempt), y_max=top / GIB, left=230)
     frame.value_axis(nice_ticks(top / GIB), "{:g}", "GiB")
     frame.time_axis("since the attempt began")
 
@@ -147,16 +151,20 @@ def memory_svg(attempt: AttemptPicture) -> str:
 
     line(((s.t, s.rss) for s in samples), COLORS["rss"], "rss")
     line(((s.t, s.anon) for s in samples if s.anon is not None), COLORS["anon"], "anon")
-    for value, color, name, dash in ((attempt.predicted_peak_bytes, COLORS["predicted"],
-                                      "predicted peak", "6 4"),
-                                     (attempt.cap_bytes, COLORS["cap"], "memory cap", "")):
+    # the cap's label at the right end of its line, the prediction's at the left: close
+    # values never print over each other
+    for value, color, name, dash, x, anchor in (
+            (attempt.predicted_peak_bytes, COLORS["predicted"], "predicted peak", "6 4",
+             frame.left + 4, "start"),
+            (attempt.cap_bytes, COLORS["cap"], "memory cap", "", frame.left + frame.inner_w - 4,
+             "end")):
         if value:
             y = frame.y(value / GIB)
             frame.add(f'<line class="{name.replace(" ", "-")}" x1="{frame.left}" y1="{y:.1f}" '
                       f'x2="{frame.left + frame.inner_w:.1f}" y2="{y:.1f}" stroke="{color}" '
                       f'stroke-width="1.4" stroke-dasharray="{dash}"/>'
-                      f'<text x="{frame.left + frame.inner_w - 4:.1f}" y="{y - 4:.1f}" '
-                      f'text-anchor="end">{esc(name)} {format_size(value)}</text>')
+                      f'<text x="{x:.1f}" y="{y - 4:.1f}" text-anchor="{anchor}">'
+                      f"{esc(name)} {format_size(value)}</text>")
     return frame.svg(f"attempt {attempt.number}: memory over time")
 
 
