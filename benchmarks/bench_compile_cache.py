@@ -101,7 +101,7 @@ def ninja_times(build_dir: Path) -> tuple[float, dict[str, float], tuple[str, ..
 
 
 def cubin_hashes(wheel: Path) -> dict[str, str]:
-    from factory.wheels.verify import find_cuobjdump
+    from factory.wheels.binaries import find_cuobjdump
 
     cuobjdump = str(find_cuobjdump())
     with tempfile.TemporaryDirectory() as tmp:
@@ -283,7 +283,7 @@ sccache --stop-server >/dev/null
 
 def build_venv(matrix_path: Path, python: str) -> Path:
     """The venv the factory build of this Python's cell used (torch for this Python)."""
-    from factory.build.pipeline import cell_venv
+    from factory.build.job import cell_venv
     from factory.matrix.load import load_matrix
 
     matrix = load_matrix(matrix_path)
@@ -369,7 +369,7 @@ def flash_attn_kernels(
 
 
 def _cubins_of(binary: Path) -> dict[str, str]:
-    from factory.wheels.verify import find_cuobjdump
+    from factory.wheels.binaries import find_cuobjdump
 
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(

@@ -33,18 +33,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from factory.build.pipeline import (  # noqa: E402
-    build_image,
-    cell_venv,
-    cell_work_dir,
-    sysroots_dir,
-    toolkits_dir,
-)
+from factory.build.job import build_image, cell_venv, cell_work_dir  # noqa: E402
 from factory.matrix.load import load_matrix  # noqa: E402
 from factory.runners.base import INSIDE  # noqa: E402
 from factory.toolchain.sysroot import sysroot_dir  # noqa: E402
 from factory.toolchain.toolkit import materialize_cuda_home  # noqa: E402
-from factory.wheels.verify import find_cuobjdump  # noqa: E402
+from factory.wheels.binaries import find_cuobjdump  # noqa: E402
 
 PROBE = """
 import json, resource, shutil, subprocess, sys, time
@@ -123,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     (build_dir,) = sorted((src / "build").glob("temp.*"))
     image = build_image(matrix, pc)
     venv = cell_venv(matrix, pc, "docker")
-    cuda = materialize_cuda_home(pc.toolchain, toolkits_dir(matrix))
+    cuda = materialize_cuda_home(pc.toolchain, matrix.settings.toolkits_dir)
     mounts = []
     if f"{INSIDE['sysroot']}/" in (build_dir / "build.ninja").read_text():
-        root = sysroot_dir(sysroots_dir(matrix), pc.cell.platform)
+        root = sysroot_dir(matrix.settings.sysroots_dir, pc.cell.platform)
         mounts = ["-v", f"{root.resolve()}:{INSIDE['sysroot']}:ro"]
     keep = []
     if args.keep:

@@ -21,8 +21,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-# flash-attn: about 4.5 GB per concurrently compiling arch (measured: docs/BENCHMARKS.md); 256 GB lets a
-# 32-core builder run every core. A small extension fits anywhere.
+# flash-attn: about 4.5 GB per concurrently compiling arch (measured: docs/BENCHMARKS.md); 256 GB
+# lets a 32-core builder run every core. A small extension fits anywhere.
 RUNNER_LABELS: Mapping[str, str] = {"flash-attn": "mem-256g"}
 DEFAULT_LABEL = "mem-64g"
 

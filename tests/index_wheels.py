@@ -10,6 +10,9 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from factory.index.publish import publish
+from factory.store import Store
+
 
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
@@ -83,3 +86,13 @@ def variant_wheel(
     local = f"{version}+cu{maj}{mnr}torch{torch_minor}" + (f"sm{archs}" if archs else "")
     requires = [f"torch=={torch_minor}.*", *kwargs.pop("requires", ())]  # type: ignore[misc]
     return make_wheel(directory, name, local, requires=requires, **kwargs)  # type: ignore[arg-type]
+
+
+def publish_demo(store: Store, tmp_path: Path) -> list[Path]:
+    wheels = [
+        variant_wheel(tmp_path, "Fa_Demo", "1.0.0", t, requires_python=">=3.8")
+        for t in ("2.13", "2.14")
+    ]
+    wheels.append(make_wheel(tmp_path, "torch", "2.14.1"))
+    publish(store, wheels)
+    return wheels

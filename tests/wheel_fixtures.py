@@ -43,9 +43,9 @@ def find_nvcc() -> Path | None:
     found = shutil.which("nvcc")
     if found:
         return Path(found)
-    home = os.environ.get("CUDA_HOME")
-    if home and (Path(home) / "bin/nvcc").exists():
-        return Path(home) / "bin/nvcc"
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin/nvcc").is_file():
+            return Path(home) / "bin/nvcc"
     return None
 
 
@@ -220,3 +220,8 @@ def example_raw_wheel() -> Path:
     # the wheelhouse, one build venv and one verify venv at a time).
     shutil.rmtree(venv, ignore_errors=True)
     return raw_dir / built.name
+
+
+# -- clean import ---------------------------------------------------------------------------------
+def py_wheel(tmp_path: Path, init: bytes, tag: str = "cp311-cp311-linux_x86_64") -> Path:
+    return make_wheel(tmp_path, files={"demo_ext/__init__.py": init}, tag=tag)

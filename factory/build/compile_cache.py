@@ -45,15 +45,14 @@ from typing import Any
 
 from factory.errors import ConfigError
 from factory.matrix.settings import DEFAULT_CACHE_SIZE, Settings
+from factory.runners.base import INSIDE
 from factory.store.s3 import parse_url as parse_s3_url
 from factory.store.s3 import s3_url
 from factory.units import parse_size
 
-# Inside every build container the cache is mounted here (factory.runners.base.INSIDE["cache"])
-# and the run dir here (INSIDE["run"]); kept as literals so this module imports nothing heavy.
-INSIDE_CACHE = "/factory/cache"
-INSIDE_SITE_LINK = "/factory/run/site-packages"
-INSIDE_INCLUDE_LINK = "/factory/run/python-include"
+# The fixed links in every build container's run dir (the same inside paths on every run).
+INSIDE_SITE_LINK = f"{INSIDE['run']}/site-packages"
+INSIDE_INCLUDE_LINK = f"{INSIDE['run']}/python-include"
 SCCACHE_SUBDIR = "sccache"
 DIRECT_SUBDIR = "ccache"
 DIRECT_SHARE = 4  # the direct layer gets 1/DIRECT_SHARE of the size bound
@@ -263,11 +262,6 @@ class CacheStats:
     # the direct layer (ccache in front): whole objects answered without preprocessing
     direct_hits: int = 0
     direct_misses: int = 0
-
-    @property
-    def hit_rate(self) -> float | None:
-        total = self.hits + self.misses
-        return self.hits / total if total else None
 
     def as_dict(self) -> dict[str, Any]:
         return {

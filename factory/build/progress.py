@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from factory.logger import Log, Ticker
-from factory.planning.eta import Eta, EtaModel
-from factory.planning.memory_model import object_key, read_ninja_timeline
+from factory.matrix.load import PlannedCell
+from factory.planning.eta import Eta, EtaModel, model_for, spread_of
+from factory.planning.memory_model import MemoryHistory, object_key, read_ninja_timeline
+from factory.planning.planner import BuildPlan
+from factory.reports.build_report import AttemptPicture, read_events
+from factory.runners.base import BuildJob, RunResult, events_path
 from factory.units import format_duration as duration
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -175,3 +179,31 @@ class BuildProgress:
             bar = "#" * filled + "-" * (BAR_WIDTH - filled)
             return f"{self.label} [{bar}] {counts}{tail}"
         return f"{self.label}: {counts}{tail}"
+
+
+def progress_for(pc: PlannedCell, plan: BuildPlan, job: BuildJob, log: Log, *,
+                 history: MemoryHistory, tree: Path) -> BuildProgress:
+    """An attempt's progress: the plan's ETA model from the history's object times."""
+    model = model_for(history.object_times(pc.cell), archs=len(pc.cell.archs),
+                      jobs=plan.max_jobs, threads=plan.nvcc_threads, cpus=plan.cpus,
+                      spread=spread_of(plan))
+    return BuildProgress(log_path=job.log_path, events_path=events_path(job.log_path), log=log,
+                         label=pc.cell.package, model=model, tree=tree, jobs=plan.max_jobs)
+
+
+def attempt_picture(attempt: int, plan: BuildPlan, result: RunResult, job: BuildJob,
+                    progress: BuildProgress, *, tree: Path) -> AttemptPicture:
+    """The attempt as the build report draws it: the sampler's events, else (a runner without
+    the sampler) the build tree's .ninja_log."""
+    objects, samples = read_events(events_path(job.log_path))
+    if not objects and attempt == 1:
+        logs = sorted(tree.glob("build/temp.*/.ninja_log"))
+        objects = tuple(read_ninja_timeline(logs[-1])) if logs else ()
+    outcome = ("OOM-killed" if result.oom_killed else "built" if result.ok
+               else f"failed (exit {result.exit_code})")
+    return AttemptPicture(
+        number=attempt, jobs=plan.max_jobs, threads=plan.nvcc_threads,
+        cap_bytes=plan.memory_budget_bytes, predicted_peak_bytes=plan.predicted_peak_bytes,
+        predicted_seconds=plan.predicted_seconds, outcome=outcome, objects=objects,
+        samples=samples, predicted=progress.model.predicted if progress.model else {},
+    )

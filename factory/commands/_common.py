@@ -18,7 +18,8 @@ from factory.wheels.checks import DEFAULT_LIMITS
 
 
 def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--matrix", type=Path, default=None, help="matrix file (default: ./matrix.toml)")
+    parser.add_argument("--matrix", type=Path, default=None,
+                        help="matrix file (default: ./matrix.toml)")
 
 
 def add_runner_arg(parser: argparse.ArgumentParser) -> None:

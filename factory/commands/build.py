@@ -1,4 +1,5 @@
-"""factory build CELL... | --all [--dry-run] [--runner docker|local|cibuildwheel] [--memory SIZE] [--out DIR]"""
+"""factory build CELL... | --all [--dry-run] [--runner docker|local|cibuildwheel] [--memory SIZE]
+[--out DIR]"""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from factory import actions
-from factory.build.pipeline import BuildOptions, build_cells
+from factory.build.job import BuildOptions
+from factory.build.pipeline import build_cells
 from factory.build.readiness import ReadinessChecker
 from factory.commands._common import (
     add_matrix_arg,
@@ -30,17 +32,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="every cell of the matrix")
     parser.add_argument("--package", action="append", help="with --all: only these packages")
     add_matrix_arg(parser)
-    parser.add_argument("--dry-run", action="store_true", help="print the plan, container settings and environment")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan, container settings and environment")
     add_runner_arg(parser)
-    parser.add_argument("--memory", default=None, help="memory cap for the build, e.g. 16g (default: detected)")
-    parser.add_argument("--cpus", type=int, default=None, help="CPUs for the build (default: detected)")
-    parser.add_argument("--out", type=Path, default=Path("dist"), help="where final wheels go (default: dist/)")
-    parser.add_argument("--publish", action="store_true", help="publish each verified wheel to --store")
+    parser.add_argument("--memory", default=None,
+                        help="memory cap for the build, e.g. 16g (default: detected)")
+    parser.add_argument("--cpus", type=int, default=None,
+                        help="CPUs for the build (default: detected)")
+    parser.add_argument("--out", type=Path, default=Path("dist"),
+                        help="where final wheels go (default: dist/)")
+    parser.add_argument("--publish", action="store_true",
+                        help="publish each verified wheel to --store")
     add_store_arg(parser)
-    parser.add_argument("--force", action="store_true", help="build even if the store has this content key")
-    parser.add_argument("--no-import-check", action="store_true", help="skip the clean-venv import check")
-    parser.add_argument("--cache", action="store_true", help="use the shared compile cache (sccache)")
-    parser.add_argument("--json", action="store_true", help="print outcomes (and dry-run details) as JSON")
+    parser.add_argument("--force", action="store_true",
+                        help="build even if the store has this content key")
+    parser.add_argument("--no-import-check", action="store_true",
+                        help="skip the clean-venv import check")
+    parser.add_argument("--cache", action="store_true",
+                        help="use the shared compile cache (sccache)")
+    parser.add_argument("--json", action="store_true",
+                        help="print outcomes (and dry-run details) as JSON")
     parser.add_argument(
         "--python-env", choices=("venv", "system-site", "existing"), default=None,
         help="local runner: a fresh venv from the wheelhouse (default), a venv that sees the "
@@ -49,8 +60,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interpreter", default=None, metavar="EXE",
                         help="local runner: the Python to build with (default: python3.X on PATH)")
     parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
-                        help="fix MAX_JOBS instead of planning it (to reproduce a hand-picked value)")
-    parser.add_argument("--nvcc-threads", type=int, default=None, metavar="N", help="fix NVCC_THREADS")
+                        help="fix MAX_JOBS instead of planning it (to reproduce a hand-picked "
+                        "value)")
+    parser.add_argument("--nvcc-threads", type=int, default=None, metavar="N",
+                        help="fix NVCC_THREADS")
     parser.add_argument("--attempts", type=int, default=None, metavar="N",
                         help="at most N attempts (OOM retries with fewer jobs); default 4")
     parser.add_argument(
@@ -59,7 +72,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "line, or fail before any download (default: skip with --all, fail for named cells)",
     )
     parser.add_argument("--uncapped", action="store_true",
-                        help="local runner: run without a cgroup memory cap (where cgroups are not writable)")
+                        help="local runner: run without a cgroup memory cap (where cgroups are "
+                        "not writable)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,11 +83,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{flag.replace('_', '-')} must be at least 1, not {value}")
     matrix = matrix_from_args(args)
     if args.all == bool(args.cells):
-        raise UsageError("give cell ids or --all (not both)", tip="'factory matrix' lists the cell ids")
-    if args.all:
-        cells = matrix.cells_of(args.package)
-    else:
-        cells = [matrix.find(c) for c in args.cells]
+        raise UsageError("give cell ids or --all (not both)",
+                         tip="'factory matrix' lists the cell ids")
+    cells = matrix.cells_of(args.package) if args.all else [matrix.find(c) for c in args.cells]
     budget = requested_budget(matrix.settings, memory=args.memory, cpus=args.cpus)
     store = store_from_args(args) if (args.publish or args.store) else None
     opts = BuildOptions(
@@ -99,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
             for d in details:
                 _print_dry_run(d)
         return 0
-    cells = _buildable(cells, ready, skip=(args.unbuildable or ("skip" if args.all else "fail")) == "skip",
+    cells = _buildable(cells, ready,
+                       skip=(args.unbuildable or ("skip" if args.all else "fail")) == "skip",
                        log=log)
     failures: list[tuple[str, FactoryError]] = []
     outcomes = []
@@ -119,19 +132,21 @@ def run(args: argparse.Namespace) -> int:
         n = len(o.attempts)
         extra = f", {n} attempt(s)" if n else ""
         if n and o.attempts[-1].get("cache_hits") is not None:
-            extra += f", compile cache {o.attempts[-1]['cache_hits']} hits/{o.attempts[-1]['cache_misses']} misses"
+            last = o.attempts[-1]
+            extra += f", compile cache {last['cache_hits']} hits/{last['cache_misses']} misses"
         where = o.wheel.resolve() if o.wheel else o.detail
         if o.wheel and args.publish and o.status in ("built", "unchanged"):
             where = f"{where}, published to {store}"
         log.detail(f"{o.status:9} {o.cell_id} ({o.seconds:.0f}s{extra}) -> {where}")
-    for cell_id, exc in failures:
-        log.detail(f"{'failed':9} {cell_id}: {exc.message}")
+    for cell_id, error in failures:
+        log.detail(f"{'failed':9} {cell_id}: {error.message}")
     if actions.on_actions():
         actions.append_summary(summary_markdown(outcomes, failures, published=args.publish))
     if args.json:
         json.dump({"version": 1, "outcomes": [
             {"cell": o.cell_id, "status": o.status, "wheel": str(o.wheel) if o.wheel else None,
-             "attempts": list(o.attempts), "seconds": round(o.seconds, 1)} for o in outcomes]}, sys.stdout, indent=2)
+             "attempts": list(o.attempts), "seconds": round(o.seconds, 1)} for o in outcomes]},
+            sys.stdout, indent=2)
         print()
     if failures:
         return failures[0][1].exit_code
@@ -200,7 +215,9 @@ def _print_dry_run(d: dict[str, object]) -> None:
     assert isinstance(ready, dict)
     print(f"toolchain    {ready['state']}: {ready['detail']}"
           + (f"; make it: {ready['command']}" if ready.get("command") else ""))
-    print(f"requirements {' '.join(d['requirements'])}  (installed offline from the wheelhouse)")
+    requirements = d["requirements"]
+    assert isinstance(requirements, list)
+    print(f"requirements {' '.join(requirements)}  (installed offline from the wheelhouse)")
     runner = d["runner"]
     assert isinstance(runner, dict)
     print(f"runner       {runner.get('runner')}")

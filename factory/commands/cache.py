@@ -25,7 +25,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_matrix_arg(parser)
     parser.add_argument(
-        "--store", help="the s3:// store when the matrix says remote = \"store\" (default: its store)"
+        "--store",
+        help="the s3:// store when the matrix says remote = \"store\" (default: its store)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--force", action="store_true",

@@ -11,8 +11,8 @@ from typing import Any
 
 from factory.errors import UsageError
 from factory.matrix.cell import parse_platform
-from factory.matrix.load import default_matrix_path, load_matrix
-from factory.matrix.settings import default_settings, sysroots_beside
+from factory.matrix.load import Matrix, default_matrix_path, load_matrix
+from factory.matrix.settings import Settings, default_settings, sysroots_beside
 from factory.toolchain.images import (
     DEFAULT_BASE_IMAGE,
     ensure_base_image,
@@ -152,15 +152,13 @@ def _cell_pythons(matrix: Any, cuda: str) -> list[str]:
                    if pc.cell.cuda == cuda and pc.toolchain.nvcc_source == "image"})
 
 
-def _matrix():  # type: ignore[no-untyped-def]
-
+def _matrix() -> Matrix | None:
     try:
         return load_matrix(default_matrix_path())
     except Exception:  # no matrix here: the default layout
         return None
 
 
-def _settings():  # type: ignore[no-untyped-def]
-
+def _settings() -> Settings:
     m = _matrix()
     return m.settings if m else default_settings()

@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     ready = {c.cell.id: checker.check(c) for c in cells}
     if args.json:
         print_json({
-            "cells": [{**c.as_dict(), "toolchain_ready": ready[c.cell.id].as_dict()} for c in cells],
+            "cells": [{**c.as_dict(),
+                       "toolchain_ready": ready[c.cell.id].as_dict()} for c in cells],
             "include": [{"cell": c.cell.id} for c in cells],
         })
         return 0

@@ -12,7 +12,8 @@ import dataclasses
 import hashlib
 import shutil
 
-from factory.build.pipeline import BuildOptions, build_cell
+from factory.build.job import BuildOptions
+from factory.build.pipeline import build_cell
 from factory.commands._common import (
     add_matrix_arg,
     add_runner_arg,

@@ -14,8 +14,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", type=int, required=True, metavar="N",
                         help="builds to keep per cell, newest by the manifest's 'created'")
     parser.add_argument("--force", action="store_true",
-                        help="delete the older builds instead of yanking them (breaks pins to them)")
-    parser.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
+                        help="delete the older builds instead of yanking them (breaks pins to "
+                        "them)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what would change, change nothing")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -23,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     store = open_existing_store(store_from_args(args))
     actions, counts = retain(store, keep=args.keep, force=args.force, dry_run=args.dry_run)
     if args.json:
-        print_json({"store": store.url, "dry_run": args.dry_run, "actions": [a.as_dict() for a in actions],
+        print_json({"store": store.url, "dry_run": args.dry_run,
+                    "actions": [a.as_dict() for a in actions],
                     "counts": counts})
         return 0
     verb = "would " if args.dry_run else ""

@@ -18,7 +18,8 @@ from factory.wheels.provenance import SUFFIX, Manifest, published_builds, read_m
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="WHEEL|CELL", help="a wheel path or filename, or a cell id")
+    parser.add_argument("target", metavar="WHEEL|CELL",
+                        help="a wheel path or filename, or a cell id")
     add_store_arg(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -50,7 +51,8 @@ def _lookup(args: argparse.Namespace) -> list[tuple[Manifest, str | None]]:
             project = str(parse_wheel_filename(name)[0])
         except Exception as exc:  # packaging raises several InvalidWheelFilename kinds
             raise WheelError(f"invalid wheel filename {name!r}: {exc}") from None
-        builds = [b for b in published_builds(open_store(store_spec), project) if b.manifest.wheel == name]
+        builds = [b for b in published_builds(open_store(store_spec),
+                                              project) if b.manifest.wheel == name]
         if not builds:
             raise WheelError(
                 f"no provenance for {name} next to it or in the store {store_spec}",
@@ -60,7 +62,8 @@ def _lookup(args: argparse.Namespace) -> list[tuple[Manifest, str | None]]:
 
     cell = Cell.from_id(target)  # raises CellError with the id format as a tip
     builds = [
-        b for b in published_builds(open_store(store_spec), cell.package) if b.manifest.cell.id == cell.id
+        b for b in published_builds(open_store(store_spec),
+                                    cell.package) if b.manifest.cell.id == cell.id
     ]
     if not builds:
         raise CellError(f"no published build of {cell.id} in the store {store_spec}",

@@ -6,14 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from factory.build.pipeline import sysroots_dir
 from factory.commands._common import print_json
 from factory.errors import ConfigError, FactoryError, VerifyError
 from factory.matrix.load import Matrix, PlannedCell, default_matrix_path, load_matrix
 from factory.matrix.tags import platform_of_plat
 from factory.toolchain.wheelhouse import wheelhouse_dir
 from factory.wheels.reader import require_file
-from factory.wheels.verify import WheelReport, verify_wheel
+from factory.wheels.report import WheelReport
+from factory.wheels.verify import verify_wheel
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             raise_on_failure=False,
             allow_ptx=args.allow_ptx,
             echo=echo,
-            sysroots=sysroots_dir(matrix) if matrix else None,
+            sysroots=matrix.settings.sysroots_dir if matrix else None,
         )
         reports.append(report)
         if not args.json:

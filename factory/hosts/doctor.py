@@ -13,6 +13,7 @@ inspect another environment's interpreter (``--python``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib.resources
@@ -35,7 +36,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.errors import CellError, StoreError, UsageError, WheelError
 from factory.links import Anchor, parse_anchors
-from factory.matrix.cell import parse_platform
+from factory.matrix.cell import arch_cc, parse_platform, sm_name, sm_names
 from factory.matrix.manylinux import glibc_text, host_glibc
 from factory.matrix.tags import VARIANT_RE, LocalTag, parse_local
 from factory.matrix.tags import platform_tag_parts as _manylinux
@@ -51,12 +52,15 @@ try:
     out["torch"] = str(torch.__version__)
     out["torch_cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
 except BaseException as exc:
-    out["torch_error"] = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+    out["torch_error"] = "%s: %s" % (type(exc).__name__,
+                                     str(exc).splitlines()[0] if str(exc) else "")
 print({_TORCH_MARK!r} + json.dumps(out))
 """
 # Grace superchips by GPU name: "NVIDIA GH200 480GB", "NVIDIA GB200", "NVIDIA GB10".
 _GRACE_RE = re.compile(r"\bG[BH]\d{2,3}\b", re.IGNORECASE)
-_SMI_LINE = re.compile(r"^\s*(?P<name>[^,]+?)\s*,\s*(?P<cc>\d+\.\d+)\s*,\s*(?P<driver>\d+(?:\.\d+)+)\s*$")
+_SMI_LINE = re.compile(
+    r"^\s*(?P<name>[^,]+?)\s*,\s*(?P<cc>\d+\.\d+)\s*,\s*(?P<driver>\d+(?:\.\d+)+)\s*$"
+)
 NVIDIA_SMI_QUERY = ("--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader")
 
 
@@ -115,8 +119,8 @@ class HostInfo:
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["glibc"] = None if self.glibc is None else "%d.%d" % self.glibc
-        d["gpus"] = [{"name": g.name, "sm": g.sm, "compute_capability": f"{g.sm // 10}.{g.sm % 10}"}
+        d["glibc"] = None if self.glibc is None else glibc_text(self.glibc)
+        d["gpus"] = [{"name": g.name, "sm": g.sm, "compute_capability": arch_cc(g.sm)}
                      for g in self.gpus]
         d["variant"] = self.variant
         d["grace"] = self.grace
@@ -145,7 +149,7 @@ def parse_nvidia_smi(text: str) -> tuple[str | None, tuple[Gpu, ...], str | None
 def _read_nvml() -> tuple[str | None, tuple[Gpu, ...], str | None] | None:
     """None when pynvml is not importable; else what NVML says."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return None
     try:
@@ -166,13 +170,13 @@ def _read_nvml() -> tuple[str | None, tuple[Gpu, ...], str | None] | None:
     except Exception as exc:
         return None, (), f"NVML: {exc}"
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
-def read_gpus(nvidia_smi_output: Path | None = None) -> tuple[str | None, tuple[Gpu, ...], str | None, str | None]:
+def read_gpus(
+    nvidia_smi_output: Path | None = None,
+) -> tuple[str | None, tuple[Gpu, ...], str | None, str | None]:
     """(driver, GPUs, source, note). A recorded output file stands in for the host's GPUs."""
     if nvidia_smi_output is not None:
         try:
@@ -185,7 +189,8 @@ def read_gpus(nvidia_smi_output: Path | None = None) -> tuple[str | None, tuple[
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            proc = subprocess.run([smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=60)
+            proc = subprocess.run([smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True,
+                                  timeout=60)
             driver, gpus, note = parse_nvidia_smi(proc.stdout + "\n" + proc.stderr)
             if gpus:
                 return driver, gpus, "nvidia-smi", None
@@ -207,7 +212,8 @@ def read_gpus(nvidia_smi_output: Path | None = None) -> tuple[str | None, tuple[
 
 def probe_torch(python_exe: str) -> dict[str, Any]:
     try:
-        proc = subprocess.run([python_exe, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([python_exe, "-c", _TORCH_PROBE], capture_output=True, text=True,
+                              timeout=300)
     except FileNotFoundError:
         raise UsageError(f"no Python interpreter at {python_exe}") from None
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -220,7 +226,8 @@ def probe_torch(python_exe: str) -> dict[str, Any]:
                 break
     # The interpreter itself died (a segfault while importing torch is the classic case).
     last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"torch_error": f"{python_exe} exited with {proc.returncode} while importing torch: {last}"}
+    return {"torch_error": f"{python_exe} exited with {proc.returncode} while importing torch: "
+                           f"{last}"}
 
 
 def host_machine(raw: str | None = None) -> str:
@@ -248,7 +255,7 @@ def read_host(*, python_exe: str | None = None, nvidia_smi_output: Path | None =
     driver, gpus, source, note = read_gpus(nvidia_smi_output)
     cuda = probe.get("torch_cuda")
     return HostInfo(
-        python=str(probe.get("python") or "%d.%d" % sys.version_info[:2]),
+        python=str(probe.get("python") or f"{sys.version_info[0]}.{sys.version_info[1]}"),
         python_exe=exe,
         torch=torch,
         torch_local=torch_local,
@@ -393,8 +400,10 @@ class IndexReader:
     def projects(self) -> list[str]:
         page = self._get("simple")
         if page is None:
-            raise StoreError(f"no index at {self.location}: {self.variant_url(None)} does not exist",
-                             tip="point --index at the index root (the directory or URL above simple/)")
+            raise StoreError(
+                f"no index at {self.location}: {self.variant_url(None)} does not exist",
+                tip="point --index at the index root (the directory or URL above simple/)",
+            )
         return sorted({canonicalize_name(a.text or a.href.strip("/")) for a in parse_anchors(page)})
 
     def files(self, project: str, variant: str | None = None) -> list[IndexFile] | None:
@@ -419,7 +428,8 @@ class Choice:
     requirement: str | None = None  # 'flash-attn' or 'flash-attn==2.8.3+cu130torch2.14sm100'
 
     def as_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "fits": self.wheel is not None, "warnings": list(self.warnings)}
+        return {**dataclasses.asdict(self), "fits": self.wheel is not None,
+                "warnings": list(self.warnings)}
 
 
 def _python_ok(f: IndexFile, py: str) -> bool:
@@ -464,7 +474,7 @@ def _arch_set(f: IndexFile, default_archs: tuple[int, ...] | None) -> tuple[int,
 
 
 def _archs_text(archs: tuple[int, ...]) -> str:
-    return "+".join(f"sm_{a}" for a in archs)
+    return sm_names(archs, sep="+")
 
 
 def _join(items: Sequence[str]) -> str:
@@ -476,7 +486,7 @@ def _gpus_text(host: HostInfo) -> str:
     by_sm: dict[int, str] = {}
     for g in host.gpus:
         by_sm.setdefault(g.sm, g.name)
-    parts = [f"sm_{sm} ({name})" for sm, name in sorted(by_sm.items())]
+    parts = [f"{sm_name(sm)} ({name})" for sm, name in sorted(by_sm.items())]
     return ("the GPU is " if len(parts) == 1 else "the GPUs are ") + _join(parts)
 
 
@@ -534,7 +544,8 @@ def _for_platform(
              and any(_manylinux(t)[1] == host.machine for t in f.platforms)]
     if step and above:
         glibc = "unknown" if host.glibc is None else glibc_text(host.glibc)
-        needs = sorted({f"{f.variant or f.filename} (glibc >= {_needed_glibc([f])})" for f in above})
+        needs = sorted({f"{f.variant or f.filename} (glibc >= {_needed_glibc([f])})"
+                        for f in above})
         warnings.append(f"this host's glibc is {glibc}: {len(above)} {project} wheel(s) on the "
                         f"index need a newer one and cannot install here: {_join(needs)}")
     if not step:
@@ -542,7 +553,7 @@ def _for_platform(
         if host.machine not in arches:
             return (f"this host is {host.machine} but the index only has {project} for "
                     f"{_join(sorted(arches))}")
-        glibc = "unknown" if host.glibc is None else "%d.%d" % host.glibc
+        glibc = "unknown" if host.glibc is None else glibc_text(host.glibc)
         return (f"this host's glibc is {glibc} but every {project} wheel for Python {host.python} "
                 f"needs glibc >= {_needed_glibc(files)}")
     return step
@@ -655,7 +666,8 @@ def _pick(host: HostInfo, project: str, fitting: list[IndexFile], reader: IndexR
     variant = best.variant or variant
     variant_files = reader.files(project, variant)
     if variant_files is None:
-        warnings.append(f"the index has no per-variant page for {variant}; using the combined index")
+        warnings.append(f"the index has no per-variant page for {variant}; using the combined "
+                        "index")
         url = reader.variant_url(None)
         candidates = fitting
     else:
@@ -663,10 +675,12 @@ def _pick(host: HostInfo, project: str, fitting: list[IndexFile], reader: IndexR
         candidates = [f for f in variant_files if f.yanked is None and _python_ok(f, host.python)
                       and _platform_ok(f, host)]
     pip_pick = max((f.version for f in candidates), default=None)
-    requirement = project if pip_pick == best.version and variant_files is not None else f"{project}=={best.version}"
+    pinned = pip_pick != best.version or variant_files is None
+    requirement = f"{project}=={best.version}" if pinned else project
     return Choice(
         project=project, wheel=best.filename, variant=variant,
-        install=install_line(url, requirement), why=None, warnings=tuple(warnings),
+        install=install_line(url, requirement), why=None,
+        warnings=tuple(warnings),
         index_url=url, requirement=requirement,
     )
 
@@ -694,7 +708,8 @@ class DoctorReport:
 def diagnose(host: HostInfo, index: str | None, packages: Sequence[str] = ()) -> DoctorReport:
     if index is None:
         return DoctorReport(host=host, index=None, choices=(),
-                            warnings=("no --index given: pass the index URL to get an install line",))
+                            warnings=("no --index given: pass the index URL to get an install "
+                                      "line",))
     reader = IndexReader(index)
     projects = [canonicalize_name(p) for p in packages] or reader.projects()
     choices = []
@@ -712,18 +727,21 @@ def render_text(report: DoctorReport) -> str:
     lines.append(f"  python      {h.python} ({h.python_exe})")
     if h.torch:
         cuda = f"CUDA {h.torch_cuda}" if h.torch_cuda else "CPU-only"
-        lines.append(f"  torch       {h.torch}{'+' + h.torch_local if h.torch_local else ''} ({cuda})")
+        local = f"+{h.torch_local}" if h.torch_local else ""
+        lines.append(f"  torch       {h.torch}{local} ({cuda})")
     else:
         lines.append(f"  torch       not importable: {h.torch_error or 'not installed'}")
     if h.gpus:
         top = driver_max_cuda(h.driver) if h.driver else None
-        lines.append(f"  driver      {h.driver or 'unknown'}" + (f" (CUDA up to {top})" if top else ""))
+        lines.append(f"  driver      {h.driver or 'unknown'}"
+                     + (f" (CUDA up to {top})" if top else ""))
         for i, g in enumerate(h.gpus):
-            lines.append(f"  gpu {i:<7} {g.name}, sm_{g.sm} (compute capability {g.sm // 10}.{g.sm % 10})")
+            lines.append(f"  gpu {i:<7} {g.name}, {sm_name(g.sm)} "
+                         f"(compute capability {arch_cc(g.sm)})")
         lines.append(f"  read from   {h.gpu_source}")
     else:
         lines.append(f"  gpu         none found ({h.gpu_note or 'no NVIDIA GPU'})")
-    lines.append(f"  glibc       {'%d.%d' % h.glibc if h.glibc else 'unknown'} ({h.machine})")
+    lines.append(f"  glibc       {glibc_text(h.glibc) if h.glibc else 'unknown'} ({h.machine})")
     if h.grace:
         lines.append(f"  platform    {h.machine}: a Grace host ({h.grace}); "
                      "wheels must be *_aarch64")

@@ -17,10 +17,11 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from factory.build.pipeline import BuildOptions, build_cells
+from factory.build.job import BuildOptions
+from factory.build.pipeline import build_cells
 from factory.engine import docker_client, image_exists
 from factory.errors import BuildError, EngineError, StoreError, ToolchainError, UsageError
-from factory.matrix.cell import Cell, parse_arch
+from factory.matrix.cell import Cell, parse_arch_list
 from factory.matrix.gpus import sm_of
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
@@ -49,7 +50,8 @@ def parse_spec(spec: str) -> tuple[str, str]:
     try:
         req = Requirement(spec)
     except InvalidRequirement:
-        raise UsageError(f"cannot read the request {spec!r}", tip="write it like flash-attn==2.8.3.post2") from None
+        raise UsageError(f"cannot read the request {spec!r}",
+                         tip="write it like flash-attn==2.8.3.post2") from None
     specs = list(req.specifier)
     if len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
         raise UsageError(f"{spec!r} must pin exactly one version with ==",
@@ -61,11 +63,12 @@ def parse_spec(spec: str) -> tuple[str, str]:
 
 def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], python: str) -> Cell:
     package, version = parse_spec(spec)
+    # each value a compute capability list ('9.0;10.0') or a GPU's name ('B200', 'RTX PRO 6000')
     sms: set[int] = set()
     for a in archs:
-        for part in str(a).replace(";", ",").split(","):
-            if part.strip():  # a compute capability, or a GPU's name ('B200', 'RTX PRO 6000')
-                sms.add(sm_of(part) or parse_arch(part))
+        for part in str(a).split(","):
+            named = sm_of(part)
+            sms.update((named,) if named is not None else parse_arch_list(part))
     if not sms:
         raise UsageError("--arch needs at least one GPU arch, e.g. --arch 10.0")
     cell = Cell(package=package, version=version, torch=torch, cuda=cuda,
@@ -93,20 +96,24 @@ def install_line(index_url: str, variant: str, wheel: str) -> str:
 
     name, version, _, _ = parse_wheel_filename(wheel)
     # The full version with its local tag: '==2.8.3.post2' alone would accept any variant.
-    return f"pip install --extra-index-url {index_url}/{variant}/simple/ {canonicalize_name(name)}=={version}"
+    return (f"pip install --extra-index-url {index_url}/{variant}/simple/ "
+            f"{canonicalize_name(name)}=={version}")
 
 
 def find_published(store: Any, pc: PlannedCell) -> PublishedBuild | None:
     """The newest installable build with the cell's content key; StoreError if all are yanked."""
-    same = [b for b in published_builds(store, pc.cell.package) if b.manifest.content_key == pc.content_key]
+    same = [b for b in published_builds(store, pc.cell.package)
+            if b.manifest.content_key == pc.content_key]
     live = [b for b in same if b.yanked is None]
     if live:
         return live[-1]  # published_builds is oldest first
     if same:
         b = same[-1]
         raise StoreError(
-            f"{b.manifest.wheel} (the build of {pc.cell.id}) is yanked: {b.yanked or 'no reason given'}",
-            tip="pip still installs it with an exact == pin; publish a fixed build under a new recipe revision",
+            f"{b.manifest.wheel} (the build of {pc.cell.id}) is yanked: "
+            f"{b.yanked or 'no reason given'}",
+            tip="pip still installs it with an exact == pin; publish a fixed build under a new "
+            "recipe revision",
         )
     return None
 

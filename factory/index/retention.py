@@ -40,7 +40,8 @@ class RetentionAction:
         return dataclasses.asdict(self)
 
 
-def plan_retention(builds: Sequence[PublishedBuild], *, keep: int, force: bool) -> list[RetentionAction]:
+def plan_retention(builds: Sequence[PublishedBuild], *, keep: int,
+                   force: bool) -> list[RetentionAction]:
     if keep < 1:
         raise UsageError("--keep must be at least 1: retention never removes every build of a cell")
     by_cell: dict[str, list[PublishedBuild]] = defaultdict(list)
@@ -49,7 +50,8 @@ def plan_retention(builds: Sequence[PublishedBuild], *, keep: int, force: bool) 
     actions: list[RetentionAction] = []
     for cell_id in sorted(by_cell):
         # Newest first; the filename breaks ties so the plan is the same on every run.
-        ordered = sorted(by_cell[cell_id], key=lambda b: (b.manifest.created, b.manifest.wheel), reverse=True)
+        ordered = sorted(by_cell[cell_id], key=lambda b: (b.manifest.created, b.manifest.wheel),
+                         reverse=True)
         kept, older = ordered[:keep], ordered[keep:]
         live_kept = [b for b in kept if b.yanked is None]
         for b in kept:
@@ -67,12 +69,14 @@ def plan_retention(builds: Sequence[PublishedBuild], *, keep: int, force: bool) 
             elif b.yanked is None:
                 actions.append(_action(YANK, b, newer))
             else:
-                actions.append(_action(ALREADY_YANKED, b, f"yanked earlier: {b.yanked or 'no reason'}"))
+                actions.append(_action(ALREADY_YANKED, b,
+                                       f"yanked earlier: {b.yanked or 'no reason'}"))
     return actions
 
 
 def _action(kind: str, b: PublishedBuild, reason: str) -> RetentionAction:
-    return RetentionAction(action=kind, wheel=b.manifest.wheel, key=b.key, cell_id=b.manifest.cell.id,
+    return RetentionAction(action=kind, wheel=b.manifest.wheel, key=b.key,
+                           cell_id=b.manifest.cell.id,
                            created=b.manifest.created, reason=reason)
 
 
@@ -102,7 +106,8 @@ def apply_retention(store: Any, actions: Sequence[RetentionAction]) -> dict[str,
     return dict(counts)
 
 
-def retain(store: Any, *, keep: int, force: bool, dry_run: bool) -> tuple[list[RetentionAction], dict[str, int]]:
+def retain(store: Any, *, keep: int, force: bool,
+           dry_run: bool) -> tuple[list[RetentionAction], dict[str, int]]:
     actions = plan_retention(published_builds(store), keep=keep, force=force)
     if dry_run:
         counts: dict[str, int] = defaultdict(int)

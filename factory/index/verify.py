@@ -20,8 +20,8 @@ from factory.errors import WheelError
 from factory.index import pages
 from factory.links import parse_anchors
 from factory.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
+from factory.wheels.binaries import check_floor
 from factory.wheels.floor import wheel_floor
-from factory.wheels.verify import check_floor
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -70,12 +70,13 @@ def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
         if key.count("/") < 2 or key.endswith("simple/index.html"):
             continue
         if key.endswith("/index.html"):
-            page_links: list[_Link] | None = _html_links(key, data)
+            page_links: list[_Link] = _html_links(key, data)
         elif key.endswith("/index.json"):
-            page_links = _json_links(key, data)
-            if page_links is None:
+            json_links = _json_links(key, data)
+            if json_links is None:
                 problems.append(f"{key}: not a PEP 691 project page")
                 continue
+            page_links = json_links
         else:
             continue
         for link in page_links:
@@ -199,7 +200,7 @@ class _LinkChecker:
 
 def _floor(filename: str, data: bytes, problems: list[str]) -> dict[str, object]:
     """A wheel's floor for the report; a tag promising less than the binaries need is a
-    problem (factory.wheels.verify.check_floor says it the same way)."""
+    problem (factory.wheels.binaries.check_floor says it the same way)."""
     try:
         floor = wheel_floor(Path(filename), data)
     except WheelError as exc:

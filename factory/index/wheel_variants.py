@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -35,6 +36,7 @@ from collections.abc import Iterable
 from factory.errors import StoreError, WheelError
 from factory.index.pages import API_VERSION, root_html
 from factory.index.writer import cas_write
+from factory.matrix.cell import sm_tag
 from factory.matrix.tags import local_tag_of_filename
 from factory.recipes import default_archs_for
 from factory.store.base import WHEEL_VARIANTS, Store, WheelEntry, check_key
@@ -61,7 +63,7 @@ def properties(
     if not archs:
         return None
     cuda = "cu" + lt.cuda.replace(".", "")
-    marker = "sm" + ".".join(str(a) for a in archs)
+    marker = sm_tag(archs)
     label = next(
         (c for c in (cuda + marker, marker) if len(c) <= _MAX_LABEL),
         "v" + hashlib.sha256((cuda + marker).encode()).hexdigest()[:8],
@@ -159,7 +161,7 @@ def write_wheel_variants(store: Store, entries: Iterable[WheelEntry]) -> int:
         touched.add(e.project)
     for project in sorted(touched):
         key = f"{TREE}/simple/{project}/index.html"
-        written += cas_write(store, [key], lambda p=project, k=key: {k: _project_page(store, p)})
+        written += cas_write(store, [key], functools.partial(_page_of, store, project, key))
     if touched:
         key = f"{TREE}/simple/index.html"
         written += cas_write(store, [key], lambda: {key: _root_page(store)})
@@ -197,8 +199,12 @@ def _project_page(store: Store, project: str) -> bytes:
     return "\n".join([*lines, "</body>", "</html>", ""]).encode()
 
 
+def _page_of(store: Store, project: str, key: str) -> dict[str, bytes]:
+    return {key: _project_page(store, project)}
+
+
 def _root_page(store: Store) -> bytes:
-    projects = defaultdict(int)
+    projects: defaultdict[str, int] = defaultdict(int)
     for o in store.list(f"{TREE}/files/", sizes=False):
         projects[o.key.split("/")[2]] += 1
     return root_html(projects)

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -39,7 +40,8 @@ def parse_arch(text: str) -> int:
     t = str(text).strip().lower()
     m = _ARCH_RE.match(t)
     if not m:
-        raise CellError(f"unparseable GPU arch {text!r}: use compute capability like '10.0' or 'sm_100'")
+        raise CellError(f"unparseable GPU arch {text!r}: use compute capability like '10.0' or "
+                        "'sm_100'")
     major, minor = m.group(1), m.group(2)
     if minor is not None:
         value = int(major) * 10 + int(minor)
@@ -52,9 +54,54 @@ def parse_arch(text: str) -> int:
     return value
 
 
+def parse_arch_list(text: str) -> tuple[int, ...]:
+    """'9.0;10.0', '9.0,10.0' or 'sm_90 sm_100' -> (90, 100): sorted, without repeats."""
+    parts = text.replace(";", " ").replace(",", " ").replace("+", " ").split()
+    return tuple(sorted({parse_arch(p) for p in parts}))
+
+
+def parse_sm_tag(text: str) -> tuple[int, ...]:
+    """'sm90.100' (the local tag's and the variant's spelling) -> (90, 100)."""
+    if not re.fullmatch(r"sm\d+(?:\.\d+)*", text):
+        raise CellError(f"{text!r} is not an arch marker like 'sm90.100'")
+    return tuple(int(a) for a in text[2:].split("."))
+
+
+# Every way an arch or an arch set is written, in one place (parse_arch, parse_arch_list and
+# parse_sm_tag read them back).
 def arch_cc(sm: int) -> str:
-    """100 -> '10.0' (the TORCH_CUDA_ARCH_LIST spelling)."""
+    """100 -> '10.0': the compute capability (TORCH_CUDA_ARCH_LIST's items)."""
     return f"{sm // 10}.{sm % 10}"
+
+
+def cc_list(archs: Iterable[int]) -> str:
+    """(90, 100) -> '9.0;10.0' (TORCH_CUDA_ARCH_LIST)."""
+    return ";".join(arch_cc(a) for a in archs)
+
+
+def sm_list(archs: Iterable[int]) -> str:
+    """(90, 100) -> '90;100' (flash-attn's FLASH_ATTN_CUDA_ARCHS)."""
+    return ";".join(str(a) for a in archs)
+
+
+def sm_name(sm: int) -> str:
+    """100 -> 'sm_100': nvcc's and cuobjdump's name, the one people read."""
+    return f"sm_{sm}"
+
+
+def sm_names(archs: Iterable[int], sep: str = ", ") -> str:
+    """(90, 100) -> 'sm_90, sm_100' (or 'sm_90+sm_100' with sep='+')."""
+    return sep.join(sm_name(a) for a in archs)
+
+
+def sm_id(archs: Iterable[int]) -> str:
+    """(90, 100) -> 'sm90+sm100': the cell id's part."""
+    return "+".join(f"sm{a}" for a in archs)
+
+
+def sm_tag(archs: Iterable[int]) -> str:
+    """(90, 100) -> 'sm90.100': the local version tag's and the variant name's part."""
+    return "sm" + ".".join(str(a) for a in archs)
 
 
 def parse_cuda(text: str) -> tuple[int, int]:
@@ -138,17 +185,11 @@ class Cell:
     @property
     def arch_list(self) -> str:
         """TORCH_CUDA_ARCH_LIST spelling: '9.0;10.0'."""
-        return ";".join(arch_cc(a) for a in self.archs)
-
-    @property
-    def variant(self) -> str:
-        """CUDA and torch minor: 'cu130-torch2.14'. The index's variant name adds the arch set
-        when it is not the recipe's default (``PlannedCell.variant``, tags.py)."""
-        return f"{self.cuda_tag}-torch{self.torch_minor}"
+        return cc_list(self.archs)
 
     @property
     def id(self) -> str:
-        archs = "+".join(f"sm{a}" for a in self.archs)
+        archs = sm_id(self.archs)
         suffix = "" if self.platform == DEFAULT_PLATFORM else f"-{self.platform}"
         return (
             f"{self.package}-{self.version}-torch{self.torch}-{self.cuda_tag}-{archs}-{self.python_tag}"

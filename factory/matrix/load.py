@@ -31,7 +31,7 @@ from factory.matrix.cell import (
 )
 from factory.matrix.manylinux import host_glibc, manylinux_name, plat_for_image
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
-from factory.matrix.tags import local_tag, plat_for_platform, variant_of_filename
+from factory.matrix.tags import local_tag, parse_local, plat_for_platform
 from factory.recipes import Recipe, get_recipe
 from factory.runners import runner_kind
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
@@ -114,13 +114,10 @@ class PlannedCell:
     source: str
     sha256: str | None
     content_key: str
+    local: str  # the wheel's local version tag: 'cu130torch2.14sm100' (matrix/tags.py)
+    variant: str  # its per-variant index: 'cu130-torch2.14-sm100' (the arch set unless the default)
     wheel: str  # the exact filename the cell will produce
     manylinux: str = "auto"  # the promised glibc floor ("2_28"), or "auto": the builder's
-
-    @property
-    def variant(self) -> str:
-        """Its per-variant index: 'cu130-torch2.14-sm100' (the arch set unless the default)."""
-        return variant_of_filename(self.wheel) or self.cell.variant
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -218,14 +215,9 @@ class Matrix:
         want = {self.package(name).name for name in packages}
         return [pc for pc in self.cells if pc.cell.package in want]
 
-    def source_path(self, pc: PlannedCell) -> Path | None:
-        return None if pc.source == "pypi" else (self.root / pc.source).resolve()
 
-
-def wheel_filename(cell: Cell, recipe: Recipe, plat: str) -> str:
-    local = local_tag(
-        cuda=cell.cuda, torch_minor=cell.torch_minor, archs=cell.archs, default_archs=recipe.default_archs
-    )
+def wheel_filename(cell: Cell, local: str, plat: str) -> str:
+    """The file a cell's build produces, with its local version tag ``local``."""
     dist = canonicalize_name(cell.package).replace("-", "_")
     return f"{dist}-{cell.version}+{local}-{cell.python_tag}-{cell.python_tag}-{plat}.whl"
 
@@ -269,6 +261,8 @@ def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
         raise
     toolchain = resolve_toolchain(cell, torch_indexes=dict(torch_indexes), prefer=settings.toolkit)
     floor = manylinux or pkg.manylinux or settings.manylinux
+    local = local_tag(cuda=cell.cuda, torch_minor=cell.torch_minor, archs=cell.archs,
+                      default_archs=pkg.recipe.default_archs)
     return PlannedCell(
         cell=cell,
         recipe=pkg.recipe,
@@ -276,12 +270,15 @@ def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
         source=pkg.source,
         sha256=pkg.sha256,
         content_key=cell.content_key(pkg.recipe.revision, manylinux=floor),
-        wheel=wheel_filename(cell, pkg.recipe, cell_plat(settings, cell, floor)),
+        local=local,
+        variant=parse_local(local).variant,
+        wheel=wheel_filename(cell, local, cell_plat(settings, cell, floor)),
         manylinux=floor,
     )
 
 
-def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str, cell_axes: Mapping[str, Any]) -> bool:
+def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str,
+                  cell_axes: Mapping[str, Any]) -> bool:
     if "package" in rule and canonicalize_name(str(rule["package"])) != pkg:
         return False
     if "version" in rule and str(rule["version"]) != version:

@@ -33,7 +33,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import CellError, WheelError
-from factory.matrix.cell import DEFAULT_PLATFORM, Cell
+from factory.matrix.cell import DEFAULT_PLATFORM, Cell, parse_sm_tag, sm_tag
 
 _LOCAL_RE = re.compile(
     r"cu(?P<cu>[1-9]\d)(?P<cumin>\d{1,2})torch(?P<tmaj>\d+)\.(?P<tmin>\d+)"
@@ -61,7 +61,7 @@ def variant_name(*, cuda: str, torch_minor: str, archs: Iterable[int] | None) ->
     maj, mnr = cuda.split(".")
     name = f"cu{maj}{mnr}-torch{torch_minor}"
     if archs is not None:
-        name += "-sm" + ".".join(str(a) for a in sorted(set(archs)))
+        name += "-" + sm_tag(sorted(set(archs)))
     return name
 
 
@@ -113,7 +113,7 @@ def local_tag(
         raise WheelError("cannot tag a wheel with an empty arch set")
     tag = f"cu{int(m.group(1))}{int(m.group(2))}torch{_canonical_minor(torch_minor)}"
     if default_archs is None or archs_t != tuple(sorted(set(default_archs))):
-        tag += "sm" + ".".join(str(a) for a in archs_t)
+        tag += sm_tag(archs_t)
     return tag
 
 
@@ -131,7 +131,7 @@ def parse_local(local: str) -> LocalTag:
         )
     archs: tuple[int, ...] | None = None
     if m.group("archs"):
-        archs = tuple(int(a) for a in m.group("archs").split("."))
+        archs = parse_sm_tag("sm" + m.group("archs"))
         if archs != tuple(sorted(set(archs))):
             raise WheelError(f"local version {local!r}: the archs must be sorted, without repeats")
     return LocalTag(
@@ -188,11 +188,6 @@ def variant_of_filename(filename: str) -> str | None:
     None when the wheel carries no factory tag."""
     lt = local_tag_of_filename(filename)
     return None if lt is None else lt.variant
-
-
-def split_version(version: str) -> tuple[str, str | None]:
-    v = Version(version)
-    return v.public, v.local
 
 
 def cell_from_wheel_filename(

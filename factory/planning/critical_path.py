@@ -26,7 +26,6 @@ import dataclasses
 import inspect
 import json
 import re
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -210,13 +209,3 @@ def prepare_build_tree(tree: Path, pc: PlannedCell, history: MemoryHistory | Non
         reason=f"{len(priorities)} objects ordered longest-first from {times.source}",
         first=first,
     )
-
-
-def ninja_version(ninja: str = "ninja") -> str | None:
-    """The version a ninja binary reports, or None when it cannot be run."""
-    try:
-        out = subprocess.run([ninja, "--version"], capture_output=True, text=True, check=True,
-                             timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None

@@ -2,9 +2,9 @@
 
 Memory is keyed by (package, version, CUDA major.minor, archs compiled concurrently per job,
 NVCC_THREADS). "Concurrently" is min(NVCC_THREADS, archs): nvcc --threads compiles that many
-archs of one file at once, and each costs about a whole compiler's memory (measured, docs/BENCHMARKS.md:
-~4.5 GB per concurrently compiling arch). A key nobody measured falls back to less specific
-keys, then to the recipe's per-arch default, and says which one it used.
+archs of one file at once, and each costs about a whole compiler's memory (measured,
+docs/BENCHMARKS.md: ~4.5 GB per concurrently compiling arch). A key nobody measured falls back to
+less specific keys, then to the recipe's per-arch default, and says which one it used.
 
 Every figure is a PEAK: memory per job swings widely within a build and a plan sized on the
 mean is OOM-killed at the first coincidence of heavy kernels. A record keeps the last few
@@ -80,7 +80,8 @@ class Estimate:
     exact: bool  # measured for exactly this key
     # The heaviest single object, when one was measured above the per-job peak (flash-attn's
     # backward hdim256 kernels: 6.7 GiB against 4.2 GiB per job over a whole build); else
-    # per_job_bytes. The planner counts it for the first jobs (factory.planning.planner.predicted_peak).
+    # per_job_bytes. The planner counts it for the first jobs
+    # (factory.planning.planner.predicted_peak).
     largest_object_bytes: int = 0
     largest_object_source: str = ""
 
@@ -277,7 +278,8 @@ class MemoryHistory:
             for rec in layer.get("memory", []):
                 key = _key_of(rec)
                 below = out.get(key)
-                if below and below.get("largest_object_bytes", 0) > rec.get("largest_object_bytes", 0):
+                largest = rec.get("largest_object_bytes", 0)
+                if below and below.get("largest_object_bytes", 0) > largest:
                     # a measured heavy object stays known when a later layer re-measures the key
                     rec = {**rec, "largest_object_bytes": below["largest_object_bytes"],
                            "largest_object_source": below.get("largest_object_source", "")}
@@ -318,7 +320,8 @@ class MemoryHistory:
                  and r.get("largest_object_bytes")]
         if not heavy:
             return est
-        k, rec = max(heavy, key=lambda kr: int(kr[1]["largest_object_bytes"]) / kr[0].concurrent_archs)
+        k, rec = max(heavy,
+                     key=lambda kr: int(kr[1]["largest_object_bytes"]) / kr[0].concurrent_archs)
         return dataclasses.replace(est, **_largest(rec, key.concurrent_archs / k.concurrent_archs))
 
     def _estimate(self, key: ModelKey, *, model_key: str = "") -> Estimate:
@@ -488,7 +491,8 @@ class MemoryHistory:
         seconds = ({k: round(float(v), 3) for k, v in sorted(m.object_seconds.items())}
                    if m.object_seconds else dict(old[-1]["seconds"]) if old else {})
         entries.append({
-            **new, "max_jobs": m.max_jobs, "cpus": m.cpus, "source": m.source, "updated": _today(), "seconds": seconds,
+            **new, "max_jobs": m.max_jobs, "cpus": m.cpus, "source": m.source, "updated": _today(),
+            "seconds": seconds,
             "peak_bytes": dict(sorted(peaks.items())),
         })
 
@@ -581,20 +585,35 @@ def _atomic_write_json(path: Path, doc: Mapping[str, Any]) -> None:
 class CompileMeasurements(Protocol):
     """What record_build reads from a runner's result (factory.runners.base.RunResult)."""
 
-    oom_killed: bool
-    compile_peak_rss_bytes: int | None  # peak of the summed RSS of all compiler processes
-    max_concurrent_compiles: int | None  # most compile jobs alive at one sample
-    cache_hits: int | None
-    sccache_hits: int | None
-    objects_built: int | None  # objects compiled in this attempt (ninja's [N/M] lines)
-    object_peak_rss_bytes: Mapping[str, int] | None  # output path -> its job's peak RSS
-    log_path: Path
+    @property
+    def oom_killed(self) -> bool: ...
+    @property
+    def compile_peak_rss_bytes(self) -> int | None:
+        """Peak of the summed RSS of all compiler processes."""
+    @property
+    def max_concurrent_compiles(self) -> int | None:
+        """Most compile jobs alive at one sample."""
+    @property
+    def cache_hits(self) -> int | None: ...
+    @property
+    def sccache_hits(self) -> int | None: ...
+    @property
+    def objects_built(self) -> int | None:
+        """Objects compiled in this attempt (ninja's [N/M] lines)."""
+    @property
+    def object_peak_rss_bytes(self) -> Mapping[str, int] | None:
+        """Output path -> its job's peak RSS."""
+    @property
+    def log_path(self) -> Path: ...
 
 
 class PlanShape(Protocol):
-    max_jobs: int
-    nvcc_threads: int
-    cpus: int
+    @property
+    def max_jobs(self) -> int: ...
+    @property
+    def nvcc_threads(self) -> int: ...
+    @property
+    def cpus(self) -> int: ...
 
 
 def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, *,

@@ -2,8 +2,8 @@
 
 The story that motivated the factory (five OOM kills and a reboot) came from picking MAX_JOBS by the
 core count. Here the per-job PEAK memory at a given thread count comes from the memory model
-(factory.planning.memory_model), and the plan is the (jobs, threads) pair with the shortest predicted
-compile time among those whose predicted peak fits:
+(factory.planning.memory_model), and the plan is the (jobs, threads) pair with the shortest
+predicted compile time among those whose predicted peak fits:
 
     predicted peak = headroom + min(jobs, 2) x largest + max(0, jobs - 2) x per_job
 
@@ -231,7 +231,7 @@ def plan_for(
         sizes = {"per_job": est.per_job_bytes, "largest": est.largest, "headroom": headroom}
         by_cpu = cpus // conc
         most = min(by_cpu, n_objects or by_cpu)
-        big = {"largest": est.largest, "largest_source": est.largest_object_source}
+        largest, largest_source = est.largest, est.largest_object_source
         objects = ObjectReplay.of(cell, times, threads)
         if objects is not None:
             shape = {"threads": threads, "archs": archs, "cpus": cpus}
@@ -242,8 +242,7 @@ def plan_for(
             jobs, run = objects.jobs_that_fit(memory, headroom=beside, most=most, **shape)
             if headroom > memory:
                 jobs, run = 0, None
-            big = {"largest": max(p for _, p in objects.objects),
-                   "largest_source": "per-object peaks"}
+            largest, largest_source = max(p for _, p in objects.objects), "per-object peaks"
             peak = max(run.peak_bytes + beside, headroom) if run else one_peak
             seconds = run.span_seconds if run else None
             source = (f"per-object peaks replayed in start order ({objects.source}), "
@@ -256,7 +255,7 @@ def plan_for(
             source = est.source
         one = _Option(jobs=1, threads=threads, per_job=est.per_job_bytes, source=source,
                       peak=one_peak, seconds=None, parallelism=conc, replayed=objects is not None,
-                      **big)
+                      largest=largest, largest_source=largest_source)
         if smallest is None or one.peak < smallest.peak:
             smallest = one
         if jobs < 1:
@@ -264,7 +263,7 @@ def plan_for(
         options.append(_Option(
             jobs=int(jobs), threads=threads, per_job=est.per_job_bytes, source=source,
             peak=peak, seconds=seconds, parallelism=int(jobs) * conc,
-            replayed=objects is not None, **big,
+            replayed=objects is not None, largest=largest, largest_source=largest_source,
         ))
 
     budget_txt = f"{format_size(memory)} ({memory_source})"

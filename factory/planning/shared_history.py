@@ -10,6 +10,7 @@ history (the shipped defaults and the builder's file), exactly as its own builds
 
 from __future__ import annotations
 
+import builtins
 import datetime
 import json
 import uuid
@@ -25,7 +26,8 @@ RECORD_VERSION = 1
 
 
 class _Listed(Protocol):
-    key: str
+    @property
+    def key(self) -> str: ...
 
 
 class RecordStore(Protocol):
@@ -36,7 +38,7 @@ class RecordStore(Protocol):
 
     def list(self, prefix: str, *, sizes: bool = True) -> Iterator[_Listed]: ...
 
-    def read_many(self, keys: list[str]) -> list[bytes | None]: ...
+    def read_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]: ...
 
 
 def record_document(m: BuildMeasurement) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from factory.errors import BuildError, ConfigError
-from factory.matrix.cell import Cell
+from factory.matrix.cell import Cell, sm_names
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -59,7 +59,8 @@ class Recipe:
         """True when the package passes NVCC_THREADS through to nvcc --threads."""
         return False
 
-    def env(self, cell: Cell, *, max_jobs: int, nvcc_threads: int, local_version: str) -> dict[str, str]:
+    def env(self, cell: Cell, *, max_jobs: int, nvcc_threads: int,
+            local_version: str) -> dict[str, str]:
         raise NotImplementedError
 
     def fixes_for(self, cell: Cell) -> list[SourceFix]:
@@ -71,6 +72,6 @@ class Recipe:
             bad = [a for a in cell.archs if a not in self.supported_archs]
             if bad:
                 raise ConfigError(
-                    f"{cell.package} cannot build arch(s) {', '.join('sm_%d' % a for a in bad)}; "
-                    f"it supports {', '.join('sm_%d' % a for a in sorted(self.supported_archs))}"
+                    f"{cell.package} cannot build arch(s) {sm_names(bad)}; "
+                    f"it supports {sm_names(sorted(self.supported_archs))}"
                 )

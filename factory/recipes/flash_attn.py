@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from factory.matrix.cell import Cell
+from factory.matrix.cell import Cell, sm_list
 from factory.recipes.base import Recipe, SourceFix
 
 
@@ -13,11 +13,12 @@ class FlashAttnRecipe(Recipe):
     def supports_threads(self) -> bool:
         return True
 
-    def env(self, cell: Cell, *, max_jobs: int, nvcc_threads: int, local_version: str) -> dict[str, str]:
+    def env(self, cell: Cell, *, max_jobs: int, nvcc_threads: int,
+            local_version: str) -> dict[str, str]:
         return {
             # setup.py reads this and passes its own -gencode flags; torch then drops
             # TORCH_CUDA_ARCH_LIST, so setting that one alone silently builds all four archs.
-            "FLASH_ATTN_CUDA_ARCHS": ";".join(str(a) for a in cell.archs),
+            "FLASH_ATTN_CUDA_ARCHS": sm_list(cell.archs),
             "MAX_JOBS": str(max_jobs),
             "NVCC_THREADS": str(nvcc_threads),
             # Never download upstream's prebuilt wheel from inside setup.py.

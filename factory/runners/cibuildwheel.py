@@ -223,19 +223,6 @@ class CibuildwheelRunner:
             "cwd": str(job.src_dir),
         }
 
-    def print_build_identifiers(self, job: BuildJob) -> list[str]:
-        env = cibuildwheel_environment(job, base=os.environ)
-        result = run_command(
-            ["cibuildwheel", "--platform", "linux", "--print-build-identifiers", str(job.src_dir)],
-            env=env,
-            what="cibuildwheel --print-build-identifiers",
-        )
-        return [
-            ln.strip()
-            for ln in result.output.splitlines()
-            if re.fullmatch(r"[a-z0-9]+-\w+", ln.strip())
-        ]
-
     def run(self, job: BuildJob, *, on_line: LineCallback | None = None) -> RunResult:
         env = cibuildwheel_environment(job, base=os.environ)
         job.out_dir.mkdir(parents=True, exist_ok=True)

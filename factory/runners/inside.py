@@ -938,7 +938,8 @@ class _OomFault:
         # touched pages (b"x" * n), not calloc'd ones, so the cgroup really fills up
         self.hog = subprocess.Popen(
             [sys.executable, "-c",
-             "import time\nb = []\nwhile True:\n    b.append(b'x' * (32 << 20))\n    time.sleep(0.01)"],
+             "import time\nb = []\nwhile True:\n"
+             "    b.append(b'x' * (32 << 20))\n    time.sleep(0.01)"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
 

@@ -42,7 +42,6 @@ class CpuPlatform:
     debian_arch: str  # dpkg's name: "arm64"
     elf_machine: int  # e_machine in the ELF header
     elf_name: str  # as readelf prints it
-    docker_platform: str  # "linux/arm64"
     cuda_redist: str  # NVIDIA's redist archives for toolkits that run on it: "linux-sbsa"
 
 
@@ -53,7 +52,6 @@ CPU_PLATFORMS = {
         debian_arch="amd64",
         elf_machine=62,
         elf_name="X86-64",
-        docker_platform="linux/amd64",
         cuda_redist="linux-x86_64",
     ),
     "aarch64": CpuPlatform(
@@ -62,7 +60,6 @@ CPU_PLATFORMS = {
         debian_arch="arm64",
         elf_machine=183,
         elf_name="AArch64",
-        docker_platform="linux/arm64",
         cuda_redist="linux-sbsa",  # Arm servers, Grace too
     ),
 }

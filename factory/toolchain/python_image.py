@@ -1,8 +1,8 @@
 """Builder images per Python version.
 
-``factory-base:<suite>`` is a Debian release as debootstrap makes it (factory.toolchain.images), with that
-release's one Python: bookworm 3.11, trixie 3.13. ``factory-base:<suite>-py<X.Y>`` adds a second
-CPython, built from Debian's own source package of it, to the same release.
+``factory-base:<suite>`` is a Debian release as debootstrap makes it (factory.toolchain.images),
+with that release's one Python: bookworm 3.11, trixie 3.13. ``factory-base:<suite>-py<X.Y>`` adds a
+second CPython, built from Debian's own source package of it, to the same release.
 
 Why the second form: the compile cache keys nvcc's work on the preprocessed source, which holds
 the host compiler's and libc's headers. A cp313 build on trixie (g++ 14, glibc 2.41) shares only

@@ -17,12 +17,13 @@ import dataclasses
 import functools
 import importlib.resources
 from pathlib import Path
+from typing import Any
 
 import tomllib
 from packaging.version import Version
 
 from factory.errors import ConfigError, ToolchainError
-from factory.matrix.cell import Cell, parse_cuda
+from factory.matrix.cell import Cell, parse_cuda, sm_name
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{cuda_tag}"
 
@@ -37,23 +38,24 @@ CUDA13_COMPONENTS = (
 
 
 @functools.cache
-def torch_cuda_table() -> dict[str, object]:
+def torch_cuda_table() -> dict[str, Any]:
     text = importlib.resources.files("factory.data").joinpath("torch_cuda.toml").read_text()
-    return tomllib.loads(text)
+    table: dict[str, Any] = tomllib.loads(text)
+    return table
 
 
 def torch_builds(torch_minor: str) -> tuple[str | None, list[str]]:
     """(PyPI's CUDA, all CUDA builds) for a torch minor; (None, []) when unknown."""
-    table = torch_cuda_table()["torch"]  # type: ignore[index]
-    entry = table.get(torch_minor)  # type: ignore[union-attr]
+    table = torch_cuda_table()["torch"]
+    entry = table.get(torch_minor)
     if entry is None:
         return None, []
     return entry["pypi"], list(entry["builds"])
 
 
 def arch_min_cuda(sm: int) -> str | None:
-    table = torch_cuda_table()["arch_min_cuda"]  # type: ignore[index]
-    return table.get(str(sm))  # type: ignore[union-attr,no-any-return]
+    found = torch_cuda_table()["arch_min_cuda"].get(str(sm))
+    return None if found is None else str(found)
 
 
 def check_cell_cuda(cell: Cell) -> None:
@@ -63,11 +65,12 @@ def check_cell_cuda(cell: Cell) -> None:
         need = arch_min_cuda(sm)
         if need and parse_cuda(need) > (cmaj, cmin):
             raise ConfigError(
-                f"sm_{sm} needs CUDA >= {need}, but the cell asks for CUDA {cell.cuda} ({cell.id})"
+                f"{sm_name(sm)} needs CUDA >= {need}, but the cell asks for CUDA {cell.cuda} "
+                f"({cell.id})"
             )
-    pypi, builds = torch_builds(cell.torch_minor)
+    _, builds = torch_builds(cell.torch_minor)
     if not builds:
-        known = ", ".join(torch_cuda_table()["torch"])  # type: ignore[arg-type]
+        known = ", ".join(torch_cuda_table()["torch"])
         raise ConfigError(
             f"torch {cell.torch} is not in the torch/CUDA table (known minors: {known})"
         )
@@ -77,10 +80,12 @@ def check_cell_cuda(cell: Cell) -> None:
     if str(cmaj) not in majors:
         raise ConfigError(
             f"no build of torch {cell.torch_minor} uses CUDA {cmaj}.x "
-            f"(its builds: {', '.join(builds)}); torch's extension builder refuses a different CUDA major"
+            f"(its builds: {', '.join(builds)}); torch's extension builder refuses a different "
+            "CUDA major"
         )
     raise ConfigError(
-        f"torch {cell.torch_minor} has no CUDA {cell.cuda} build (its builds: {', '.join(builds)}); "
+        f"torch {cell.torch_minor} has no CUDA {cell.cuda} build "
+        f"(its builds: {', '.join(builds)}); "
         "the toolkit must match torch.version.cuda"
     )
 
@@ -134,7 +139,8 @@ def resolve_toolchain(
             path = find_system_cuda(cell.cuda, system_root=system_root)
             if path is not None:
                 return Toolchain(
-                    cuda=cell.cuda, nvcc_source="system", nvcc_requirements=(), system_path=str(path),
+                    cuda=cell.cuda, nvcc_source="system", nvcc_requirements=(),
+                    system_path=str(path),
                     image=None, torch_requirement=torch_req, torch_index=torch_index,
                 )
     raise ToolchainError(
@@ -185,7 +191,8 @@ def nvcc_version(nvcc: Path) -> Version:
     import subprocess
 
     try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
+                             check=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         raise ToolchainError(f"cannot run {nvcc}: {exc}") from None
     m = re.search(r"release (\d+\.\d+)", out)

@@ -13,8 +13,9 @@ used; the build checks that on the binaries after compiling (``wheels.floor``).
 The sysroot is made once with debootstrap (bullseye is on the Debian mirror; buster, with glibc
 2.28, is not), for the builder's CPU or, for cross builds (``factory.toolchain.cross``), for the
 target's: an arm64 bullseye (``debootstrap --foreign``, only unpacked) under the cross compiler
-``aarch64-linux-gnu-g++`` gives aarch64 wheels the same floor. It is cached as a tarball (about 30 MB, so it can be carried to a GPU host without
-network or docker), and unpacked where it is used. The wrappers in its ``bin/`` are what CC, CXX
+``aarch64-linux-gnu-g++`` gives aarch64 wheels the same floor. It is cached as a tarball (about
+30 MB, so it can be carried to a GPU host without network or docker), and unpacked where it is
+used. The wrappers in its ``bin/`` are what CC, CXX
 and nvcc's ``-ccbin`` point at; they find the sysroot from their own location, so the tree works
 at any path: mounted into the build container, or unpacked on a host for the local runner.
 """
@@ -81,7 +82,7 @@ exec "$driver" --sysroot="$sysroot" -nostdinc++ \\
     -isystem "$sysroot/usr/include/c++/{gcc}/backward" \\
     -B"$sysroot/usr/lib/{triplet}/" -L"$sysroot/usr/lib/gcc/{triplet}/{gcc}" \\
     -L"$sysroot/usr/lib/{triplet}" "$@"
-"""
+"""  # noqa: E501 - the driver line stays one shell line: the text is part of the sysroot's key
 # Why -B and -L: the driver's own library dirs are relative to the compiler's prefix, not to
 # --sysroot (/usr/lib/gcc/x86_64-linux-gnu/12/../../../x86_64-linux-gnu is the builder's), so
 # without them libc.so, libm.so and crti.o would come from the builder and bind GLIBC_2.34

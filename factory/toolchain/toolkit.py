@@ -19,7 +19,6 @@ import zipfile
 from pathlib import Path
 
 from factory.errors import ToolchainError
-from factory.process import run_command
 from factory.toolchain.cross import builder_platform
 from factory.toolchain.resolve import Toolchain, nvcc_version
 from factory.toolchain.wheelhouse import download_wheels
@@ -140,44 +139,3 @@ def _check_version(home: Path, cuda: str) -> None:
             f"nvcc in {home} is CUDA {got.major}.{got.minor}, the cell needs {cuda}",
             tip="torch's extension builder needs the toolkit of torch.version.cuda",
         )
-
-
-SMOKE_SOURCE = """\
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-__global__ void smoke(__half* x) { x[threadIdx.x] = __hadd(x[threadIdx.x], x[threadIdx.x]); }
-int main() { return 0; }
-"""
-
-
-def smoke_compile(cuda_home: Path, *, arch: int = 100, work: Path | None = None) -> Path:
-    """Compile a tiny kernel (with cuda_fp16.h, which needs CCCL) to an object for ``sm_<arch>``.
-
-    Returns the object; raises ToolchainError with nvcc's output when the toolkit is incomplete.
-    """
-    work = work or Path(tempfile.mkdtemp(prefix="factory-smoke-"))
-    work.mkdir(parents=True, exist_ok=True)
-    src = work / "smoke.cu"
-    src.write_text(SMOKE_SOURCE)
-    obj = work / "smoke.o"
-    env = {**os.environ, "PATH": f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run_command(
-        [
-            cuda_home / "bin" / "nvcc",
-            f"-gencode=arch=compute_{arch},code=sm_{arch}",
-            "-c",
-            src,
-            "-o",
-            obj,
-        ],
-        env=env,
-        error=ToolchainError,
-        what="nvcc smoke compile",
-    )
-    return obj
-
-
-def cuda_version_of(cuda_home: Path) -> str:
-    """'13.0' for a CUDA_HOME, from nvcc --version."""
-    v = nvcc_version(cuda_home / "bin" / "nvcc")
-    return f"{v.major}.{v.minor}"

@@ -31,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 from factory.errors import WheelError
 from factory.matrix.load import PlannedCell
 from factory.matrix.manylinux import parse_manylinux
-from factory.matrix.tags import local_tag, platform_of_plat, torch_pin
+from factory.matrix.tags import platform_of_plat, torch_pin
 from factory.process import env_bin_dir, find_program, run_program
 from factory.toolchain.cross import builder_platform
 from factory.wheels.floor import wheel_floor
@@ -110,12 +110,7 @@ def _plan_retag(info: WheelInfo, pc: PlannedCell) -> _Retag:
         raise WheelError(
             f"{info.filename}: built version {info.public_version}, the cell wants {cell.version}"
         )
-    want_local = local_tag(
-        cuda=cell.cuda,
-        torch_minor=cell.torch_minor,
-        archs=cell.archs,
-        default_archs=pc.recipe.default_archs,
-    )
+    want_local = pc.local
     if info.local is None:
         version = f"{info.public_version}+{want_local}"
     elif info.local == want_local:

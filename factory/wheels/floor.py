@@ -95,6 +95,7 @@ def elf_needs(data: bytes, member: str) -> list[VersionNeed]:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
+    from elftools.elf.sections import SymbolTableSection
 
     try:
         elf = ELFFile(io.BytesIO(data))
@@ -104,11 +105,11 @@ def elf_needs(data: bytes, member: str) -> list[VersionNeed]:
         by_index: dict[int, tuple[str, str]] = {}
         for need, auxes in verneed.iter_versions():
             for aux in auxes:
-                by_index[aux["vna_other"]] = (aux.name, need.name)
+                by_index[aux["vna_other"]] = (aux.name, need.name or "")
         symbols: dict[int, list[str]] = {}
         versym = next((s for s in elf.iter_sections() if isinstance(s, GNUVerSymSection)), None)
         dynsym = elf.get_section_by_name(".dynsym")
-        if versym is not None and dynsym is not None:
+        if versym is not None and isinstance(dynsym, SymbolTableSection):
             for i, sym in enumerate(dynsym.iter_symbols()):
                 if sym["st_shndx"] != "SHN_UNDEF" or not sym.name:
                     continue

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import WheelError
+from factory.matrix.cell import sm_names
 from factory.store.base import FILES
 from factory.units import format_size
 
@@ -57,14 +58,6 @@ class CellRecord:
     python: str
     variant: str
 
-    @classmethod
-    def from_cell(cls, cell: Any) -> CellRecord:
-        """From a ``factory.matrix.cell.Cell``."""
-        return cls(
-            id=cell.id, package=cell.package, version=cell.version, torch=cell.torch,
-            cuda=cell.cuda, archs=tuple(cell.archs), python=cell.python, variant=cell.variant,
-        )
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Attempt:
@@ -87,10 +80,14 @@ class Attempt:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Attempt:
-        known = {k: d.get(k) for k in cls._FIELDS}
-        known["attempt"] = int(known["attempt"] or 0)
-        known["oom_killed"] = bool(known["oom_killed"])
-        return cls(**known, extra={k: v for k, v in d.items() if k not in cls._FIELDS})
+        return cls(
+            attempt=int(d.get("attempt") or 0), max_jobs=d.get("max_jobs"),
+            nvcc_threads=d.get("nvcc_threads"), exit_code=d.get("exit_code"),
+            oom_killed=bool(d.get("oom_killed")), wall_seconds=d.get("wall_seconds"),
+            compile_peak_rss_bytes=d.get("compile_peak_rss_bytes"),
+            objects_built=d.get("objects_built"),
+            extra={k: v for k, v in d.items() if k not in cls._FIELDS},
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in self._FIELDS}, **dict(self.extra)}
@@ -167,7 +164,9 @@ class Manifest:
                 floor=dict(d.get("floor") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise WheelError(f"{source}: not a provenance manifest ({type(exc).__name__}: {exc})") from None
+            raise WheelError(
+                f"{source}: not a provenance manifest ({type(exc).__name__}: {exc})"
+            ) from None
 
 
 def _opt_int(value: Any) -> int | None:
@@ -278,9 +277,10 @@ def _seconds(s: Any) -> str:
 
 def render_text(m: Manifest, *, yanked: str | None = None) -> str:
     """What ``factory show`` prints for one wheel: the fields a person asks about first."""
-    lines = [f"{m.wheel}" + (f"  [yanked: {yanked or 'no reason given'}]" if yanked is not None else "")]
+    mark = f"  [yanked: {yanked or 'no reason given'}]" if yanked is not None else ""
+    lines = [f"{m.wheel}{mark}"]
     c = m.cell
-    archs = ", ".join(f"sm_{a}" for a in c.archs)
+    archs = sm_names(c.archs)
     lines.append(f"  cell        {c.id}")
     lines.append(f"              {c.package} {c.version}, torch {c.torch}, CUDA {c.cuda}, {archs}, "
                  f"Python {c.python} (variant {c.variant})")
@@ -296,7 +296,8 @@ def render_text(m: Manifest, *, yanked: str | None = None) -> str:
     p = m.plan
     if p:
         lines.append(
-            f"  plan        MAX_JOBS={p.get('max_jobs', '?')} NVCC_THREADS={p.get('nvcc_threads', '?')}, "
+            f"  plan        MAX_JOBS={p.get('max_jobs', '?')} "
+            f"NVCC_THREADS={p.get('nvcc_threads', '?')}, "
             f"budget {_bytes(p.get('memory_budget_bytes'))}, predicted peak "
             f"{_bytes(p.get('predicted_peak_bytes'))} ({_bytes(p.get('per_job_bytes'))}/job from "
             f"{p.get('per_job_source', '?')})"
@@ -306,11 +307,13 @@ def render_text(m: Manifest, *, yanked: str | None = None) -> str:
     for a in m.attempts:
         outcome = "OOM-killed" if a.oom_killed else f"exit {a.exit_code}"
         lines.append(
-            f"  attempt {a.attempt}   MAX_JOBS={a.max_jobs} NVCC_THREADS={a.nvcc_threads}: {outcome} "
-            f"after {_seconds(a.wall_seconds)}, peak compile RSS {_bytes(a.compile_peak_rss_bytes)}, "
+            f"  attempt {a.attempt}   MAX_JOBS={a.max_jobs} NVCC_THREADS={a.nvcc_threads}: "
+            f"{outcome} after {_seconds(a.wall_seconds)}, "
+            f"peak compile RSS {_bytes(a.compile_peak_rss_bytes)}, "
             f"{a.objects_built if a.objects_built is not None else '?'} object(s) built"
         )
-    lines.append(f"  build       {_seconds(m.build_seconds)}, peak memory {_bytes(m.peak_memory_bytes)}")
+    lines.append(f"  build       {_seconds(m.build_seconds)}, "
+                 f"peak memory {_bytes(m.peak_memory_bytes)}")
     if m.floor:
         reached = m.floor.get("reached") or {}
         how = "the glibc 2.31 sysroot" if m.floor.get("sysroot") else "the builder's glibc"
@@ -319,7 +322,8 @@ def render_text(m: Manifest, *, yanked: str | None = None) -> str:
                      f"binaries need {reached.get('policy', '?')} (GLIBC "
                      f"{highest.get('GLIBC', '-')}, GLIBCXX {highest.get('GLIBCXX', '-')})")
     if m.cache and any(v is not None for v in m.cache.values()):
-        lines.append(f"  cache       {m.cache.get('hits')} hit(s), {m.cache.get('misses')} miss(es)")
+        lines.append(f"  cache       {m.cache.get('hits')} hit(s), "
+                     f"{m.cache.get('misses')} miss(es)")
     b = m.builder
     lines.append(f"  builder     {b.get('hostname', '?')} ({b.get('runner', '?')} runner, "
                  f"image {b.get('image') or '-'})")
@@ -352,7 +356,7 @@ def published_builds(store: Any, project: str | None = None) -> list[PublishedBu
     reader = getattr(store, "_read_many", None)
     blobs = reader(manifest_keys) if reader else [store.read(k) for k in manifest_keys]
     out = []
-    for key, data in zip(manifest_keys, blobs):
+    for key, data in zip(manifest_keys, blobs, strict=True):
         if data is None:
             continue
         wheel_key = key[: -len(SUFFIX)]

@@ -67,7 +67,8 @@ def open_wheel(source: Path | bytes, name: str) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(source if isinstance(source, Path) else io.BytesIO(source))
     except FileNotFoundError:
-        raise WheelError(f"wheel {source} does not exist") from None
+        raise WheelError(f"wheel {name if isinstance(source, bytes) else source} does not exist"
+                         ) from None
     except OSError as exc:
         raise WheelError(f"{name}: cannot read: {exc.strerror or exc}") from None
     except zipfile.BadZipFile as exc:
@@ -126,7 +127,6 @@ class WheelInfo:
     filename_version: str
     tags: tuple[str, ...]  # from the filename, sorted: 'cp311-cp311-manylinux_2_36_x86_64'
     wheel_tags: tuple[str, ...]  # the Tag lines of WHEEL, sorted
-    root_is_purelib: bool
     dist_info: str  # 'flash_attn-2.8.3+cu130torch2.14.dist-info'
     name: str  # METADATA Name, as written
     version: str  # METADATA Version, as written
@@ -214,7 +214,6 @@ def analyse_wheel(path: Path) -> WheelInfo:
         filename_version=str(name.version),
         tags=tuple(sorted(str(t) for t in name.tags)),
         wheel_tags=tuple(sorted(wheel_meta.get_all("Tag") or ())),
-        root_is_purelib=str(wheel_meta.get("Root-Is-Purelib", "false")).strip().lower() == "true",
         dist_info=dist_info,
         name=str(meta["Name"]).strip(),
         version=str(meta["Version"]).strip(),

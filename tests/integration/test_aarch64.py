@@ -136,7 +136,7 @@ def test_the_cross_built_wheel_passes_verify(built: tuple[Path, Path, str]) -> N
 
 
 def _cubins(wheel: Path, tmp: Path) -> dict[str, bytes]:
-    from factory.wheels.verify import find_cuobjdump
+    from factory.wheels.binaries import find_cuobjdump
 
     out = tmp / wheel.name
     out.mkdir()

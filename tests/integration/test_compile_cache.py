@@ -3,21 +3,19 @@ that proves a second Python version hits the cache."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from unit.test_compile_cache import _fake_tools
+from cache_fixtures import HEADER, KERNEL, compile_in_a_fresh_server, fake_tools, free_port
+from wheel_fixtures import find_nvcc
 
 from factory.build import compile_cache
 from factory.build.compile_cache import (
     RemoteCache,
-    parse_stats,
 )
 
 # -- settings -------------------------------------------------------------------------------------
@@ -25,7 +23,7 @@ from factory.build.compile_cache import (
 
 @pytest.mark.slow
 def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
-    sccache, nvcc = shutil.which("sccache"), _nvcc()
+    sccache, nvcc = shutil.which("sccache"), find_nvcc()
     if not sccache or not nvcc:
         pytest.skip("needs sccache and nvcc")
     src = tmp_path / "src/k.cu"  # one source path, as /factory/src in every container
@@ -41,7 +39,7 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
         "HOME": str(tmp_path),
         "SCCACHE_DIR": str(tmp_path / "cache"),
         "SCCACHE_CACHE_SIZE": "1G",
-        "SCCACHE_SERVER_PORT": str(_free_port()),
+        "SCCACHE_SERVER_PORT": str(free_port()),
         "SCCACHE_IDLE_TIMEOUT": "0",
         "CUDA_HOME": str(Path(nvcc).resolve().parent.parent),
     }
@@ -55,7 +53,7 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
         pyinc.mkdir(parents=True)
         (pyinc / "Python.h").write_text(f'#define PY_VERSION "{version}"\n')
         bin_dir = tmp_path / f"bin{version}"
-        _fake_tools(bin_dir, site, pyinc)
+        fake_tools(bin_dir, site, pyinc)
         (bin_dir / "ccache").unlink()  # sccache alone (the direct layer: test_runner_docker)
         (bin_dir / "sccache").unlink()  # the real one here
         (bin_dir / "sccache").symlink_to(sccache)
@@ -79,7 +77,7 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
             "-O2",
             "-gencode=arch=compute_80,code=sm_80",
         ]
-        results.append(_compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
+        results.append(compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
         assert (out / "k.o").is_file()
     first, second = results
     assert first.object_misses == 1 and first.object_hits == 0
@@ -95,12 +93,12 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
 def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
     """Two builders with their own disk caches and one S3 remote (moto on loopback): what the
     first compiled, the second gets from S3."""
-    sccache, nvcc = shutil.which("sccache"), _nvcc()
+    sccache, nvcc = shutil.which("sccache"), find_nvcc()
     if not sccache or not nvcc:
         pytest.skip("needs sccache and nvcc")
     pytest.importorskip("moto.server")
     boto3 = pytest.importorskip("boto3")
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -134,7 +132,7 @@ def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
                 "PATH": f"{Path(nvcc).parent}:/usr/bin:/bin",
                 "SCCACHE_DIR": str(tmp_path / f"disk-{builder}"),
                 "SCCACHE_IDLE_TIMEOUT": "0",
-                "SCCACHE_SERVER_PORT": str(_free_port()),
+                "SCCACHE_SERVER_PORT": str(free_port()),
                 **creds,
                 **remote.env(),
             }
@@ -147,7 +145,7 @@ def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
                 str(tmp_path / f"{builder}.o"),
                 "-gencode=arch=compute_80,code=sm_80",
             ]
-            results.append(_compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
+            results.append(compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
         keys = [o["Key"] for o in client.list_objects_v2(Bucket="wheels").get("Contents", [])]
     finally:
         server.terminate()
@@ -158,56 +156,3 @@ def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
     assert keys and all(k.startswith("index/compile-cache/") for k in keys)
 
 
-HEADER = """#pragma once
-#include <cstdio>
-// __FILE__ puts this header's path into the host code, as TORCH_CHECK does in ATen's headers.
-inline void report(int n) { std::printf("%s: n=%d\\n", __FILE__, n); }
-__device__ inline float twice(float x) { return 2.0f * x; }
-"""
-
-
-KERNEL = """#include <ext.h>
-__global__ void k(const float* a, float* o, long n) {
-  long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-  if (i < n) o[i] = twice(a[i]);
-}
-void launch(const float* a, float* o, long n) {
-  report((int)n);
-  k<<<(n + 255) / 256, 256>>>(a, o, n);
-}
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _nvcc() -> str | None:
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin/nvcc").is_file():
-            return str(Path(home) / "bin/nvcc")
-    return None
-
-
-def _compile_in_a_fresh_server(
-    sccache: str, argv: list[str], env: dict[str, str], *, cwd: Path
-) -> compile_cache.CacheStats:
-    """One compile in its own sccache server (as one build container has), and its stats."""
-    try:
-        subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
-        subprocess.run(argv, env=env, check=True, capture_output=True, cwd=cwd)
-        out = subprocess.run(
-            [sccache, "--show-stats", "--stats-format", "json"],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    finally:
-        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
-    return parse_stats(out)

@@ -13,18 +13,13 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
+import doctor_fixtures
 import pytest
+from doctor_fixtures import HOSTS, doctor
 from ops_builds import REPO, factory_cli
-from unit import test_doctor as unit_tests
-from unit.test_doctor import doctor
 
-# Fixtures shared with the unit tests of the same module.
-sm90_and_sm100 = unit_tests.sm90_and_sm100
-torch_dirs = unit_tests.torch_dirs
-
-
-HOSTS = Path(__file__).parents[1] / "data" / "doctor"
-PY = f"3.{sys.version_info.minor}"
+sm90_and_sm100 = doctor_fixtures.sm90_and_sm100  # shared with the unit tests of the same name
+torch_dirs = doctor_fixtures.torch_dirs
 RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 

@@ -15,16 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_fixtures
 import pytest
+from cli_fixtures import assert_one_line_error, store_digest
 from index_fixtures import cli
-from unit import test_fuzz_inputs as unit_tests
-from unit.test_fuzz_inputs import assert_one_line_error, store_digest
 
-# Fixtures shared with the unit tests of the same module.
-workspace = unit_tests.workspace
-
-
-INTERNAL_ERROR = 70  # cli.main's code for an exception that is not a FactoryError: a bug
+workspace = cli_fixtures.workspace  # shared with the unit tests of the same name
 SCALE = int(os.environ.get("FACTORY_FUZZ_SCALE", "1"))
 
 

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import index_fixtures
-from index_wheels import variant_wheel
-from unit.test_index import _publish_demo
+from index_wheels import publish_demo, variant_wheel
 
 from factory.index import rebuild_index, verify_index
 from factory.index.publish import publish, yank
@@ -22,7 +21,7 @@ store_spec = index_fixtures.store_spec
 
 
 def test_per_variant_and_combined_indexes(store: Store, tmp_path: Path) -> None:
-    _publish_demo(store, tmp_path)
+    publish_demo(store, tmp_path)
     combined = store.read("simple/fa-demo/index.html").decode()  # normalized project name
     assert "torch2.13" in combined and "torch2.14" in combined
     only = store.read("cu130-torch2.14/simple/fa-demo/index.html").decode()
@@ -44,7 +43,7 @@ def test_per_variant_and_combined_indexes(store: Store, tmp_path: Path) -> None:
 
 
 def test_rebuild_regenerates_every_page_from_the_store(store: Store, tmp_path: Path) -> None:
-    _publish_demo(store, tmp_path)
+    publish_demo(store, tmp_path)
     yank(store, "fa_demo-1.0.0+cu130torch2.13-py3-none-any.whl", "miscompiled")
     before = {o.key: store.read(o.key) for o in store.page_objects()}
     for key in before:

@@ -13,8 +13,16 @@ from pathlib import Path
 import boto3
 import index_fixtures
 import pytest
+from cache_fixtures import (
+    HEADER,
+    KERNEL,
+    cache_entry,
+    cache_matrix,
+    compile_in_a_fresh_server,
+    free_port,
+)
 from ops_builds import factory_cli
-from unit.test_remote_cache import _entry, _matrix
+from wheel_fixtures import find_nvcc
 
 from factory.build import remote_cache
 from factory.build.compile_cache import RemoteCache
@@ -29,7 +37,7 @@ def test_push_then_pull_moves_exactly_the_missing_entries(
 ) -> None:
     remote = _remote(s3_spec, s3_env)
     a, b = tmp_path / "builder-a", tmp_path / "builder-b"
-    keys = [_entry(a / "sccache", f"object {i}".encode() * 1000) for i in range(3)]
+    keys = [cache_entry(a / "sccache", f"object {i}".encode() * 1000) for i in range(3)]
     # not cache entries: sccache's local preprocessor cache, a stray temp file
     (a / "sccache/preprocessor/1/2/3").mkdir(parents=True)
     (a / "sccache/preprocessor/1/2/3" / ("1" * 64)).write_bytes(b"direct mode")
@@ -52,7 +60,7 @@ def test_push_then_pull_moves_exactly_the_missing_entries(
     again = remote_cache.push(remote, a)
     assert (again.files, again.present) == (0, 5)  # nothing is sent twice
 
-    already = _entry(b / "sccache", b"object 0" * 1000)
+    already = cache_entry(b / "sccache", b"object 0" * 1000)
     pulled = remote_cache.pull(remote, b)
     assert (pulled.files, pulled.present) == (4, 1) and already in keys
     for k in keys:
@@ -66,8 +74,8 @@ def test_push_then_pull_moves_exactly_the_missing_entries(
 
 
 def test_cache_push_and_pull_commands(tmp_path: Path, s3_spec: str, s3_env: dict[str, str]) -> None:
-    matrix = _matrix(tmp_path, s3_spec)
-    key = _entry(tmp_path / "cc" / "sccache", b"kernel object")
+    matrix = cache_matrix(tmp_path, s3_spec)
+    key = cache_entry(tmp_path / "cc" / "sccache", b"kernel object")
     pushed = factory_cli("cache", "push", "--matrix", str(matrix), "--json", env=s3_env)
     assert pushed.returncode == 0, pushed.stderr
     assert json.loads(pushed.stdout)["files"] == 1
@@ -83,19 +91,20 @@ def test_a_build_pulls_before_and_pushes_after(
 ) -> None:
     """The build's wrapper around its attempts: what another builder pushed is on disk before the
     compile starts; what this one compiled is in S3 after, also when the build failed."""
-    from factory.build.pipeline import BuildOptions, _remote_cache_synced
+    from factory.build.job import BuildOptions
+    from factory.build.pipeline import _remote_cache_synced
     from factory.logger import Log
     from factory.matrix.load import load_matrix
 
-    matrix = load_matrix(_matrix(tmp_path, s3_spec))
+    matrix = load_matrix(cache_matrix(tmp_path, s3_spec))
     other = tmp_path / "other-builder"
-    theirs = _entry(other / "sccache", b"compiled elsewhere")
+    theirs = cache_entry(other / "sccache", b"compiled elsewhere")
     remote_cache.push(_remote(s3_spec, s3_env), other)
     out = io.StringIO()
     with pytest.raises(RuntimeError):
         with _remote_cache_synced(matrix, BuildOptions(cache=True), Log(stream=out)):
             assert (tmp_path / "cc" / "sccache" / theirs[0] / theirs[1] / theirs).is_file()
-            ours = _entry(tmp_path / "cc" / "sccache", b"compiled here")
+            ours = cache_entry(tmp_path / "cc" / "sccache", b"compiled here")
             raise RuntimeError("the build failed after compiling")
     assert f"pkgs/compile-cache/{ours[0]}/{ours[1]}/{ours[2]}/{ours}" in _listing(s3_spec, s3_env)
     assert "pulled 1 entry" in out.getvalue() and "pushed 1 entry" in out.getvalue()
@@ -108,15 +117,7 @@ def test_an_offline_builder_hits_what_another_pushed(
     """Real sccache and nvcc: builder A compiles with a disk cache only (no network, like a build
     container) and pushes; builder B pulls into an empty disk cache, compiles offline, and gets
     the whole object from the cache."""
-    from integration.test_compile_cache import (
-        HEADER,
-        KERNEL,
-        _compile_in_a_fresh_server,
-        _free_port,
-        _nvcc,
-    )
-
-    sccache, nvcc = shutil.which("sccache"), _nvcc()
+    sccache, nvcc = shutil.which("sccache"), find_nvcc()
     if not sccache or not nvcc:
         pytest.skip("needs sccache and nvcc")
     remote = _remote(s3_spec, s3_env)
@@ -133,11 +134,11 @@ def test_an_offline_builder_hits_what_another_pushed(
             "PATH": f"{Path(nvcc).parent}:/usr/bin:/bin",
             "SCCACHE_DIR": str(disk),
             "SCCACHE_IDLE_TIMEOUT": "0",
-            "SCCACHE_SERVER_PORT": str(_free_port()),
+            "SCCACHE_SERVER_PORT": str(free_port()),
         }
         argv = [sccache, nvcc, "-c", str(src), "-o", str(tmp_path / f"{builder}.o"),
                 "-gencode=arch=compute_80,code=sm_80"]
-        results.append(_compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
+        results.append(compile_in_a_fresh_server(sccache, argv, env, cwd=tmp_path))
         if builder == "a":
             assert remote_cache.push(remote, cache_dir).files >= 1
     first, second = results

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from unit.test_runner_local import _cgroups_or_skip, _job, _package
+from runner_fixtures import cgroups_or_skip, probe_job, probe_package
 
 from factory.runners import get_runner
 
@@ -19,11 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 def test_venv_is_made_once_and_the_install_is_skipped_on_a_retry(
     tmp_path: Path, wheelhouse_cp311: Path
 ) -> None:
-    _cgroups_or_skip()
+    cgroups_or_skip()
     if sys.version_info[:2] != (3, 11):
         pytest.skip("the session wheelhouse is for cp311")
-    src = _package(tmp_path)
-    job = dataclasses.replace(_job(tmp_path, src), wheelhouse=wheelhouse_cp311,
+    src = probe_package(tmp_path)
+    job = dataclasses.replace(probe_job(tmp_path, src), wheelhouse=wheelhouse_cp311,
                               requirements=("packaging",), python="3.11")
     runner = get_runner("local", mode="venv", interpreter=sys.executable)
     first = runner.run(job)

@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
+from factory.process import run_command
 from factory.toolchain import toolkit
+from factory.toolchain.resolve import nvcc_version
 
 
 @pytest.mark.download
@@ -34,13 +37,22 @@ def test_pypi_toolkit_layout(cuda13_home: Path) -> None:
         assert (cuda13_home / rel).exists(), rel
     assert os.access(cuda13_home / "bin" / "nvcc", os.X_OK)
     assert os.access(cuda13_home / "nvvm" / "bin" / "cicc", os.X_OK)
-    assert toolkit.cuda_version_of(cuda13_home) == "13.0"
+    assert nvcc_version(cuda13_home / "bin" / "nvcc") == Version("13.0")
 
 
 @pytest.mark.download
 @pytest.mark.slow
 def test_pypi_toolkit_compiles_for_sm100(cuda13_home: Path, tmp_path: Path) -> None:
-    obj = toolkit.smoke_compile(cuda13_home, arch=100, work=tmp_path)
+    """A tiny kernel with cuda_fp16.h (which needs CCCL) compiles to an sm_100 object."""
+    (tmp_path / "smoke.cu").write_text(
+        "#include <cuda_fp16.h>\n#include <cuda_runtime.h>\n"
+        "__global__ void smoke(__half* x) { x[threadIdx.x] = __hadd(x[threadIdx.x], x[0]); }\n"
+        "int main() { return 0; }\n"
+    )
+    obj = tmp_path / "smoke.o"
+    env = {**os.environ, "PATH": f"{cuda13_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run_command([cuda13_home / "bin" / "nvcc", "-gencode=arch=compute_100,code=sm_100", "-c",
+                 tmp_path / "smoke.cu", "-o", obj], env=env, what="nvcc smoke compile")
     assert obj.is_file() and obj.stat().st_size > 0
 
 

@@ -8,7 +8,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from unit.test_verify import _py_wheel
 from wheel_fixtures import (
     WHEELHOUSE,
     compile_kernel_so,
@@ -16,14 +15,17 @@ from wheel_fixtures import (
     ext_wheel,
     make_wheel,
     planned,
+    py_wheel,
     wheelhouse_has_torch,
 )
 
 from factory.cli import main
 from factory.errors import VerifyError
+from factory.wheels.binaries import find_cuobjdump, list_device_code
 from factory.wheels.finalize import finalize_wheel
+from factory.wheels.import_check import check_import
 from factory.wheels.reader import analyse_wheel
-from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
+from factory.wheels.verify import verify_wheel
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +145,7 @@ def test_a_wheel_not_the_planned_one_fails(tmp_path: Path, sos: dict[str, Path])
 
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the test wheels are tagged cp311")
 def test_import_check_installs_into_a_clean_venv_and_imports(tmp_path: Path) -> None:
-    check = check_import(analyse_wheel(_py_wheel(tmp_path, b"VALUE = 1\n")), wheelhouse=None)
+    check = check_import(analyse_wheel(py_wheel(tmp_path, b"VALUE = 1\n")), wheelhouse=None)
     assert check.ok and not check.skipped
     assert "imported demo_ext" in check.detail
 
@@ -151,7 +153,7 @@ def test_import_check_installs_into_a_clean_venv_and_imports(tmp_path: Path) -> 
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the test wheels are tagged cp311")
 def test_import_check_fails_when_the_import_fails(tmp_path: Path) -> None:
     check = check_import(
-        analyse_wheel(_py_wheel(tmp_path, b"raise ImportError('boom: no libfoo')\n")),
+        analyse_wheel(py_wheel(tmp_path, b"raise ImportError('boom: no libfoo')\n")),
         wheelhouse=None,
     )
     assert not check.ok

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import index_fixtures
 import pytest
+from bad_wheels import MIB, REFUSED, make_bomb
 from index_fixtures import cli
 from index_wheels import make_wheel
-from unit.test_wheel_checks import MIB, REFUSED, _bomb
 
 from factory.errors import WheelError
 from factory.index.publish import publish
@@ -32,7 +32,7 @@ def test_cli_refusals_are_one_line_with_the_wheel_exit_code(tmp_path: Path) -> N
         assert result.returncode == WheelError.exit_code, (case, result.stderr)
         assert result.stderr.startswith("ERROR ") and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) <= 2  # ERROR and perhaps a TIP
-    bomb = _bomb(tmp_path / "bomb", 32 * MIB)
+    bomb = make_bomb(tmp_path / "bomb", 32 * MIB)
     result = subprocess.run(
         cli("publish", "--store", str(store_dir), "--max-unpacked", "8m", str(bomb)),
         capture_output=True,

@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cache_fixtures import fake_tools
 
 from factory.build import compile_cache
-from factory.matrix.settings import sccache_size
 from factory.build.compile_cache import (
     CacheSettings,
     RemoteCache,
@@ -22,7 +22,7 @@ from factory.build.compile_cache import (
 )
 from factory.errors import ConfigError
 from factory.matrix.load import load_matrix
-from factory.matrix.settings import Settings
+from factory.matrix.settings import Settings, sccache_size
 
 # The shape of `sccache --show-stats --stats-format json` (0.16), from a real second compile whose
 # object missed but whose nvcc stages hit.
@@ -267,17 +267,6 @@ def test_cache_command_stats_json(tmp_path: Path, capsys: pytest.CaptureFixture[
 # -- the nvcc wrapper ----------------------------------------------------------------------
 
 
-def _fake_tools(bin_dir: Path, site: Path, include: Path) -> None:
-    """`python` that names ``site`` as site-packages and ``include`` as its include dir; `sccache`
-    and `ccache` that print their name and what they got."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    (bin_dir / "python").write_text(f"#!/bin/sh\necho {site}\necho {include}\n")
-    for tool in ("sccache", "ccache"):
-        (bin_dir / tool).write_text(f'#!/bin/sh\necho {tool}; for a do echo "$a"; done\n')
-    for f in ("python", "sccache", "ccache"):
-        (bin_dir / f).chmod(0o755)
-
-
 def _wrapper_setup(tmp_path: Path, text: str, python: str) -> tuple[Path, Path, Path]:
     """A venv's site-packages, the run dir's links and the wrapper; fake python, sccache and
     ccache."""
@@ -291,7 +280,7 @@ def _wrapper_setup(tmp_path: Path, text: str, python: str) -> tuple[Path, Path, 
     wrapper.write_text(text.replace("@LINK@", str(link)).replace(
         "@INCLUDE_LINK@", str(tmp_path / "run/python-include")))
     wrapper.chmod(0o755)
-    _fake_tools(tmp_path / "bin", site, include)
+    fake_tools(tmp_path / "bin", site, include)
     return site, link, wrapper
 
 

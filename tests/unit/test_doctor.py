@@ -6,78 +6,23 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
+import doctor_fixtures
 import pytest
+from doctor_fixtures import HOSTS, doctor, doctor_matrix, doctor_store
+from ops_builds import factory_cli, planned, publish_build, write_matrix
 
 from factory.hosts.doctor import driver_max_cuda, driver_runs_cuda, parse_nvidia_smi
 
-from ops_builds import factory_cli, planned, publish_build, write_matrix
-
-HOSTS = Path(__file__).parents[1] / "data" / "doctor"
-PY = f"3.{sys.version_info.minor}"
+torch_dirs = doctor_fixtures.torch_dirs
+sm90_and_sm100 = doctor_fixtures.sm90_and_sm100
 RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
-
-
-def _matrix(archs: str, *, torch: str = '"2.14.1"', plat_python: str = PY) -> str:
-    return f"""\
-version = 1
-[axes]
-torch = [{torch}]
-cuda = ["13.0"]
-archs = {archs}
-python = ["{plat_python}"]
-[packages.flash-attn]
-recipe = "flash-attn"
-versions = ["2.8.3.post2"]
-"""
-
-
-def _store(tmp_path: Path, name: str, archs: str, **kwargs: str) -> Path:
-    """A store (which holds its own index pages) with one fake build per cell of the matrix."""
-    root = tmp_path / name
-    root.mkdir()
-    plat = kwargs.pop("plat", "manylinux_2_28_x86_64")
-    for pc in planned(write_matrix(root, _matrix(archs, **kwargs))):
-        publish_build(root / "store", root / "dist", pc, plat=plat)
-    return root / "store"
-
-
-@pytest.fixture(scope="module")
-def torch_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Fake torch installs: one directory per kind, each meant for PYTHONPATH."""
-    base = tmp_path_factory.mktemp("torch")
-    kinds = {
-        "2.14-cu130": '__version__ = "2.14.1+cu130"\nfrom . import version\n',
-        "2.11-cu130": '__version__ = "2.11.0+cu130"\nfrom . import version\n',
-        "2.14-cu128": '__version__ = "2.14.1+cu128"\nfrom . import version\n',
-        "broken": 'raise OSError("libcudart.so.13: cannot open shared object file")\n',
-    }
-    out = {}
-    for kind, init in kinds.items():
-        pkg = base / kind / "torch"
-        pkg.mkdir(parents=True)
-        (pkg / "__init__.py").write_text(init)
-        cuda = "12.8" if kind.endswith("cu128") else "13.0"
-        (pkg / "version.py").write_text(f"cuda = {cuda!r}\n")
-        out[kind] = base / kind
-    return out
-
-
-def doctor(index: Path | str, host: str, torch: Path | None, *extra: str):  # type: ignore[no-untyped-def]
-    env = {"PYTHONPATH": str(torch)} if torch else {}
-    return factory_cli("doctor", "--index", str(index), "--nvidia-smi-output", str(HOSTS / host), *extra, env=env)
 
 
 @pytest.fixture(scope="module")
 def sm100_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _store(tmp_path_factory.mktemp("idx"), "sm100", '[["10.0"]]')
-
-
-@pytest.fixture(scope="module")
-def sm90_and_sm100(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _store(tmp_path_factory.mktemp("idx"), "both", '[["9.0"], ["10.0"]]')
+    return doctor_store(tmp_path_factory.mktemp("idx"), "sm100", '[["10.0"]]')
 
 
 def test_recorded_outputs_parse() -> None:
@@ -177,7 +122,7 @@ def test_broken_or_missing_torch_does_not_crash_the_doctor(
 
 
 def test_glibc_older_than_the_wheels_says_why(tmp_path: Path, torch_dirs: dict[str, Path]) -> None:
-    store = _store(tmp_path, "future", '[["10.0"]]', plat="manylinux_2_99_x86_64")
+    store = doctor_store(tmp_path, "future", '[["10.0"]]', plat="manylinux_2_99_x86_64")
     r = doctor(store, "b200.txt", torch_dirs["2.14-cu130"])
     assert r.returncode == 1
     assert "needs glibc >= 2.99" in r.stdout
@@ -225,7 +170,7 @@ def test_a_variant_needing_a_newer_glibc_than_the_host_is_named(
     for torch, plat in (("2.14.1", "manylinux_2_28_x86_64"), ("2.11.0", "manylinux_2_99_x86_64")):
         root = tmp_path / torch
         root.mkdir()
-        for pc in planned(write_matrix(root, _matrix('[["10.0"]]', torch=f'"{torch}"'))):
+        for pc in planned(write_matrix(root, doctor_matrix('[["10.0"]]', torch=f'"{torch}"'))):
             publish_build(store, root / "dist", pc, plat=plat)
     r = doctor(store, "b200.txt", torch_dirs["2.14-cu130"])
     assert r.returncode == 0, r.stdout + r.stderr
@@ -265,7 +210,7 @@ def both_platforms(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """sm_100 builds for x86_64 (B200) and aarch64 (GB200) hosts, each with its planned tag."""
     root = tmp_path_factory.mktemp("idx") / "platforms"
     root.mkdir()
-    text = _matrix('[["10.0"]]').replace(
+    text = doctor_matrix('[["10.0"]]').replace(
         "[packages.", 'platform = ["x86_64", "aarch64"]\n[packages.'
     )
     cells = planned(write_matrix(root, text))

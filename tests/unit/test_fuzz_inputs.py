@@ -11,7 +11,6 @@ with fresh random ones, when hunting for bugs.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import zipfile
@@ -19,18 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+import cli_fixtures
 import tomli_w
+from cli_fixtures import BASE_MATRIX, assert_one_line_error, store_digest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from index_wheels import make_wheel, variant_wheel
+from index_wheels import make_wheel
 
-from factory.matrix.cell import parse_arch, parse_cuda, parse_python, parse_version
 from factory.cli import COMMANDS, main
-from factory.index.publish import publish
-from factory.store import LocalStore
+from factory.matrix.cell import parse_arch, parse_cuda, parse_python, parse_version
 
-INTERNAL_ERROR = 70  # cli.main's code for an exception that is not a FactoryError: a bug
+workspace = cli_fixtures.workspace
 SCALE = int(os.environ.get("FACTORY_FUZZ_SCALE", "1"))
 
 
@@ -42,40 +40,6 @@ def fuzz_settings(examples: int) -> settings:
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-
-
-# -- the workspace: a directory with a valid matrix and a store holding one published wheel ------
-BASE_MATRIX: dict[str, Any] = {
-    "version": 1,
-    "settings": {"store": "store", "runner": "docker", "memory": "auto"},
-    "axes": {"torch": ["2.14.1"], "cuda": ["13.0"], "archs": [["10.0"]], "python": ["3.11"]},
-    "packages": {"demo-ext": {"recipe": "torch-extension", "versions": ["0.1.0"]}},
-    "include": [
-        {"package": "demo-ext", "torch": "2.14.1", "cuda": "13.0", "archs": ["12.0"],
-         "python": "3.12"},
-    ],
-}
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("fuzz")
-    (root / "matrix.toml").write_text(tomli_w.dumps(BASE_MATRIX))
-    publish(LocalStore(root / "store"), [variant_wheel(root / "published", "demo-ext", "0.1.0",
-                                                       "2.14")])
-    assert main(["matrix", "--matrix", str(root / "matrix.toml")]) == 0  # the base is valid
-    return root
-
-
-def store_digest(root: Path) -> str:
-    """Every path, mode and byte under the store (lock files and all)."""
-    h = hashlib.sha256()
-    for p in sorted((root / "store").rglob("*")):
-        h.update(str(p.relative_to(root)).encode() + b"\0")
-        h.update(oct(p.lstat().st_mode).encode())
-        if p.is_file():
-            h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 @contextlib.contextmanager
@@ -96,18 +60,6 @@ def run_in_process(argv: list[str], cwd: Path) -> tuple[int, str, str]:
         except SystemExit as exc:  # argparse's own exits (--help) must not happen here
             code = exc.code if isinstance(exc.code, int) else 1
     return code, out.getvalue(), err.getvalue()
-
-
-def assert_one_line_error(code: int, stderr: str, argv: list[str]) -> None:
-    lines = stderr.splitlines()
-    assert code != 0, f"{argv!r} succeeded"
-    assert "Traceback" not in stderr, stderr
-    assert code != INTERNAL_ERROR, f"{argv!r}: {stderr}"
-    assert lines and lines[0].startswith("ERROR "), f"{argv!r}: {stderr!r}"
-    # one line per problem (a matrix reports all of its problems), then at most one TIP
-    errors = [line for line in lines if line.startswith("ERROR ")]
-    assert lines[: len(errors)] == errors and len(lines) - len(errors) <= 1, stderr
-    assert len(lines) == len(errors) or lines[-1].startswith("TIP "), stderr
 
 
 def refused(workspace: Path, argv: list[str]) -> str:

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from index_wheels import make_wheel, variant_wheel
+from index_wheels import make_wheel, publish_demo, variant_wheel
 
 from factory.index import rebuild_index, verify_index
-from factory.links import parse_anchors
 from factory.index.pages import project_html, project_json
 from factory.index.publish import publish
-from factory.store import LocalStore, Store, WheelEntry
+from factory.links import parse_anchors
+from factory.store import LocalStore, WheelEntry
 
 
 def _entry(**overrides: object) -> WheelEntry:
@@ -63,16 +63,6 @@ def test_variant_page_links_three_levels_up_and_json_follows_pep_691() -> None:
     assert first["size"] == 10 and first["upload-time"].endswith("Z")
 
 
-def _publish_demo(store: Store, tmp_path: Path) -> list[Path]:
-    wheels = [
-        variant_wheel(tmp_path, "Fa_Demo", "1.0.0", t, requires_python=">=3.8")
-        for t in ("2.13", "2.14")
-    ]
-    wheels.append(make_wheel(tmp_path, "torch", "2.14.1"))
-    publish(store, wheels)
-    return wheels
-
-
 def test_rebuild_removes_pages_of_vanished_projects(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "s")
     store.put_if("simple/ghost/index.html", b"<a href='x'>x</a>", None, content_type="text/html")
@@ -82,7 +72,7 @@ def test_rebuild_removes_pages_of_vanished_projects(tmp_path: Path) -> None:
 
 def test_rebuild_does_not_rehash_wheels_and_verify_finds_tampering(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "s")
-    wheels = _publish_demo(store, tmp_path / "w")
+    wheels = publish_demo(store, tmp_path / "w")
     page = store.read("simple/torch/index.html")
     stored = store.path(f"files/torch/{wheels[2].name}")
     data = bytearray(stored.read_bytes())
@@ -97,7 +87,7 @@ def test_rebuild_does_not_rehash_wheels_and_verify_finds_tampering(tmp_path: Pat
 
 def test_verify_finds_missing_files_and_unlisted_wheels(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "s")
-    wheels = _publish_demo(store, tmp_path / "w")
+    wheels = publish_demo(store, tmp_path / "w")
     store.path(f"files/torch/{wheels[2].name}.metadata").unlink()
     late = make_wheel(tmp_path / "w", "torch", "2.13.0")
     publish(store, [late], update_pages=False)  # committed but its pages never written
@@ -114,7 +104,7 @@ def test_verify_finds_missing_files_and_unlisted_wheels(tmp_path: Path) -> None:
 
 def test_verify_walks_both_html_and_json(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "s")
-    _publish_demo(store, tmp_path / "w")
+    publish_demo(store, tmp_path / "w")
     key = "cu130-torch2.14/simple/fa-demo/index.json"
     doc = json.loads(store.read(key))
     doc["files"][0]["hashes"]["sha256"] = "0" * 64

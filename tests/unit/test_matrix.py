@@ -53,7 +53,7 @@ def test_a_planned_cell_knows_its_wheel_and_toolchain() -> None:
         pc.wheel
         == "flash_attn-2.8.3.post2+cu130torch2.14sm100-cp311-cp311-manylinux_2_28_x86_64.whl"
     )
-    assert pc.wheel == wheel_filename(pc.cell, pc.recipe, "manylinux_2_28_x86_64")
+    assert pc.wheel == wheel_filename(pc.cell, pc.local, "manylinux_2_28_x86_64")
     assert pc.toolchain.cuda == "13.0" and pc.toolchain.torch_requirement == "torch==2.14.1"
     assert pc.as_dict()["id"] == pc.cell.id
 

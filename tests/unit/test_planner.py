@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FLASH_ATTN_MATRIX as FLASH_ATTN_ONLY  # one flash-attn cell: FA_SM100
 
-from factory.planning.budget import BudgetRequest
-from factory.units import GIB, parse_size
-from factory.matrix.cell import Cell
 from factory.cli import main
 from factory.errors import PlanError
+from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell, load_matrix
+from factory.planning.budget import BudgetRequest
 from factory.planning.memory_model import MemoryHistory, shipped_history_path
 from factory.planning.planner import (
     BuildPlan,
@@ -25,8 +25,7 @@ from factory.planning.planner import (
     plan_for,
     predicted_peak,
 )
-
-from unit.test_matrix import BASE as FLASH_ATTN_ONLY  # a matrix of one flash-attn cell: FA_SM100
+from factory.units import GIB, parse_size
 
 REPO = Path(__file__).resolve().parents[2]
 FA_SM100 = "flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311"
@@ -290,7 +289,8 @@ def test_oom_retry_survives_an_unwritable_history(matrix, tmp_path: Path) -> Non
 
 
 def test_a_hand_picked_plan_is_judged_by_the_same_peak_model(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    from factory.build.pipeline import BuildOptions, _resolve_plan
+    from factory.build.job import BuildOptions
+    from factory.build.pipeline import _resolve_plan
 
     opts = BuildOptions(budget=BudgetRequest(memory=7 * GIB, cpus=1), max_jobs=1)
     plan = _resolve_plan(pc_of(matrix, FA_SM100), opts, history)

@@ -26,7 +26,7 @@ from factory.runners.docker import DockerRunner
 from factory.toolchain.cross import cross_image_name, inside_cross, target_runtime_requirement
 from factory.toolchain.wheelhouse import platform_tags, wheelhouse_dir
 from factory.wheels.finalize import analyse_wheel
-from factory.wheels.verify import check_cpu, elf_machine
+from factory.wheels.binaries import check_cpu, elf_machine
 
 
 def _matrix(extra: str = "") -> str:
@@ -57,7 +57,7 @@ def test_aarch64_cells_have_their_own_id_key_and_tag_but_share_the_variant() -> 
     assert arm.wheel.endswith("_aarch64.whl") and x86.wheel.endswith("_x86_64.whl")
     # same version and local tag: one per-variant URL serves both, pip picks by platform tag
     assert arm.wheel.rsplit("-", 1)[0] == x86.wheel.rsplit("-", 1)[0]
-    assert arm.cell.variant == x86.cell.variant == "cu130-torch2.14"
+    assert arm.variant == x86.variant == "cu130-torch2.14-sm100"
     assert Cell.from_id(arm.cell.id) == arm.cell
     back = cell_from_wheel_filename(arm.wheel, (80, 90, 100, 120), torch="2.14.1")
     assert back.platform == "aarch64"

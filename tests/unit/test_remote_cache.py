@@ -4,10 +4,10 @@ test)."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pytest
+from cache_fixtures import cache_entry, cache_matrix
 from ops_builds import factory_cli
 
 from factory.build import remote_cache
@@ -15,48 +15,19 @@ from factory.build.compile_cache import RemoteCache
 from factory.errors import StoreError
 
 
-def _entry(cache: Path, content: bytes) -> str:
-    key = hashlib.sha256(content).hexdigest()
-    path = cache / key[0] / key[1] / key
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content)
-    return key
-
-
 def test_an_unreachable_remote_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     remote = RemoteCache(bucket="wheels", prefix="x/compile-cache", endpoint="http://127.0.0.1:9")
-    _entry(tmp_path / "sccache", b"data")
+    cache_entry(tmp_path / "sccache", b"data")
     for fn in (remote_cache.pull, remote_cache.push):
         with pytest.raises(StoreError) as info:
             fn(remote, tmp_path)
         assert "\n" not in info.value.message and "s3://wheels/x/compile-cache" in info.value.message
 
 
-def _matrix(tmp_path: Path, spec: str | None) -> Path:
-    """The flash-attn cell; with ``spec`` an S3 store that is also the remote compile cache."""
-    settings = f"""[settings]
-store = "{spec}"
-[settings.compile-cache]
-dir = "cc"
-remote = "store"
-""" if spec else ""
-    path = tmp_path / "matrix.toml"
-    path.write_text(f"""version = 1
-{settings}[axes]
-torch = ["2.14.1"]
-cuda = ["13.0"]
-archs = [["10.0"]]
-python = ["3.11"]
-[packages.flash-attn]
-versions = ["2.8.3.post2"]
-""")
-    return path
-
-
 def test_cache_pull_without_a_remote_is_a_config_error(tmp_path: Path) -> None:
-    r = factory_cli("cache", "pull", "--matrix", str(_matrix(tmp_path, None)))
+    r = factory_cli("cache", "pull", "--matrix", str(cache_matrix(tmp_path, None)))
     assert r.returncode != 0 and "no remote compile cache" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 2
 

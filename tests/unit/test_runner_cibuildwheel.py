@@ -4,6 +4,8 @@ build: tests/integration/test_runner_cibuildwheel.py)."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from factory.errors import UsageError
+from factory.process import run_command
 from factory.runners import BuildJob, get_runner
 from factory.runners.cibuildwheel import (
     CibuildwheelRunner,
@@ -89,7 +92,15 @@ def test_cibuildwheel_reads_the_configuration(tmp_path: Path) -> None:
         pytest.skip("cibuildwheel is not installed (pip install '.[cibuildwheel]')")
     runner = get_runner("cibuildwheel")
     assert isinstance(runner, CibuildwheelRunner)
-    assert runner.print_build_identifiers(_job(tmp_path)) == ["cp312-manylinux_x86_64"]
+    job = _job(tmp_path)
+    result = run_command(
+        ["cibuildwheel", "--platform", "linux", "--print-build-identifiers", str(job.src_dir)],
+        env=cibuildwheel_environment(job, base=os.environ),
+        what="cibuildwheel --print-build-identifiers",
+    )
+    found = [ln.strip() for ln in result.output.splitlines()
+             if re.fullmatch(r"[a-z0-9]+-\w+", ln.strip())]
+    assert found == ["cp312-manylinux_x86_64"]
 
 
 def test_unknown_runner_is_a_usage_error() -> None:

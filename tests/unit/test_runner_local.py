@@ -13,64 +13,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from runner_fixtures import cgroups_or_skip, probe_job, probe_package
 
 from factory.errors import EngineError
 from factory.planning import cgroup
-from factory.runners import BuildJob, get_runner, local
+from factory.runners import get_runner, local
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _package(root: Path, build_body: str = "") -> Path:
-    """A package with an in-tree PEP 517 backend: builds with no setuptools or wheel installed
-    (``build_body`` runs first: a memory hog, a long child process)."""
-    src = root / "src"
-    src.mkdir(parents=True)
-    (src / "pyproject.toml").write_text(
-        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-    )
-    (src / "backend.py").write_text(
-        "import os, zipfile\n"
-        "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
-        + textwrap.indent(textwrap.dedent(build_body) or "pass\n", "    ")
-        + "    name = 'probe-0.1-py3-none-any.whl'\n"
-        "    with zipfile.ZipFile(os.path.join(wheel_directory, name), 'w') as z:\n"
-        "        z.writestr('probe.py', 'VALUE = 1\\n')\n"
-        "        z.writestr('probe-0.1.dist-info/METADATA',\n"
-        "                   'Metadata-Version: 2.1\\nName: probe\\nVersion: 0.1\\n')\n"
-        "        z.writestr('probe-0.1.dist-info/WHEEL',\n"
-        "                   'Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n"
-        "        z.writestr('probe-0.1.dist-info/RECORD', '')\n"
-        "    return name\n"
-    )
-    return src
-
-
-def _job(
-    root: Path, src: Path, *, memory: int | None = 1 << 30, timeout: float | None = 300
-) -> BuildJob:
-    return BuildJob(
-        cell_id="probe-0.1",
-        python=f"{sys.version_info[0]}.{sys.version_info[1]}",
-        src_dir=src,
-        out_dir=root / "out",
-        wheelhouse=root / "wheelhouse",
-        cuda_home=None,
-        requirements=(),
-        memory_limit_bytes=memory,
-        cpus=1,
-        pids_limit=512,
-        log_path=root / "logs" / "build.log",
-        timeout=timeout,
-    )
-
-
-def _cgroups_or_skip() -> None:
-    try:
-        cg = local.Cgroup.create(memory=1 << 30, cpus=None, pids=None)
-    except EngineError as exc:
-        pytest.skip(f"no writable cgroup here: {exc.message}")
-    cg.remove()
 
 
 def _leftover_cgroups() -> list[Path]:
@@ -86,7 +35,7 @@ def _leftover_cgroups() -> list[Path]:
 
 
 def test_cgroup_gets_the_caps_and_goes_away() -> None:
-    _cgroups_or_skip()
+    cgroups_or_skip()
     cg = local.Cgroup.create(memory=512 << 20, cpus=1.5, pids=100)
     try:
         if cg.version == 1:
@@ -106,11 +55,11 @@ def test_cgroup_gets_the_caps_and_goes_away() -> None:
 
 
 def test_local_build_under_a_cap(tmp_path: Path) -> None:
-    _cgroups_or_skip()
-    src = _package(tmp_path)
+    cgroups_or_skip()
+    src = probe_package(tmp_path)
     lines: list[str] = []
     result = get_runner("local", mode="existing", interpreter=sys.executable).run(
-        _job(tmp_path, src), on_line=lines.append
+        probe_job(tmp_path, src), on_line=lines.append
     )
     assert result.exit_code == 0, result.log_path.read_text()[-3000:]
     assert result.wheel is not None and result.wheel.name == "probe-0.1-py3-none-any.whl"
@@ -123,11 +72,11 @@ def test_local_build_under_a_cap(tmp_path: Path) -> None:
 
 
 def test_local_oom_is_reported_as_oom(tmp_path: Path) -> None:
-    _cgroups_or_skip()
+    cgroups_or_skip()
     # The build backend writes 1 GiB under a 256 MiB cap with no swap: the kernel kills it.
-    src = _package(tmp_path, "hog = b'x' * (1 << 30)\n")
+    src = probe_package(tmp_path, "hog = b'x' * (1 << 30)\n")
     result = get_runner("local", mode="existing", interpreter=sys.executable).run(
-        _job(tmp_path, src, memory=256 << 20)
+        probe_job(tmp_path, src, memory=256 << 20)
     )
     assert result.exit_code != 0
     assert result.oom_killed is True
@@ -140,14 +89,14 @@ def test_refuses_without_cgroups_unless_told_uncapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(cgroup, "mounts", lambda: [])
-    src = _package(tmp_path)
+    src = probe_package(tmp_path)
     runner = get_runner("local", mode="existing", interpreter=sys.executable)
     with pytest.raises(EngineError) as info:
-        runner.run(_job(tmp_path, src))
+        runner.run(probe_job(tmp_path, src))
     assert "\n" not in info.value.message and "--uncapped" in (info.value.tip or "")
 
     result = get_runner("local", mode="existing", interpreter=sys.executable, uncapped=True).run(
-        _job(tmp_path, src, memory=None)
+        probe_job(tmp_path, src, memory=None)
     )
     assert result.exit_code == 0 and result.wheel is not None
     assert result.cgroup_peak_bytes is None and result.oom_kill_count is None
@@ -155,7 +104,7 @@ def test_refuses_without_cgroups_unless_told_uncapped(
 
 def test_describe_shows_the_caps_and_the_mode(tmp_path: Path) -> None:
     runner = get_runner("local", mode="system-site", interpreter=sys.executable)
-    job = _job(tmp_path, tmp_path / "src")
+    job = probe_job(tmp_path, tmp_path / "src")
     d = runner.describe(job)
     assert d["memory_limit_bytes"] == 1 << 30 and d["pids_limit"] == 512
     assert d["inside_job"]["system_site_packages"] is True
@@ -175,9 +124,9 @@ def _pids_with(marker: str) -> list[int]:
 
 
 def test_kill9_of_the_factory_leaves_no_process_and_no_cgroup(tmp_path: Path) -> None:
-    _cgroups_or_skip()
+    cgroups_or_skip()
     marker = f"{600 + uuid.uuid4().int % 1000}.{os.getpid()}"  # a unique 'sleep' argument
-    _package(tmp_path, f"import subprocess; subprocess.run(['sleep', '{marker}'])\n")
+    probe_package(tmp_path, f"import subprocess; subprocess.run(['sleep', '{marker}'])\n")
     driver = tmp_path / "driver.py"
     driver.write_text(
         textwrap.dedent(f"""

@@ -6,8 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import FLASH_ATTN_MATRIX, write_example_matrix
+from ops_builds import factory_cli
 
-from factory.runners import BuildJob, get_runner
+from factory.errors import ConfigError
+from factory.matrix.load import load_matrix
+from factory.runners import RUNNERS, BuildJob, get_runner, runner_kind
 
 
 def _job(tmp: Path, *, cuda_home: Path | None, image: str = "factory-base:bookworm") -> BuildJob:
@@ -52,3 +56,36 @@ def test_a_wheelhouse_only_where_the_build_installs(
     runner: str, options: dict[str, str], needs: bool
 ) -> None:
     assert get_runner(runner, **options).needs_wheelhouse is needs
+
+
+# -- the registry of runner kinds -----------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(RUNNERS))
+def test_every_runner_kind_loads_its_class(name: str) -> None:
+    kind = RUNNERS[name]
+    cls = kind.load()
+    assert cls.name == name  # type: ignore[attr-defined]
+    runner = get_runner(name)
+    assert runner.needs_wheelhouse == kind.needs_wheelhouse  # the default mode's
+
+
+def test_the_cli_offers_exactly_the_registered_runners() -> None:
+    from factory import cli
+
+    for command in ("build", "rebuild-check", "request"):
+        parser = cli.build_parser()
+        sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+        runner = next(a for a in sub._actions if a.dest == "runner")
+        assert tuple(runner.choices) == tuple(RUNNERS)
+
+
+def test_an_unknown_runner_in_the_settings_is_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"\[settings\] runner 'podman' is not one of docker"):
+        load_matrix(text=FLASH_ATTN_MATRIX.replace("[axes]",
+                                                   '[settings]\nrunner = "podman"\n[axes]'))
+
+
+def test_the_local_kind_takes_its_options_and_the_others_refuse_them(tmp_path: Path) -> None:
+    assert set(runner_kind("local").options) == {"mode", "uncapped", "interpreter"}
+    r = factory_cli("build", "--all", "--runner", "docker", "--uncapped", "--dry-run",
+                    "--matrix", str(write_example_matrix(tmp_path / "m.toml", work_dir=tmp_path)))
+    assert r.returncode != 0 and "apply to the local runner only" in r.stderr

@@ -27,3 +27,25 @@ def test_local_store_leaves_no_temp_files(tmp_path: Path) -> None:
     s.put_if("simple/p/index.html", b"a", "wrong-token", content_type="text/html")
     leftovers = [p.name for p in (tmp_path / "s").rglob(".tmp-*")]
     assert leftovers == []
+
+
+# -- the registry of URL stores ------------------------------------------------------------------
+def test_a_url_store_comes_from_its_scheme_and_a_directory_needs_none(tmp_path: Path) -> None:
+    from factory.store import SCHEMES, LocalStore, S3Store, open_store, url_scheme
+
+    assert SCHEMES == {"s3": S3Store}
+    s3 = open_store("s3://bucket/some/prefix/")
+    assert isinstance(s3, S3Store) and s3.url == "s3://bucket/some/prefix"
+    assert url_scheme(str(tmp_path)) is None and isinstance(open_store(str(tmp_path)), LocalStore)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("gs://bucket/x", "unsupported store 'gs://bucket/x'"),
+    ("s3:///prefix", "names no bucket"),
+])
+def test_a_bad_store_spec_is_one_line(spec: str, message: str) -> None:
+    from factory.store import open_store
+
+    with pytest.raises(StoreError, match=message) as info:
+        open_store(spec)
+    assert "\n" not in info.value.message and "s3://bucket/prefix" in (info.value.tip or "")

@@ -157,7 +157,9 @@ def test_filename_to_cell_round_trip(recipe: object) -> None:
             archs=archs,
             python="3.12",
         )
-        name = wheel_filename(cell, recipe, "manylinux_2_28_x86_64")  # type: ignore[arg-type]
+        local = local_tag(cuda=cell.cuda, torch_minor=cell.torch_minor, archs=cell.archs,
+                          default_archs=recipe.default_archs)  # type: ignore[attr-defined]
+        name = wheel_filename(cell, local, "manylinux_2_28_x86_64")
         back = cell_from_wheel_filename(name, recipe.default_archs, torch="2.14.1")  # type: ignore[attr-defined]
         assert back == cell
         default = recipe.default_archs is not None and archs == tuple(recipe.default_archs)  # type: ignore[attr-defined]

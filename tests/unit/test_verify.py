@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 from wheel_fixtures import (
     make_wheel,
+    py_wheel,
 )
 
-from factory.wheels import verify as verify_mod
 from factory.errors import EngineError, VerifyError, WheelError
-from factory.wheels.verify import check_import, find_cuobjdump, list_device_code, verify_wheel
+from factory.wheels import binaries
+from factory.wheels.binaries import find_cuobjdump, list_device_code
+from factory.wheels.import_check import check_import
 from factory.wheels.reader import analyse_wheel
+from factory.wheels.verify import verify_wheel
 
 
 def test_cuobjdump_is_found_in_the_installed_package() -> None:
@@ -52,7 +55,7 @@ def test_an_unreadable_file_is_one_failed_check(tmp_path: Path) -> None:
 def test_missing_cuobjdump_is_an_engine_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(verify_mod.importlib.metadata, "files", lambda name: [])
+    monkeypatch.setattr(binaries.importlib.metadata, "files", lambda name: [])
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -60,17 +63,12 @@ def test_missing_cuobjdump_is_an_engine_error(
         find_cuobjdump()
 
 
-# -- clean import ---------------------------------------------------------------------------------
-def _py_wheel(tmp_path: Path, init: bytes, tag: str = "cp311-cp311-linux_x86_64") -> Path:
-    return make_wheel(tmp_path, files={"demo_ext/__init__.py": init}, tag=tag)
-
-
 def test_import_check_is_skipped_without_a_matching_python(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(verify_mod.shutil, "which", lambda name: None)
+    monkeypatch.setattr(binaries.shutil, "which", lambda name: None)
     check = check_import(
-        analyse_wheel(_py_wheel(tmp_path, b"", tag="cp39-cp39-linux_x86_64")), wheelhouse=None
+        analyse_wheel(py_wheel(tmp_path, b"", tag="cp39-cp39-linux_x86_64")), wheelhouse=None
     )
     assert check.ok and check.skipped
     assert "the wheel is for cp39" in check.detail and "python3.9" in check.detail

@@ -1,5 +1,5 @@
 """Host-side cgroup reads (v1 and v2): where cgroups are, peak memory, the OOM-kill counter.
-The limits are covered with the budget (tests/test_budget.py)."""
+The limits are covered with the budget (test_budget.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,278 @@
+"""The house in its documented order (docs/ARCHITECTURE.md): an ast walk over every import in
+factory/, also those inside functions and under ``if``. No import circle (importing ``a.b`` also
+runs ``a/__init__.py``: that counts too), no import that climbs a stage except the listed ones,
+factory imports at module top, no module over 600 lines."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FACTORY = REPO / "factory"
+ARCHITECTURE = REPO / "docs" / "ARCHITECTURE.md"
+
+# The stages in the order the data flows; the bottom layer under them, commands on top.
+BOTTOM = {"errors", "logger", "actions", "process", "units", "engine", "links", "store", "data"}
+# reports (the pictures) beside planning: it draws matrix and planning data; build uses it
+STAGES = {"matrix": 1, "recipes": 1, "toolchain": 2, "planning": 3, "reports": 3, "build": 4,
+          "runners": 4, "wheels": 5, "index": 6, "hosts": 7}
+TOP = {"commands", "cli", "__main__", "ci"}
+# The imports that climb, each named in ARCHITECTURE.md's "Exceptions that remain": importer ->
+# the modules it may import from a stage to its right.
+CLIMBS = {
+    "factory.build.pipeline": {
+        "factory.wheels.finalize", "factory.wheels.verify", "factory.wheels.floor",
+        "factory.wheels.provenance", "factory.index.publish",
+    },
+    "factory.matrix.load": {
+        "factory.toolchain.resolve", "factory.toolchain.sdist", "factory.runners",
+    },
+    "factory.matrix.settings": {"factory.runners"},
+    "factory.index.finder": {"factory.hosts.doctor", "factory.hosts.snippets"},
+}
+# At most this many imports of factory modules inside functions, each for a module that pulls in
+# an optional heavy dependency, with a comment saying so on its line.
+MAX_FUNCTION_LEVEL = 20
+MAX_LINES = 600
+# Over 600 lines until the helper who changes each splits it (issues 23, 22, 24, 28 and 27); the
+# entry goes when its module is split.
+TOO_LONG_FOR_NOW = {
+    "factory/index/server.py",  # issue 23 splits HTTP parsing, routing, auth, uploads
+    "factory/hosts/doctor.py",  # issue 22 splits probing, index reading, choosing, formatting
+    "factory/runners/inside.py",  # issue 24 splits its steps (still stdlib only)
+    "factory/planning/schedule.py",  # issue 28 splits the work model and the emitters
+    "factory/planning/memory_model.py",  # issue 27 splits the model and the cell model
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Import:
+    importer: str
+    target: str
+    line: int
+    in_function: bool
+    text: str
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in FACTORY.rglob("*.py"):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom, is_package: bool) -> set[str]:
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            parts = module.split(".") if is_package else module.split(".")[:-1]
+            parts = parts[: len(parts) - node.level + 1]
+            base = ".".join([*parts, *([node.module] if node.module else [])])
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+    found = {_resolve(n) for n in names if n.split(".")[0] == "factory"}
+    return {t for t in found if t and t != module}
+
+
+def _imports() -> list[Import]:
+    out = []
+    for module, path in MODULES.items():
+        text = path.read_text()
+        lines = text.splitlines()
+        tree = ast.parse(text)
+
+        def walk(node: ast.AST, in_function: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                inside = in_function or isinstance(
+                    child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    for target in _targets(module, child, path.name == "__init__.py"):
+                        out.append(Import(module, target, child.lineno, in_function,
+                                          lines[child.lineno - 1]))
+                walk(child, inside)
+
+        walk(tree, False)
+    return out
+
+
+IMPORTS = _imports()
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for imp in IMPORTS:
+        graph[imp.importer].add(imp.target)
+        # the packages above the target run first, unless the importer is inside them
+        parent = imp.target.rpartition(".")[0]
+        while parent not in ("", "factory"):
+            if not (imp.importer == parent or imp.importer.startswith(parent + ".")):
+                graph[imp.importer].add(parent)
+            parent = parent.rpartition(".")[0]
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _floor(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return 0  # factory/__init__.py
+    name = parts[1]
+    if name in BOTTOM:
+        return 0
+    if name in TOP:
+        return 99
+    return STAGES[name]
+
+
+def test_every_module_has_a_floor() -> None:
+    unknown = {m.split(".")[1] for m in MODULES if "." in m} - BOTTOM - TOP - set(STAGES)
+    assert not unknown, f"put {sorted(unknown)} on a floor (BOTTOM, STAGES or TOP) and in the doc"
+
+
+def test_no_import_circle() -> None:
+    assert _circles(_graph()) == []
+
+
+def test_the_circle_finder_finds_one() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_imports_follow_the_stages_but_for_the_listed_exceptions() -> None:
+    climbing = sorted(
+        f"{imp.importer} -> {imp.target} (line {imp.line})"
+        for imp in IMPORTS
+        if _floor(imp.target) > _floor(imp.importer)
+        and imp.target not in CLIMBS.get(imp.importer, set())
+    )
+    assert climbing == [], "import a stage to the left, or move the shared thing down"
+
+
+def test_the_exceptions_are_all_used_and_all_in_the_doc() -> None:
+    used = {(imp.importer, imp.target) for imp in IMPORTS}
+    doc = ARCHITECTURE.read_text()
+    exceptions = doc[doc.index("**Exceptions that remain**"):]
+    for importer, targets in CLIMBS.items():
+        assert f"`{importer.removeprefix('factory.').replace('.', '/')}.py`" in exceptions
+        for target in targets:
+            assert (importer, target) in used, f"{importer} no longer imports {target}: drop it"
+            path = MODULES[target].relative_to(FACTORY).as_posix()
+            assert f"`{path}`" in exceptions, f"{path} is not in ARCHITECTURE.md's exceptions"
+
+
+def test_factory_imports_sit_at_module_top() -> None:
+    inside = [imp for imp in IMPORTS if imp.in_function]
+    assert len(inside) <= MAX_FUNCTION_LEVEL
+    bare = [f"{i.importer}:{i.line}" for i in inside if "#" not in i.text]
+    assert bare == [], "an import inside a function needs a comment: the heavy dependency"
+
+
+def test_no_module_over_600_lines() -> None:
+    long = {p.relative_to(REPO).as_posix(): len(p.read_text().splitlines())
+            for p in MODULES.values()}
+    over = sorted(f"{p} ({n})" for p, n in long.items() if n > MAX_LINES
+                  and p not in TOO_LONG_FOR_NOW)
+    assert over == [], "split it by concern"
+    split = sorted(p for p in TOO_LONG_FOR_NOW if long.get(p, 0) <= MAX_LINES)
+    assert split == [], "split: take it off TOO_LONG_FOR_NOW"
+
+
+@pytest.mark.parametrize("name", ["runner", "store backend", "recipe"])
+def test_the_doc_says_what_adding_a_kind_touches(name: str) -> None:
+    doc = ARCHITECTURE.read_text()
+    table = doc[doc.index("## Adding a runner, a store backend, a recipe"):]
+    row = next(line for line in table.splitlines() if line.startswith(f"| a {name}"))
+    files = {word.strip("`") for word in row.split() if word.startswith("`") and
+             word.rstrip("`,.;)").endswith(".py")}
+    assert 1 <= len(files) <= 2, row
+
+
+# -- the tests' own house ------------------------------------------------------------------------
+TESTS = REPO / "tests"
+
+
+def test_every_test_file_is_in_a_tier() -> None:
+    assert sorted(p.name for p in TESTS.glob("test_*.py")) == []
+
+
+def test_tests_take_shared_helpers_from_fixture_modules() -> None:
+    """No test module imports another test module (of its tier or the other): what two share
+    lives in a fixture module in tests/."""
+    found = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names += [f"{node.module}.{a.name}" for a in node.names] if isinstance(
+                node, ast.ImportFrom) and node.module in ("unit", "integration") else []
+            found += [f"{path.relative_to(TESTS)}: {n}" for n in names
+                      if n.split(".")[0] in ("unit", "integration") and "test_" in n]
+    assert found == []
+
+
+def test_the_doc_names_every_fixture_module() -> None:
+    doc = ARCHITECTURE.read_text()
+    tests_part = doc[doc.index("## Tests"):]
+    missing = [p.name for p in sorted(TESTS.glob("*.py")) if f"`{p.name}`" not in tests_part]
+    assert missing == []
