@@ -6,6 +6,7 @@
 #   FACTORY_VENV    where the venv goes (default: .venv in the repository)
 #   FACTORY_EXTRAS  the extras to install (default: test; empty for the runtime only)
 #   FACTORY_BIN_DIR where the `factory` link goes (default: /usr/local/bin; skipped if not writable)
+#   FACTORY_PYTHON  the interpreter the venv is made from (default: python3; >= requires-python)
 # pip's own variables apply (PIP_INDEX_URL, PIP_NO_INDEX, PIP_FIND_LINKS for an offline host).
 # Idempotent: a second run reuses the venv and only re-installs the project.
 set -euo pipefail
@@ -16,12 +17,23 @@ extras=${FACTORY_EXTRAS-test}
 bin_dir=${FACTORY_BIN_DIR:-/usr/local/bin}
 python=${FACTORY_PYTHON:-python3}
 
+# The interpreter must meet requires-python (the workflows use the runner's python3): say so in
+# one line instead of failing somewhere inside pip.
+floor=$(sed -n 's/^requires-python = ">=\([0-9.]*\)".*/\1/p' pyproject.toml)
+if ! "$python" -c "import sys; sys.exit(sys.version_info[:2] < tuple(map(int, '$floor'.split('.'))))" 2>/dev/null; then
+  have=$("$python" --version 2>/dev/null || echo "not runnable")
+  echo "ERROR $python is $have; the factory needs Python >= $floor (set FACTORY_PYTHON)" >&2
+  exit 1
+fi
+
 if [ ! -x "$venv/bin/python" ]; then
   # Debian and Ubuntu ship venv's ensurepip in a separate package (python3-venv).
   if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
     echo "== apt-get install python3-venv"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    # shellcheck source=docker/apt-wait.sh
+    source docker/apt-wait.sh
+    apt_get update -qq
+    apt_get install -y -qq python3-venv
   fi
   echo "== venv $venv ($("$python" --version 2>&1))"
   "$python" -m venv "$venv"

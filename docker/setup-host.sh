@@ -5,6 +5,8 @@
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=docker/apt-wait.sh
+source docker/apt-wait.sh
 
 need_apt=()
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
@@ -19,8 +21,8 @@ command -v qemu-aarch64-static >/dev/null 2>&1 || need_apt+=(qemu-user-static)
 command -v update-binfmts >/dev/null 2>&1 || need_apt+=(binfmt-support)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq "${need_apt[@]}"
 fi
 
 if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then

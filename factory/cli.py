@@ -35,6 +35,7 @@ from factory.commands import (
     yank,
 )
 from factory.commands._common import apply_metavars
+from factory.environment import DEBUG_ENV, ENVIRONMENT, VERBOSE_ENV, env_value
 from factory.errors import FactoryError, UsageError, exit_codes
 
 
@@ -97,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="factory",
         description="Prebuilt CUDA wheels from a build matrix, served from a private index: "
         "matrix -> cell -> plan -> build -> wheel -> verify -> publish -> index.",
-        epilog=exit_code_table(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=exit_code_table() + "\n\n" + environment_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"factory {__version__}",
                         help="print the factory's version and exit")
@@ -121,6 +123,14 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
             for nested in action.choices.values()]
 
 
+def environment_help() -> str:
+    """The FACTORY_* variables and the one precedence they share, for ``factory --help``."""
+    width = max(len(v.name) for v in ENVIRONMENT)
+    lines = ["environment (command line > environment > matrix.toml > default):"]
+    lines += [f"  {v.name:<{width}}  {v.what}" for v in ENVIRONMENT]
+    return "\n".join(lines)
+
+
 def _one_line(text: str) -> str:
     """Escape what would break the one error line: argparse quotes user input raw, and a
     newline or carriage return in an argument would otherwise start a line of its own."""
@@ -130,16 +140,16 @@ def _one_line(text: str) -> str:
 @contextlib.contextmanager
 def _verbose(on: bool) -> Iterator[None]:
     """-v for the command's length: factory.process streams by FACTORY_VERBOSE."""
-    before = os.environ.get("FACTORY_VERBOSE")
+    before = os.environ.get(VERBOSE_ENV)
     if on:
-        os.environ["FACTORY_VERBOSE"] = "1"
+        os.environ[VERBOSE_ENV] = "1"
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop("FACTORY_VERBOSE", None)
+            os.environ.pop(VERBOSE_ENV, None)
         else:
-            os.environ["FACTORY_VERBOSE"] = before
+            os.environ[VERBOSE_ENV] = before
 
 
 def _error_json(exc: FactoryError) -> dict[str, object]:
@@ -150,7 +160,7 @@ def _error_json(exc: FactoryError) -> dict[str, object]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or os.environ.get("FACTORY_DEBUG") == "1"
+    debug = "--debug" in argv or env_value(DEBUG_ENV) == "1"
     wants_json = "--json" in argv  # also when the arguments themselves are what failed
     logger.configure()
     try:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from factory.environment import VERBOSE_ENV, env_value
 from factory.errors import BuildError, EngineError, FactoryError
 from factory.logger import OPEN_LINE, Log, Ticker
 from factory.units import format_duration, format_size
@@ -50,7 +51,7 @@ class CommandResult:
 
 def verbose() -> bool:
     """Stream subprocess output as it comes (the CLI's -v sets FACTORY_VERBOSE=1)."""
-    return os.environ.get("FACTORY_VERBOSE") == "1"
+    return env_value(VERBOSE_ENV) == "1"
 
 
 def env_bin_dir() -> Path:
@@ -184,7 +185,10 @@ def run_command(
     (``CommandProgress``; ``watch``: the path whose growth it shows).
     """
     argv = [str(a) for a in args]
-    argv[0] = find_program(argv[0], path=(env or os.environ).get("PATH"))
+    # The command's own PATH first, then our environment's bin dir: a venv that is not activated
+    # (/usr/local/bin/factory) still finds its own console scripts (cibuildwheel, auditwheel).
+    search = os.pathsep.join([(env or os.environ).get("PATH", ""), str(env_bin_dir())])
+    argv[0] = find_program(argv[0], path=search)
     stream = verbose() if stream is None else stream
     if echo:
         # the whole command line only with -v (pip's lines carry ~35 platform flags); the log

@@ -12,9 +12,19 @@ from ops_builds import factory_cli, planned, publish_build, write_matrix
 HOSTS = Path(__file__).parent / "data" / "doctor"
 
 
+FA = "flash-attn==2.8.3.post2+cu130torch2.14"  # the exact pin of the default matrix's builds
+
+
 def doctor(index: Path | str, host: str, torch: Path | None, *extra: str):  # type: ignore[no-untyped-def]
+    """The real CLI on a recorded host, reading this interpreter with a fake torch."""
     env = {"PYTHONPATH": str(torch)} if torch else {}
-    return factory_cli("doctor", "--index", str(index), "--nvidia-smi-output", str(HOSTS / host), *extra, env=env)
+    return factory_cli("doctor", "--index", str(index), "--nvidia-smi-output", str(HOSTS / host),
+                       "--python", sys.executable, *extra, env=env)
+
+
+def pip_line(url: str, requirement: str) -> str:
+    """The doctor's pip line for this interpreter: the per-variant URL and the exact build."""
+    return f"{sys.executable} -m pip install --extra-index-url {url} {requirement}\n"
 
 
 PY = f"3.{sys.version_info.minor}"

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 
@@ -43,3 +47,25 @@ def pages(
             pass
 
     return Handler
+
+
+@contextlib.contextmanager
+def factory_serve(store: Path, *args: str) -> Iterator[str]:
+    """The real `factory serve --store STORE --port 0 ARGS` in a subprocess; yields the index URL
+    it prints ("http://127.0.0.1:PORT/", "https://NAME:PORT/"), stops it on exit."""
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "factory", "serve", "--store", str(store), "--port", "0", *args],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # "serving STORE at URLsimple/ (per variant: ...)"
+        match = re.search(r" at (https?://\S+/)simple/ ", first)
+        assert match, f"factory serve did not start: {first!r}"
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        if proc.stdout:
+            proc.stdout.close()

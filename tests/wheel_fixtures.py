@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
+from tools import find_nvcc
 
 from factory.matrix.cell import Cell
 from factory.matrix.load import PackageSpec, PlannedCell, plan_cell
@@ -37,16 +38,6 @@ KERNEL = r"""
 __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }
 extern "C" void launch_twice(float* x) { twice<<<1, 32>>>(x); }
 """
-
-
-def find_nvcc() -> Path | None:
-    found = shutil.which("nvcc")
-    if found:
-        return Path(found)
-    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if home and (Path(home) / "bin/nvcc").is_file():
-            return Path(home) / "bin/nvcc"
-    return None
 
 
 def compile_kernel_so(dest: Path, *gencode: str) -> Path:

@@ -28,6 +28,7 @@ from factory.planning.planner import BuildPlan
 from factory.process import run_command
 from factory.runners import RunnerKind
 from factory.runners.base import BuildJob, Runner, shared_venv_name
+from factory.tarsafe import extract
 from factory.toolchain.cross import (
     builder_platform,
     cross_image_name,
@@ -197,7 +198,7 @@ def prepare_source(matrix: Matrix, pc: PlannedCell, work: Path, log: Log) -> Pat
         tmp = work / "unpack"
         shutil.rmtree(tmp, ignore_errors=True)
         with tarfile.open(sdist) as tf:
-            tf.extractall(tmp, filter="data")
+            extract(tf, tmp)
         (top,) = list(tmp.iterdir())
         top.rename(src)
         tmp.rmdir()

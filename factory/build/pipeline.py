@@ -43,12 +43,7 @@ from factory.errors import BuildError, FactoryError, OOMError, PlanError, StoreE
 from factory.index.publish import publish
 from factory.logger import Log, cell_lines
 from factory.matrix.load import Matrix, PlannedCell
-from factory.planning.memory_model import (
-    HISTORY_ENV,
-    BuildMeasurement,
-    MemoryHistory,
-    record_build,
-)
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory, record_build
 from factory.planning.planner import BuildPlan, plan_after_oom, plan_build, predicted_peak
 from factory.planning.shared_history import merge_into, push
 from factory.reports.build_report import AttemptPicture, build_report_html
@@ -119,8 +114,9 @@ def open_run(matrix: Matrix, opts: BuildOptions) -> BuildRun:
 
 
 def load_history(matrix: Matrix, explicit: str | Path | None = None) -> MemoryHistory:
-    """--history, else $FACTORY_MEMORY_HISTORY, else the matrix's memory-history setting."""
-    path = explicit or os.environ.get(HISTORY_ENV) or matrix.settings.memory_history
+    """--history, else the matrix's memory-history setting, which $FACTORY_MEMORY_HISTORY
+    outranks (Settings applies the environment)."""
+    path = explicit or matrix.settings.memory_history
     return MemoryHistory.load(path)
 
 

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from factory.environment import MATRIX_ENV, STORE_ENV, env_value
 from factory.errors import UsageError
-from factory.matrix.load import Matrix, default_matrix_path, load_matrix
-from factory.matrix.settings import DEFAULT_STORE
+from factory.matrix.load import Matrix, default_matrix_path, load_matrix, matrix_path
+from factory.matrix.settings import DEFAULT_STORE, default_settings
 from factory.runners import RUNNERS
 from factory.store import URL_FORMS
 from factory.units import parse_size
@@ -18,8 +19,10 @@ from factory.wheels.checks import DEFAULT_LIMITS
 
 
 def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--matrix", type=Path, default=None,
-                        help="matrix file (default: ./matrix.toml)")
+    parser.add_argument(
+        "--matrix", type=Path, default=None,
+        help=f"matrix file (default: ${MATRIX_ENV}, else ./matrix.toml)",
+    )
 
 
 def add_runner_arg(parser: argparse.ArgumentParser) -> None:
@@ -32,24 +35,26 @@ def add_runner_arg(parser: argparse.ArgumentParser) -> None:
 def add_store_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store", default=None,
-        help=f"a directory or {URL_FORMS} "
-        f"(default: the matrix's settings.store, {DEFAULT_STORE})",
+        help=f"a directory or {URL_FORMS} (default: ${STORE_ENV}, else the matrix's "
+        f"settings.store, else {DEFAULT_STORE})",
     )
 
 
 def matrix_from_args(args: argparse.Namespace) -> Matrix:
-    return load_matrix(args.matrix or default_matrix_path())
+    return load_matrix(matrix_path(args.matrix))
 
 
 def store_from_args(args: argparse.Namespace) -> str:
-    """--store, else the matrix's store setting; without a matrix file, the default store (under
-    the current directory). A matrix that does not load is an error, not a reason to publish
-    somewhere else."""
+    """--store, else $FACTORY_STORE, else the matrix's store setting, else the default store
+    (under the current directory): ``Settings`` applies the environment over the matrix. A
+    matrix that does not load is an error, not a reason to publish somewhere else."""
     if getattr(args, "store", None):
         return str(args.store)
+    if env_value(STORE_ENV):  # the environment outranks the matrix: no need to read it
+        return default_settings().store
     path = getattr(args, "matrix", None) or default_matrix_path()
-    if not path.exists():
-        return DEFAULT_STORE
+    if path is None or not path.exists():
+        return default_settings().store
     return load_matrix(path).settings.store
 
 
@@ -96,6 +101,7 @@ def wheel_limits_from_args(args: argparse.Namespace) -> Any:
 METAVARS = {
     "--matrix": "FILE", "--builders": "FILE", "--html": "FILE", "--htpasswd": "FILE",
     "--history": "FILE", "--nvidia-smi-output": "FILE", "--tarball": "FILE",
+    "--tls-cert": "FILE", "--tls-key": "FILE", "--cert": "FILE",
     "--out": "DIR", "--work-dir": "DIR", "--root": "DIR", "--wheelhouse": "DIR",
     "--store": "STORE", "--package": "NAME", "--suite": "NAME", "--name": "IMAGE",
     "--base": "IMAGE", "--memory": "SIZE", "--max-unpacked": "SIZE", "--max-upload": "SIZE",

@@ -153,8 +153,11 @@ def _cell_pythons(matrix: Any, cuda: str) -> list[str]:
 
 
 def _matrix() -> Matrix | None:
+    path = default_matrix_path()
+    if path is None:
+        return None
     try:
-        return load_matrix(default_matrix_path())
+        return load_matrix(path)
     except Exception:  # no matrix here: the default layout
         return None
 

@@ -6,8 +6,8 @@ import argparse
 
 from factory.build.pipeline import load_history
 from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
+from factory.environment import HISTORY_ENV
 from factory.planning.budget import requested_budget
-from factory.planning.memory_model import HISTORY_ENV
 from factory.planning.planner import plan_build
 from factory.units import format_size
 

@@ -1,5 +1,5 @@
-"""factory request SPEC --torch V --cuda V --arch A --python V [--store] [--matrix]
-[--index-url URL] [--check | --yes]
+"""factory request SPEC --torch V --cuda V --arch A --python V [--platform CPU] [--store]
+                  [--matrix] [--index-url URL] [--print-cell [--builders FILE]] [--check | --yes]
 
 Prints progress on stderr and the install line alone on stdout, so a script can run
 ``$(factory request ...)``. A cell that is not published yet is built only after a yes: asked
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from factory.ci import runner_label
+from factory.ci import DEFAULT_BUILDERS, runs_on
 from factory.commands._common import (
     add_matrix_arg,
     add_runner_arg,
@@ -25,10 +25,12 @@ from factory.commands._common import (
 )
 from factory.errors import PlanError, UsageError
 from factory.hosts.request import NOT_PUBLISHED_EXIT, look_up, request, request_cell
+from factory.matrix.cell import DEFAULT_PLATFORM, PLATFORMS
 from factory.matrix.load import PlannedCell
 from factory.matrix.settings import Settings
 from factory.planning.budget import requested_budget
 from factory.planning.planner import plan_build
+from factory.planning.schedule import load_builders
 from factory.units import format_duration
 
 
@@ -41,6 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="GPU compute capability, e.g. 10.0, or a GPU's name, e.g. B200 "
                         "(repeat or comma-separate for several)")
     parser.add_argument("--python", required=True, help="Python version, e.g. 3.12")
+    parser.add_argument("--platform", default=DEFAULT_PLATFORM, choices=PLATFORMS,
+                        help=f"the CPU of the hosts (default {DEFAULT_PLATFORM}; aarch64: Grace "
+                             "hosts such as GB200)")
     add_store_arg(parser)
     add_matrix_arg(parser)
     parser.add_argument("--index-url", default=None,
@@ -51,8 +56,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="where a built wheel goes (default: dist/)")
     parser.add_argument("--print-cell", action="store_true",
-                        help="only print the cell id (and its runner label) and exit: no store, "
-                        "no build")
+                        help="only print the cell id (and, with --json, the runs-on labels of a "
+                             "builder for it) and exit: no store, no build")
+    parser.add_argument("--builders", type=Path, default=None, metavar="FILE",
+                        help=f"the builders a --print-cell --json runner label comes from "
+                             f"(default: {DEFAULT_BUILDERS})")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--check", action="store_true",
@@ -89,14 +97,17 @@ def _confirm(args: argparse.Namespace, store: str,
 
 def run(args: argparse.Namespace) -> int:
     cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch,
-                        python=args.python)
+                        python=args.python, platform=args.platform)
     matrix = matrix_from_args(args)
     if args.print_cell:
         # validates the cell against the recipe and the torch/CUDA table
         pc = matrix.find(cell.id, outside=True)
         if args.json:
+            where = runs_on(pc.cell.package, pc.cell.platform,
+                            load_builders(args.builders or DEFAULT_BUILDERS))
             print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,
-                        "content_key": pc.content_key, "runner": runner_label(pc.cell.package)})
+                        "content_key": pc.content_key, "runner": where.label, "cpu": where.cpu,
+                        "builder": where.builder})
         else:
             print(pc.cell.id)
         return 0

@@ -45,7 +45,7 @@ def _matrix(args: argparse.Namespace) -> Matrix | None:
     if args.matrix is not None:
         return load_matrix(args.matrix)  # asked for explicitly: its errors are the user's
     path = default_matrix_path()
-    if not path.exists():
+    if path is None or not path.exists():
         return None
     try:
         return load_matrix(path)

@@ -9,27 +9,28 @@ same build as the nightly matrix (``factory.build.pipeline.build_cells``) with p
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from factory.build.job import BuildOptions
 from factory.build.pipeline import build_cells
 from factory.engine import docker_client, image_exists
+from factory.environment import INDEX_URL_ENV, env_value
 from factory.errors import BuildError, EngineError, StoreError, ToolchainError, UsageError
-from factory.matrix.cell import Cell, parse_arch_list
+from factory.hosts.choose import Choice
+from factory.hosts.index_reader import IndexAccess
+from factory.hosts.snippets import pip_command
+from factory.matrix.cell import DEFAULT_PLATFORM, Cell, parse_arch_list
 from factory.matrix.gpus import sm_of
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
 from factory.runners import runner_kind
 from factory.store import open_store, url_scheme
 from factory.wheels.provenance import PublishedBuild, published_builds
-
-INDEX_URL_ENV = "FACTORY_INDEX_URL"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,8 +51,9 @@ def parse_spec(spec: str) -> tuple[str, str]:
     try:
         req = Requirement(spec)
     except InvalidRequirement:
-        raise UsageError(f"cannot read the request {spec!r}",
-                         tip="write it like flash-attn==2.8.3.post2") from None
+        raise UsageError(
+            f"cannot read the request {spec!r}", tip="write it like flash-attn==2.8.3.post2"
+        ) from None
     specs = list(req.specifier)
     if len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
         raise UsageError(f"{spec!r} must pin exactly one version with ==",
@@ -61,7 +63,8 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return canonicalize_name(req.name), specs[0].version
 
 
-def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], python: str) -> Cell:
+def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], python: str,
+                 platform: str = DEFAULT_PLATFORM) -> Cell:
     package, version = parse_spec(spec)
     # each value a compute capability list ('9.0;10.0') or a GPU's name ('B200', 'RTX PRO 6000')
     sms: set[int] = set()
@@ -72,7 +75,7 @@ def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], pyth
     if not sms:
         raise UsageError("--arch needs at least one GPU arch, e.g. --arch 10.0")
     cell = Cell(package=package, version=version, torch=torch, cuda=cuda,
-                archs=tuple(sorted(sms)), python=python)
+                archs=tuple(sorted(sms)), python=python, platform=platform)
     cell.check_plausible()
     return cell
 
@@ -80,7 +83,7 @@ def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], pyth
 def index_url_for(store_spec: str, index_url: str | None) -> str:
     """Where hosts install from. A local store holds its own pages, so it can be a file:// URL;
     an S3 store is served through some URL only the operator knows."""
-    url = index_url or os.environ.get(INDEX_URL_ENV)
+    url = index_url or env_value(INDEX_URL_ENV)
     if url:
         return url.rstrip("/")
     if url_scheme(store_spec) is not None:
@@ -92,12 +95,15 @@ def index_url_for(store_spec: str, index_url: str | None) -> str:
 
 
 def install_line(index_url: str, variant: str, wheel: str) -> str:
-    from packaging.utils import parse_wheel_filename
-
+    """The pip line for hosts, as the doctor words it: the full version with its local tag
+    ('==2.8.3.post2' alone would accept any variant, or PyPI's sdist), and what pip needs to
+    use an http index by host name (the comment why goes first)."""
     name, version, _, _ = parse_wheel_filename(wheel)
-    # The full version with its local tag: '==2.8.3.post2' alone would accept any variant.
-    return (f"pip install --extra-index-url {index_url}/{variant}/simple/ "
-            f"{canonicalize_name(name)}=={version}")
+    project = canonicalize_name(name)
+    choice = Choice(project=project, wheel=wheel, variant=variant, why=None,
+                    index_url=f"{index_url}/{variant}/simple/",
+                    requirement=f"{project}=={version}")
+    return "\n".join(pip_command([choice], IndexAccess(url=index_url), "python3"))
 
 
 def find_published(store: Any, pc: PlannedCell) -> PublishedBuild | None:
@@ -191,6 +197,6 @@ def request(
     if found is None:
         raise BuildError(f"{pc.cell.id} was built but no build with content key {pc.content_key} "
                          f"is in {store.url}")
-    return RequestResult(cell_id=pc.cell.id, content_key=pc.content_key, wheel=found.manifest.wheel,
-                         variant=pc.variant, built=True,
+    return RequestResult(cell_id=pc.cell.id, content_key=pc.content_key,
+                         wheel=found.manifest.wheel, variant=pc.variant, built=True,
                          install=install_line(url, pc.variant, found.manifest.wheel))

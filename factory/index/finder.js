@@ -1,7 +1,13 @@
 // The finder page's script (factory/index/finder.py inlines it): filter, sort, installers,
 // copy buttons; the view's state in the URL.
-const root = new URL("../", document.location.href).href;
-const templates = JSON.parse(document.getElementById("install-templates").textContent);
+const base = new URL("../", document.location.href);
+const root = base.href;
+// plain http by host name: pip and PDM must be told to trust it (as factory doctor prints it)
+const loopback = base.hostname === "localhost" || /^127[.]/.test(base.hostname)
+  || base.hostname === "[::1]";
+const trusted = base.protocol === "http:" && !loopback;
+const allTemplates = JSON.parse(document.getElementById("install-templates").textContent);
+const templates = trusted ? allTemplates.trust : allTemplates.plain;
 const gpus = JSON.parse(document.getElementById("gpus").textContent);
 const tokens = JSON.parse(document.getElementById("tokens").textContent);
 const table = document.getElementById("wheels");
@@ -50,7 +56,8 @@ function facts(row) {
 
 function installText(row) {
   const f = facts(row);
-  return templates[installer].split(tokens.root).join(root)
+  return templates[installer].split(trusted ? tokens.trust_root : tokens.root).join(root)
+    .split(tokens.host).join(base.host)
     .split(tokens.path).join(f.path)
     .split(tokens.project).join(f.project)
     .split(tokens.version).join(f.version);

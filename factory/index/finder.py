@@ -30,8 +30,10 @@ from factory.errors import WheelError
 
 # The doctor is the one home of the install lines; it sits above the index (an exception
 # docs/ARCHITECTURE.md lists: the doctor's formatter imports only matrix, recipes, the bottom).
-from factory.hosts.doctor import Choice, install_line
-from factory.hosts.snippets import render_snippet
+from factory.hosts.choose import Choice
+from factory.hosts.index_reader import IndexAccess
+from factory.hosts.probe import PYTHON_FROM_PATH, HostInfo
+from factory.hosts.snippets import pip_command, pip_interpreter, render_snippet
 from factory.index.pages import simple_root
 from factory.matrix.gpus import gpu_sms
 from factory.matrix.tags import glibc_floor, parse_local, wheel_platform
@@ -40,6 +42,8 @@ from factory.units import format_size
 
 # What the page fills in, per row, in the installers' templates.
 ROOT_TOKEN = "https://index-root.invalid/"
+TRUST_HOST_TOKEN = "index-host.invalid"  # plain http by host name: what pip must trust
+TRUST_ROOT_TOKEN = f"http://{TRUST_HOST_TOKEN}/"
 PATH_TOKEN = "variant-path/simple/"
 PROJECT_TOKEN = "project-token"
 VERSION_TOKEN = "version-token"
@@ -73,16 +77,31 @@ def finder_rows_from_page(data: bytes | None) -> list[FinderRow]:
         return []
 
 
-def install_templates() -> dict[str, str]:
+def _page_host() -> HostInfo:
+    """The host the page's lines are for: any, with the python3 on its PATH (uv, Poetry and PDM
+    read nothing of it; pip's line runs that interpreter)."""
+    return HostInfo(python="3", python_exe="python3", python_source=PYTHON_FROM_PATH,
+                    torch=None, torch_local=None, torch_cuda=None, torch_error=None, driver=None,
+                    gpus=(), gpu_source=None, gpu_note=None, glibc=None, machine="x86_64")
+
+
+def install_templates() -> dict[str, dict[str, str]]:
     """Each installer's text for one wheel, from the doctor's own formatter, with placeholders
-    for the index root, the variant path, the project and the version."""
-    url = ROOT_TOKEN + PATH_TOKEN
+    for the index root, the variant path, the project and the version: ``plain`` for https and
+    loopback, ``trust`` for plain http by host name (pip's --trusted-host, PDM's verify_ssl and
+    the comment why, the host a placeholder too)."""
     requirement = f"{PROJECT_TOKEN}=={VERSION_TOKEN}"
-    choice = Choice(project=PROJECT_TOKEN, wheel="x.whl", variant=None, install=None, why=None,
-                    index_url=url, requirement=requirement)
-    out = {"pip": install_line(url, requirement)}
-    for fmt, _ in INSTALLERS[1:]:
-        out[fmt] = render_snippet(fmt, [choice]).rstrip("\n")
+    host = _page_host()
+    out: dict[str, dict[str, str]] = {}
+    for kind, root in (("plain", ROOT_TOKEN), ("trust", TRUST_ROOT_TOKEN)):
+        url = root + PATH_TOKEN
+        choice = Choice(project=PROJECT_TOKEN, wheel="x.whl", variant=None, why=None,
+                        index_url=url, requirement=requirement)
+        access = IndexAccess(url=root)
+        lines = {"pip": "\n".join(pip_command([choice], access, pip_interpreter(host)))}
+        for fmt, _ in INSTALLERS[1:]:
+            lines[fmt] = render_snippet(fmt, [choice], access, host).rstrip("\n")
+        out[kind] = lines
     return out
 
 
@@ -198,7 +217,8 @@ def finder_html(rows: Iterable[FinderRow]) -> bytes:
         "</table>",
         _json_script("install-templates", install_templates()),
         _json_script("gpus", gpu_sms()),
-        _json_script("tokens", {"root": ROOT_TOKEN, "path": PATH_TOKEN,
+        _json_script("tokens", {"root": ROOT_TOKEN, "trust_root": TRUST_ROOT_TOKEN,
+                                "host": TRUST_HOST_TOKEN, "path": PATH_TOKEN,
                                 "project": PROJECT_TOKEN, "version": VERSION_TOKEN}),
         f"<script>{_asset('finder.js')}</script>",
     ]

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import tomllib
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from factory.environment import MATRIX_ENV, env_value
 from factory.errors import CellError, ConfigError, ConfigErrors
 from factory.matrix.cell import (
     DEFAULT_PLATFORM,
@@ -34,6 +34,7 @@ from factory.matrix.settings import Settings, check_keys, check_manylinux, defau
 from factory.matrix.tags import local_tag, parse_local, plat_for_platform
 from factory.recipes import Recipe, get_recipe
 from factory.runners import runner_kind
+from factory.tomlread import tomllib
 from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
 from factory.toolchain.sdist import check_sdist_exists
 
@@ -561,10 +562,28 @@ def _parse_axes(raw: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
     return out
 
 
-def default_matrix_path() -> Path:
-    """matrix.toml in the current directory, else the one shipped next to the package."""
+def default_matrix_path() -> Path | None:
+    """$FACTORY_MATRIX, else matrix.toml in the current directory, else the checkout's own when
+    the package runs from one (an editable install called from elsewhere); None when there is
+    none, as for an installed wheel outside a checkout."""
+    named = env_value(MATRIX_ENV)
+    if named:
+        return Path(named)
     here = Path("matrix.toml")
     if here.exists():
         return here
-    shipped = Path(__file__).resolve().parents[2] / "matrix.toml"
-    return shipped
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "matrix.toml").is_file() and (checkout / "pyproject.toml").is_file():
+        return checkout / "matrix.toml"
+    return None
+
+
+def matrix_path(explicit: Path | None = None) -> Path:
+    """--matrix, else ``default_matrix_path()``; one line (ConfigError) when there is none."""
+    path = explicit or default_matrix_path()
+    if path is None:
+        raise ConfigError(
+            f"no matrix.toml in {Path.cwd()}",
+            tip=f"run in the directory that holds it, or pass --matrix FILE or set {MATRIX_ENV}",
+        )
+    return path

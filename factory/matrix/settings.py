@@ -1,6 +1,11 @@
 """matrix.toml's ``[settings]``, checked and resolved once into a frozen ``Settings``: paths are
 absolute (relative ones count from the matrix file's directory), sizes are parsed, and every
-wrong value fails here in one line (ConfigError), not as a crash in the middle of a build."""
+wrong value fails here in one line (ConfigError), not as a crash in the middle of a build.
+
+One precedence for every value: command line > environment (``FACTORY_*``, the table
+``factory.environment.ENVIRONMENT``, which ``factory --help`` lists) > matrix.toml > default.
+The environment's values are read here, into ``Settings``, so every command that reads a
+setting sees them; the command line's are applied by the command on top."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from factory.environment import ENVIRONMENT, STORE_ENV, env_value
 from factory.errors import CellError, ConfigError, FactoryError, StoreError, UsageError, WheelError
 from factory.matrix.cell import parse_python
 from factory.matrix.manylinux import floor_policy
@@ -18,6 +24,7 @@ from factory.store import URL_FORMS, open_store, url_scheme
 from factory.units import parse_size
 
 DEFAULT_STORE = "index/store"
+
 TOOLKIT_SOURCES = ("pypi", "image", "system")
 
 SETTINGS_KEYS = {
@@ -96,11 +103,20 @@ class Settings:
     sysroot: str = "bullseye"  # how a newer builder reaches it: "bullseye" or "none"
 
     @classmethod
-    def from_table(cls, raw: Mapping[str, Any], *, root: Path) -> Settings:
+    def from_table(
+        cls, raw: Mapping[str, Any], *, root: Path, environ: Mapping[str, str] | None = None
+    ) -> Settings:
         """``raw`` is the ``[settings]`` table as TOML gives it; ``root`` is where relative paths
-        start (the matrix file's directory)."""
+        start (the matrix file's directory). The environment's ``FACTORY_*`` values win over the
+        table; a relative path there counts from the working directory, as a shell's would."""
         check_keys(raw, SETTINGS_KEYS, "[settings]")
         table = {**DEFAULTS, **raw}
+        from_env: dict[str, Path] = {}
+        for var in ENVIRONMENT:
+            value = env_value(var.name, environ)
+            if var.setting and value:
+                table[var.setting] = value
+                from_env[var.setting] = Path.cwd()
         for key in _TEXT_SETTINGS:
             if not isinstance(table.get(key), str) or not table[key]:
                 raise ConfigError(f"[settings] {key} must be a non-empty string")
@@ -113,11 +129,14 @@ class Settings:
         images = _images(table.get("images", {}))
         work_dir = _path(table["work-dir"], root)
         return cls(
-            store=resolve_store(_store(table["store"]), root),
+            store=resolve_store(
+                _store(table["store"], STORE_ENV if "store" in from_env else "[settings] store"),
+                from_env.get("store", root),
+            ),
             wheelhouse=_path(table["wheelhouse"], root),
             work_dir=work_dir,
             venv_dir=_path(table["venv-dir"], root),
-            memory_history=_path(table["memory-history"], root),
+            memory_history=_path(table["memory-history"], from_env.get("memory-history", root)),
             runner=runner,
             memory=memory,
             cpus=cpus or None,
@@ -174,11 +193,11 @@ def _path(value: str, root: Path) -> Path:
     return p if p.is_absolute() else root / p
 
 
-def _store(spec: str) -> str:
+def _store(spec: str, where: str) -> str:
     try:
         open_store(spec)  # parses the spec; nothing is made or contacted
     except StoreError:
-        raise ConfigError(f"[settings] store {spec!r} is not a directory or {URL_FORMS}") from None
+        raise ConfigError(f"{where} {spec!r} is not a directory or {URL_FORMS}") from None
     return spec
 
 

@@ -33,13 +33,13 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from factory.environment import HISTORY_ENV
 from factory.errors import ConfigError, FactoryError
 from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell
 from factory.planning.replay import contention_factor
 from factory.units import format_size
 
-HISTORY_ENV = "FACTORY_MEMORY_HISTORY"
 HISTORY_VERSION = 1
 RECENT_PEAKS = 5  # peaks remembered per key; the estimate is their maximum
 # An estimate borrowed from another version, CUDA or arch count gets this much on top:

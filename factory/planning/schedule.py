@@ -32,14 +32,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from factory.errors import ConfigError, PlanError
 from factory.matrix.load import PlannedCell
 from factory.matrix.tags import wheel_platform
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import plan_for
 from factory.planning.replay import contention_factor
+from factory.tomlread import tomllib
 from factory.toolchain.cross import can_build
 from factory.units import format_size, parse_size
 

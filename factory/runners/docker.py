@@ -30,6 +30,7 @@ from typing import Any
 
 from factory.build.compile_cache import inside_config
 from factory.engine import docker_client, image_exists
+from factory.environment import KEEP_CONTAINER_ENV
 from factory.errors import EngineError
 from factory.planning import cgroup
 from factory.runners.base import (
@@ -52,7 +53,7 @@ _log = logging.getLogger(__name__)
 LABEL = "factory.build.pipeline"
 OWNER_LABEL = "factory.owner"
 CELL_LABEL = "factory.matrix.cell"
-KEEP_ENV = "FACTORY_KEEP_CONTAINER"
+KEEP_ENV = KEEP_CONTAINER_ENV
 INSIDE_SCRIPT = Path(__file__).with_name("inside.py")
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from factory.environment import S3_ENDPOINT_ENV
 from factory.errors import StoreError
 from factory.store.base import (
     StoreBase,
@@ -23,7 +24,7 @@ from factory.store.base import (
     parallel_reads,
 )
 
-ENDPOINT_ENV = "FACTORY_S3_ENDPOINT_URL"
+ENDPOINT_ENV = S3_ENDPOINT_ENV
 CONNECT_TIMEOUT_S = 3  # an endpoint that does not answer a TCP connect in this is down
 
 

@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.engine import docker_client
 from factory.errors import ToolchainError
+from factory.tarsafe import extract
 from factory.toolchain.cross import CPU_PLATFORMS, builder_platform
 from factory.toolchain.images import image_progress
 from factory.toolchain.toolkit import HEADER_EXTRAS, STAMP
@@ -155,7 +156,7 @@ def _unpack(data: bytes, archive: Archive, home: Path, scratch: Path) -> None:
     out = scratch / archive.component
     try:
         with tarfile.open(tarball, "r:xz") as tf:
-            tf.extractall(out, filter="data")
+            extract(tf, out)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ToolchainError(f"cannot unpack {archive.relative_path}: {exc}") from None
     tops = [p for p in out.iterdir() if p.is_dir()]

@@ -19,11 +19,11 @@ import importlib.resources
 from pathlib import Path
 from typing import Any
 
-import tomllib
 from packaging.version import Version
 
 from factory.errors import ConfigError, ToolchainError
 from factory.matrix.cell import Cell, parse_cuda, sm_name
+from factory.tomlread import tomllib
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{cuda_tag}"
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from factory.errors import EngineError, ToolchainError
 from factory.matrix.manylinux import glibc_text, manylinux_name, parse_floor
+from factory.tarsafe import extract
 from factory.toolchain.cross import CPU_PLATFORMS, builder_platform
 from factory.toolchain.images import (
     DEBIAN_MIRROR,
@@ -239,7 +240,7 @@ def unpack(archive: Path, root: Path) -> None:
     partial.mkdir(parents=True)
     try:
         with tarfile.open(archive) as tf:
-            _extract_all(tf, partial)
+            extract(tf, partial, trusted=True)
     except (OSError, tarfile.TarError) as exc:
         shutil.rmtree(partial, ignore_errors=True)
         raise EngineError(f"cannot unpack sysroot {archive}: {exc}") from None
@@ -282,16 +283,6 @@ def make_tarball(archive: Path, *, mirror: str | None = None, rootfs: Path | Non
     return archive
 
 
-def _extract_all(tf: tarfile.TarFile, dest: Path,
-                 members: list[tarfile.TarInfo] | None = None) -> None:
-    """extractall with the 'tar' filter (no paths outside ``dest``) where this Python has it
-    (3.11.4+, 3.12; Debian 12's 3.11.2 has not)."""
-    if hasattr(tarfile, "tar_filter"):
-        tf.extractall(dest, members=members, filter="tar")
-    else:
-        tf.extractall(dest, members=members)  # noqa: S202 - our own tarballs
-
-
 def _kept(platform: str) -> tuple[str, ...]:
     return tuple(k.format(triplet=_cpu(platform).triplet) for k in KEEP)
 
@@ -304,7 +295,7 @@ def _extract_kept(rootfs: Path, full: Path, platform: str) -> None:
         with tarfile.open(rootfs) as tf:
             members = [m for m in tf.getmembers()
                        if (name := m.name.removeprefix("./")) in keep or name.startswith(prefixes)]
-            _extract_all(tf, full, members)
+            extract(tf, full, trusted=True, members=members)
     except (OSError, tarfile.TarError) as exc:
         raise EngineError(f"cannot read the root filesystem {rootfs}: {exc}") from None
 

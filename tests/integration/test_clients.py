@@ -30,28 +30,27 @@ from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, Thread
 from pathlib import Path
 from typing import Any
 
+import client_fixtures
 import index_fixtures
 import pytest
-from conftest import cache_root
+from client_fixtures import STAND_IN, TOOLS
 from index_fixtures import installer_env, uv_bin
 from index_wheels import make_wheel, variant_wheel
 
-from factory.hosts.doctor import Choice, Gpu, HostInfo, diagnose
-from factory.matrix.manylinux import host_glibc
+from factory.hosts.choose import Choice
+from factory.hosts.doctor import diagnose
+from factory.hosts.index_reader import IndexAccess
+from factory.hosts.probe import Gpu, HostInfo
 from factory.hosts.snippets import render_snippet
 from factory.index.publish import publish, yank
 from factory.index.server import running_server
+from factory.matrix.manylinux import host_glibc
 from factory.store import LocalStore, open_store
 
+client_bins = client_fixtures.client_bins  # Poetry and PDM, installed once into the test cache
 moto_endpoint = index_fixtures.moto_endpoint
 pytestmark = pytest.mark.integration
 
-# The clients as users install them (PDM 2.29.4 breaks with hishel 2: PDM's own "locked"
-# extra pins hishel 1.4).
-CLIENTS = {
-    "poetry": ["poetry==2.5.1"],
-    "pdm": ["pdm==2.29.4", "hishel[httpx2]>=1.4,<2"],
-}
 TORCH = "2.14.1"
 HOSTS = {
     "h200-cu130": (90, "13.0", "1.0+cu130torch2.14sm90"),
@@ -59,59 +58,6 @@ HOSTS = {
     "b200-cu128": (100, "12.8", "1.0+cu128torch2.14sm100"),
 }
 TAMPERED = "tp_demo-1.0-py3-none-any.whl"
-# Each client's project settings that put PyPI's stand-in in PyPI's place.
-STAND_IN = {
-    "uv": """[tool.uv]
-package = false
-
-[[tool.uv.index]]
-name = "pypi"
-url = "{pypi}"
-default = true
-
-""",
-    "poetry": """[tool.poetry]
-package-mode = false
-
-[[tool.poetry.source]]
-name = "pypi-stand-in"
-url = "{pypi}"
-priority = "primary"
-
-""",
-    "pdm": """[tool.pdm]
-distribution = false
-
-[[tool.pdm.source]]
-name = "pypi"
-url = "{pypi}"
-
-""",
-}
-
-
-# -- the clients -----------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def client_bins() -> dict[str, Path]:
-    """Poetry and PDM, each in its own venv under the test cache (installed once)."""
-    out = {}
-    for tool, requirements in CLIENTS.items():
-        venv = cache_root() / "clients" / requirements[0].replace("==", "-")
-        done = venv / ".complete"
-        if not done.exists():
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            install = subprocess.run(
-                [str(venv / "bin/python"), "-m", "pip", "install", "-q", *requirements],
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            if install.returncode != 0:
-                pytest.skip(f"cannot install {tool} from PyPI: {install.stderr[-300:]}")
-            done.touch()
-        out[tool] = venv / "bin" / tool
-    return out
 
 
 # -- the indexes -----------------------------------------------------------------------------
@@ -238,6 +184,7 @@ def _host(sm: int, cuda: str) -> HostInfo:
     return HostInfo(
         python=f"{sys.version_info[0]}.{sys.version_info[1]}",
         python_exe=sys.executable,
+        python_source="--python",
         torch=TORCH,
         torch_local="cu" + cuda.replace(".", ""),
         torch_cuda=cuda,
@@ -301,7 +248,9 @@ def install(
     env = installer_env(work.parent)
     name = choice.project
     req = choice.requirement or name
-    snippet = render_snippet(tool, [choice], torch=TORCH)
+    assert choice.index_url is not None
+    snippet = render_snippet(tool, [choice], IndexAccess(url=choice.index_url),
+                             _host(100, "13.0"))
     if tool == "pip":
         work.mkdir(parents=True)
         # The snippet's settings as pip reads them (PIP_CONFIG_FILE stays os.devnull: a set
@@ -408,7 +357,6 @@ def work_lock(work: Path) -> str:
     return "".join(p.read_text() for p in work.glob("*.lock"))
 
 
-TOOLS = ["pip", "uv", "poetry", "pdm"]
 # Every mode on the embedded server; a subset on the static copy and on S3 keeps CI short.
 CASES = [
     ("served", "per-variant:h200-cu130"),
@@ -449,7 +397,6 @@ def test_client_matrix(
                 project="fa-demo",
                 wheel=choice.wheel,
                 variant=None,
-                install=None,
                 why=None,
                 index_url=root + "simple/",
                 requirement=f"fa-demo=={expected}",
@@ -463,7 +410,6 @@ def test_client_matrix(
             project=project,
             wheel=None,
             variant=None,
-            install=None,
             why=None,
             index_url=root + "simple/",
             requirement=project,

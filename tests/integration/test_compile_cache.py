@@ -3,7 +3,6 @@ that proves a second Python version hits the cache."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from cache_fixtures import HEADER, KERNEL, compile_in_a_fresh_server, fake_tools, free_port
-from wheel_fixtures import find_nvcc
+from tools import find_nvcc, tool
 
 from factory.build import compile_cache
 from factory.build.compile_cache import (
@@ -23,9 +22,9 @@ from factory.build.compile_cache import (
 
 @pytest.mark.slow
 def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
-    sccache, nvcc = shutil.which("sccache"), find_nvcc()
-    if not sccache or not nvcc:
-        pytest.skip("needs sccache and nvcc")
+    sccache, nvcc = tool("sccache"), find_nvcc()
+    if not nvcc:
+        pytest.skip("needs nvcc")
     src = tmp_path / "src/k.cu"  # one source path, as /factory/src in every container
     src.parent.mkdir()
     src.write_text(KERNEL)
@@ -93,9 +92,9 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
 def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
     """Two builders with their own disk caches and one S3 remote (moto on loopback): what the
     first compiled, the second gets from S3."""
-    sccache, nvcc = shutil.which("sccache"), find_nvcc()
-    if not sccache or not nvcc:
-        pytest.skip("needs sccache and nvcc")
+    sccache, nvcc = tool("sccache"), find_nvcc()
+    if not nvcc:
+        pytest.skip("needs nvcc")
     pytest.importorskip("moto.server")
     boto3 = pytest.importorskip("boto3")
     port = free_port()
@@ -154,5 +153,3 @@ def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
     assert first.object_misses == 1
     assert second.object_hits == 1 and second.misses == 0  # builder b's disk was empty
     assert keys and all(k.startswith("index/compile-cache/") for k in keys)
-
-

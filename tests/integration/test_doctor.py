@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import subprocess
 import sys
 import urllib.parse
@@ -15,8 +14,9 @@ from pathlib import Path
 
 import doctor_fixtures
 import pytest
-from doctor_fixtures import HOSTS, doctor
-from ops_builds import REPO, factory_cli
+from doctor_fixtures import FA, HOSTS, doctor, pip_line
+from http_fixtures import factory_serve
+from ops_builds import factory_cli
 
 sm90_and_sm100 = doctor_fixtures.sm90_and_sm100  # shared with the unit tests of the same name
 torch_dirs = doctor_fixtures.torch_dirs
@@ -31,8 +31,8 @@ def test_http_index_gives_the_same_answer(sm90_and_sm100: Path, torch_dirs: dict
         assert "only has sm_90 and sm_100 builds of flash-attn for cu130-torch2.14" in r.stdout
         r = doctor(url, "b200.txt", torch_dirs["2.14-cu130"])
         assert r.returncode == 0, r.stdout + r.stderr
-        line = f"pip install --extra-index-url {url}/cu130-torch2.14-sm100/simple/ flash-attn\n"
-        assert line in r.stdout
+        # 127.0.0.1 is loopback: pip needs no --trusted-host there (test_deployment.py: by name)
+        assert pip_line(f"{url}/cu130-torch2.14-sm100/simple/", f"{FA}sm100") in r.stdout
         r = factory_cli("doctor", "--index", url + "/nothing-here", "--nvidia-smi-output",
                         str(HOSTS / "b200.txt"))
         assert r.returncode == 11 and r.stderr.startswith("ERROR no index at")
@@ -40,21 +40,8 @@ def test_http_index_gives_the_same_answer(sm90_and_sm100: Path, torch_dirs: dict
 
 @contextlib.contextmanager
 def _serve(store: Path) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "factory", "serve", "--store", str(store), "--port", "0"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # "serving STORE at http://127.0.0.1:PORT/simple/ ..."
-        match = re.search(r"(http://127\.0\.0\.1:\d+)/simple/", first)
-        assert match, f"factory serve did not start: {first!r}"
-        yield match.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        if proc.stdout:
-            proc.stdout.close()
+    with factory_serve(store) as url:  # on 127.0.0.1, the default
+        yield url.rstrip("/")
 
 
 @pytest.mark.parametrize("host, sm", [("h200.txt", "sm90"), ("b200.txt", "sm100")])
@@ -72,6 +59,7 @@ def _pip_picks(install_line: str, tmp_path: Path) -> str:
     """The file real pip chooses for the doctor's line (offline: the index as the only index)."""
     _, _, rest = install_line.partition("--extra-index-url ")
     url, requirement = rest.split()
+    assert requirement.startswith("flash-attn==2.8.3.post2+")  # the exact build
     report = tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--no-deps", "-q",

@@ -104,14 +104,17 @@ OTHER = "other_pkg-3.0-py3-none-any.whl"
 
 def _doctor_text(fmt: str, url: str, project: str, requirement: str) -> str:
     """What 'factory doctor' prints for this wheel: its own formatter."""
-    from factory.hosts.doctor import Choice, install_line
-    from factory.hosts.snippets import render_snippet
+    from factory.hosts.choose import Choice
+    from factory.hosts.index_reader import IndexAccess
+    from factory.hosts.snippets import pip_command, render_snippet
+    from factory.index.finder import _page_host
 
-    if fmt == "pip":
-        return install_line(url, requirement)
-    choice = Choice(project=project, wheel="w.whl", variant=None, install=None, why=None,
+    choice = Choice(project=project, wheel="w.whl", variant=None, why=None,
                     index_url=url, requirement=requirement)
-    return render_snippet(fmt, [choice]).rstrip("\n")
+    access = IndexAccess(url="/".join(url.split("/")[:3]) + "/")
+    if fmt == "pip":
+        return "\n".join(pip_command([choice], access, "python3"))
+    return render_snippet(fmt, [choice], access, _page_host()).rstrip("\n")
 
 
 def test_chromium_loads_the_page_and_filters_by_typing(browser: Any,
@@ -237,7 +240,30 @@ def test_copy_puts_the_line_on_the_clipboard(browser: Any, served: RunningServer
     box.clear()
     box.send_keys(Keys.CONTROL, "v")
     assert box.get_attribute("value") == _line(browser, SM90)
-    assert _line(browser, SM90).startswith(f"pip install --extra-index-url {by_name}")
+    host = by_name.split("/")[2]
+    assert _line(browser, SM90).splitlines()[-1].startswith(
+        f"python3 -m pip install --trusted-host {host} --extra-index-url {by_name}")
+
+
+def test_by_host_name_the_lines_trust_the_host_and_say_why(browser: Any,
+                                                          served: RunningServer) -> None:
+    """This machine's name resolves to loopback, but pip treats a name as a remote host: over
+    plain http the page's lines carry --trusted-host (PDM's verify_ssl = false) and the comment
+    why, as factory doctor prints them; by 127.0.0.1 they need none."""
+    import socket
+
+    from selenium.webdriver.common.by import By
+
+    by_name = served.url.replace("127.0.0.1", socket.gethostname())
+    _open(browser, by_name + "finder/")
+    url = f"{by_name}cu130-torch2.14-sm90/simple/"
+    line = _line(browser, SM90)
+    assert line == _doctor_text("pip", url, "fa-demo", "fa-demo==1.0+cu130torch2.14sm90")
+    assert "unless told to trust it" in line.splitlines()[0]
+    browser.find_element(By.CSS_SELECTOR, "input[name=installer][value=pdm]").click()
+    assert "verify_ssl = false" in _line(browser, SM90)
+    _open(browser, served.url + "finder/")
+    assert "--trusted-host" not in _line(browser, SM90)
 
 
 def test_links_lead_to_the_wheel_its_project_page_and_its_variant_index(
@@ -295,7 +321,7 @@ def test_the_page_works_from_a_static_copy(browser: Any, store: LocalStore,
     shutil.copytree(store.root, copy)
     _open(browser, (copy / FINDER_KEY).as_uri())
     assert _line(browser, CU128).startswith(
-        f"pip install --extra-index-url {copy.as_uri()}/cu128-torch2.11-sm100/simple/")
+        f"python3 -m pip install --extra-index-url {copy.as_uri()}/cu128-torch2.11-sm100/simple/")
     browser.find_element(By.ID, "filter").send_keys("other")
     assert _visible(browser) == [OTHER]
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from client_fixtures import OLD_PIP
 from conftest import cache_root
 from index_wheels import variant_wheel
 
@@ -19,8 +20,6 @@ from factory.index.server import running_server
 from factory.store import LocalStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.download]
-
-OLD_PIP = "23.0.1"  # Debian 12's python3-pip
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import EXAMPLE_CELL, REPO, cache_root, write_example_matrix
+from tools import tool
 
 
 @pytest.mark.docker
@@ -21,8 +21,7 @@ from conftest import EXAMPLE_CELL, REPO, cache_root, write_example_matrix
 def test_cibuildwheel_builds_the_example_offline_and_it_verifies(
     tmp_path: Path, base_image: str, wheelhouse_cp311: Path, cuda13_home: Path
 ) -> None:
-    if shutil.which("cibuildwheel") is None:
-        pytest.skip("cibuildwheel is not installed (pip install '.[cibuildwheel]')")
+    tool("cibuildwheel")
     matrix = write_example_matrix(tmp_path / "matrix.toml", work_dir=cache_root() / "work")
     out = tmp_path / "out"
     build = subprocess.run(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import shutil
 import subprocess
 import threading
 import time
@@ -21,6 +20,7 @@ from urllib.parse import quote
 import pytest
 from index_fixtures import cli, multipart_upload, write_htpasswd
 from index_wheels import make_wheel, variant_wheel
+from tools import tool
 
 from factory.index import verify_index
 from factory.index.pages import JSON_TYPE
@@ -202,9 +202,7 @@ def test_uploads_need_the_right_credentials(
 
 
 def test_twine_upload(server: RunningServer, tmp_path: Path) -> None:
-    twine = shutil.which("twine")
-    if twine is None:
-        pytest.skip("twine is not installed")
+    twine = tool("twine")
     wheel = make_wheel(tmp_path / "tw", "via-twine", "0.1")
     base = [
         twine,

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import doctor_fixtures
 import pytest
-from doctor_fixtures import HOSTS, doctor, doctor_matrix, doctor_store
+from doctor_fixtures import FA, HOSTS, doctor, doctor_matrix, doctor_store, pip_line
 from ops_builds import factory_cli, planned, publish_build, write_matrix
 
-from factory.hosts.doctor import driver_max_cuda, driver_runs_cuda, parse_nvidia_smi
+from factory.hosts.probe import driver_max_cuda, driver_runs_cuda, parse_nvidia_smi
 
 torch_dirs = doctor_fixtures.torch_dirs
 sm90_and_sm100 = doctor_fixtures.sm90_and_sm100
@@ -47,8 +48,7 @@ def test_b200_gets_the_variant_install_line(sm100_only: Path, torch_dirs: dict[s
     r = doctor(sm100_only, "b200.txt", torch_dirs["2.14-cu130"])
     assert r.returncode == 0, r.stdout + r.stderr
     url = sm100_only.resolve().as_uri()
-    line = f"pip install --extra-index-url {url}/cu130-torch2.14-sm100/simple/ flash-attn\n"
-    assert line in r.stdout
+    assert pip_line(f"{url}/cu130-torch2.14-sm100/simple/", f"{FA}sm100") in r.stdout
     assert "sm_100 (compute capability 10.0)" in r.stdout
     assert "variant     cu130-torch2.14" in r.stdout
 
@@ -59,6 +59,14 @@ def test_rtx_pro_6000_against_sm100_builds_says_why(sm100_only: Path, torch_dirs
     assert (f"the GPU is sm_120 ({RTX}) but the index only has sm_100 builds of flash-attn "
             "for cu130-torch2.14") in r.stdout
     assert "pip install" not in r.stdout
+    # Every format says so, and exits 1: no snippet that would install something else.
+    for fmt in ("pip", "uv", "poetry", "pdm"):
+        r = doctor(sm100_only, "rtx-pro-6000.txt", torch_dirs["2.14-cu130"], "--format", fmt)
+        assert r.returncode == 1, (fmt, r.stdout + r.stderr)
+        assert r.stdout.startswith("# no wheel fits: flash-attn: the GPU is sm_120"), r.stdout
+        assert "url" not in r.stdout and "install" not in r.stdout
+    r = doctor(sm100_only, "rtx-pro-6000.txt", torch_dirs["2.14-cu130"], "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["results"][0]["install"] is None
 
 
 def test_h200_picks_sm90_and_b200_is_pinned_past_pips_choice(
@@ -70,13 +78,13 @@ def test_h200_picks_sm90_and_b200_is_pinned_past_pips_choice(
     assert doc["version"] == 1 and doc["host"]["gpus"][0]["sm"] == 90
     (result,) = doc["results"]
     assert "sm90" in result["wheel"]
-    # Each arch set has its own URL, so the H200 gets the sm90 one and no pin is needed.
-    assert result["install"].endswith("/cu130-torch2.14-sm90/simple/ flash-attn")
+    # Each arch set has its own URL, so the H200 gets the sm90 one, and the exact build.
+    assert result["install"].endswith(f"/cu130-torch2.14-sm90/simple/ {FA}sm90")
 
     r = doctor(sm90_and_sm100, "b200.txt", torch_dirs["2.14-cu130"])
     assert r.returncode == 0, r.stdout + r.stderr
     # ...and a B200 the sm100 one: no URL offers a build its GPU cannot run.
-    assert "/cu130-torch2.14-sm100/simple/ flash-attn\n" in r.stdout
+    assert f"/cu130-torch2.14-sm100/simple/ {FA}sm100\n" in r.stdout
 
 
 def test_no_gpu_picks_by_torch_with_a_warning(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
@@ -85,7 +93,16 @@ def test_no_gpu_picks_by_torch_with_a_warning(sm100_only: Path, torch_dirs: dict
     assert "gpu         none found (NVIDIA-SMI has failed" in r.stdout
     assert "WARNING flash-attn: no NVIDIA GPU found" in r.stdout
     assert "holds kernels for sm_100 only" in r.stdout
-    assert "/cu130-torch2.14-sm100/simple/ flash-attn\n" in r.stdout
+    assert f"/cu130-torch2.14-sm100/simple/ {FA}sm100\n" in r.stdout
+    # The warnings stay in every format (as comments), and in the JSON.
+    for fmt in ("pip", "uv", "poetry", "pdm"):
+        r = doctor(sm100_only, "no-gpu.txt", torch_dirs["2.14-cu130"], "--format", fmt)
+        assert r.returncode == 0, (fmt, r.stdout + r.stderr)
+        assert "# WARNING flash-attn: no NVIDIA GPU found" in r.stdout
+        assert "holds kernels for sm_100 only" in r.stdout
+    r = doctor(sm100_only, "no-gpu.txt", torch_dirs["2.14-cu130"], "--json")
+    (result,) = json.loads(r.stdout)["results"]
+    assert any("no NVIDIA GPU found" in w for w in result["warnings"])
 
 
 def test_other_torch_minor_and_cuda_say_why(sm100_only: Path, torch_dirs: dict[str, Path]) -> None:
@@ -111,7 +128,7 @@ def test_broken_or_missing_torch_does_not_crash_the_doctor(
     r = doctor(sm100_only, "b200.txt", torch_dirs["broken"])
     assert r.returncode == 1, r.stderr
     assert "torch       not importable: OSError: libcudart.so.13" in r.stdout
-    assert "install torch first" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    assert "install torch there first" in r.stdout and "Traceback" not in r.stdout + r.stderr
     # The interpreter itself dying while importing torch (a segfault, say) is reported too.
     crash = tmp_path / "crash" / "torch"
     crash.mkdir(parents=True)
@@ -151,13 +168,14 @@ def test_runs_the_hosts_nvidia_smi_with_the_query(tmp_path: Path, torch_dirs: di
         f'  cat "{HOSTS / "b200.txt"}"\nelse\n  echo "unexpected arguments: $*" >&2; exit 2\nfi\n'
     )
     smi.chmod(0o755)
+    (bin_dir / "python3").symlink_to(sys.executable)  # the host's python3: this one
     env = {"PYTHONPATH": str(torch_dirs["2.14-cu130"]), "PATH": f"{bin_dir}:/usr/bin:/bin"}
     r = factory_cli("doctor", "--index", str(sm100_only), env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "read from   nvidia-smi" in r.stdout and "NVIDIA B200, sm_100" in r.stdout
     # Without nvidia-smi (and without a working NVML) the host has no GPU, and says so.
     env["PATH"] = str(tmp_path / "empty")
-    r = factory_cli("doctor", "--index", str(sm100_only), env=env)
+    r = factory_cli("doctor", "--index", str(sm100_only), "--python", sys.executable, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "gpu         none found (nvidia-smi not found" in r.stdout
     assert "WARNING flash-attn: no NVIDIA GPU found" in r.stdout
@@ -185,14 +203,16 @@ def test_the_url_names_the_hosts_platform(tmp_path: Path) -> None:
 
     from index_wheels import variant_wheel
 
-    from factory.hosts.doctor import Gpu, HostInfo, diagnose
+    from factory.hosts.doctor import diagnose
+    from factory.hosts.probe import Gpu, HostInfo
     from factory.index.publish import publish
     from factory.store import LocalStore
 
     store = LocalStore(tmp_path / "store")
     tags = [f"cp311-cp311-manylinux_2_28_{m}" for m in ("x86_64", "aarch64")]
     publish(store, [variant_wheel(tmp_path, "fa-demo", "1.0", "2.14", archs="100", tag=t) for t in tags])
-    host = HostInfo(python="3.11", python_exe="python3", torch="2.14.1", torch_local="cu130",
+    host = HostInfo(python="3.11", python_exe="python3", python_source="--python",
+                    torch="2.14.1", torch_local="cu130",
                     torch_cuda="13.0", torch_error=None, driver="580.95.05",
                     gpus=(Gpu(name="NVIDIA GB200", sm=100),), gpu_source="recorded", gpu_note=None,
                     glibc=(2, 39), machine="aarch64")
@@ -225,7 +245,7 @@ def test_grace_host_gets_the_aarch64_wheel_from_the_same_url(
     both_platforms: Path, torch_dirs: dict[str, Path]
 ) -> None:
     url = both_platforms.resolve().as_uri()
-    line = f"pip install --extra-index-url {url}/cu130-torch2.14-sm100/simple/ flash-attn\n"
+    line = pip_line(f"{url}/cu130-torch2.14-sm100/simple/", f"{FA}sm100")
     grace = doctor(both_platforms, "gb200.txt", torch_dirs["2.14-cu130"], "--machine", "arm64")
     assert grace.returncode == 0, grace.stdout + grace.stderr
     assert "a Grace host (GB200)" in grace.stdout
@@ -246,3 +266,20 @@ def test_grace_host_against_x86_64_builds_says_why(
     r = doctor(sm100_only, "gb200.txt", torch_dirs["2.14-cu130"], "--machine", "aarch64")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "this host is aarch64 but the index only has flash-attn for x86_64" in r.stdout
+
+
+def test_reads_the_python3_on_path_and_names_python_when_torch_is_missing(
+    sm100_only: Path, tmp_path: Path
+) -> None:
+    """Without --python the doctor reads the interpreter a host's `pip install` goes into, the
+    python3 on PATH, not its own; with no torch there it says how to point it elsewhere."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    r = factory_cli("doctor", "--index", str(sm100_only), "--nvidia-smi-output",
+                    str(HOSTS / "b200.txt"), env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"({bin_dir / 'python3'}: the python3 on PATH)" in r.stdout
+    assert (f"torch is not importable with {bin_dir / 'python3'}, the python3 on PATH "
+            "(ModuleNotFoundError") in r.stdout
+    assert "pass --python with the interpreter of the environment that has torch" in r.stdout

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from packaging.version import Version
 
+from factory.hosts.choose import Choice
+from factory.hosts.index_reader import IndexAccess
+from factory.hosts.snippets import pip_command
 from factory.index.finder import (
     PATH_TOKEN,
     PROJECT_TOKEN,
     ROOT_TOKEN,
+    TRUST_HOST_TOKEN,
+    TRUST_ROOT_TOKEN,
     VERSION_TOKEN,
     _key_of,
     install_templates,
@@ -40,11 +45,18 @@ def test_version_keys_sort_as_versions() -> None:
 
 
 def test_the_templates_are_the_doctors_lines_with_placeholders() -> None:
-    from factory.hosts.doctor import install_line
-
     templates = install_templates()
-    assert set(templates) == {"pip", "uv", "poetry", "pdm"}
-    url = ROOT_TOKEN + PATH_TOKEN
-    assert templates["pip"] == install_line(url, f"{PROJECT_TOKEN}=={VERSION_TOKEN}")
-    for fmt in ("uv", "poetry", "pdm"):
-        assert url in templates[fmt] and PROJECT_TOKEN in templates[fmt]
+    assert set(templates) == {"plain", "trust"}
+    for kind, root in (("plain", ROOT_TOKEN), ("trust", TRUST_ROOT_TOKEN)):
+        lines = templates[kind]
+        assert set(lines) == {"pip", "uv", "poetry", "pdm"}
+        url = root + PATH_TOKEN
+        choice = Choice(project=PROJECT_TOKEN, wheel="x.whl", variant=None, why=None,
+                        index_url=url, requirement=f"{PROJECT_TOKEN}=={VERSION_TOKEN}")
+        assert lines["pip"] == "\n".join(pip_command([choice], IndexAccess(url=root), "python3"))
+        for fmt in ("uv", "poetry", "pdm"):
+            assert url in lines[fmt] and PROJECT_TOKEN in lines[fmt]
+    # plain http by host name: pip trusts the host (the page puts its own in), PDM too
+    assert f"--trusted-host {TRUST_HOST_TOKEN}" in templates["trust"]["pip"]
+    assert "verify_ssl = false" in templates["trust"]["pdm"]
+    assert "--trusted-host" not in templates["plain"]["pip"]

@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ops_builds import REPO, factory_cli, planned, publish_build, write_matrix
 
 from factory import cli
 from factory.matrix.load import PlannedCell
-
-from ops_builds import REPO, factory_cli, planned, publish_build, write_matrix
 
 SPEC = "flash-attn==2.8.3.post2"
 
@@ -54,15 +53,18 @@ def test_published_cell_prints_the_install_line_without_building(
                     "--index-url", "http://index.example:8080/")
     assert r.returncode == 0, r.stderr
     version = pc.wheel.split("-")[1]
-    assert r.stdout == (f"pip install --extra-index-url http://index.example:8080/{pc.variant}/simple/ "
-                        f"flash-attn=={version}\n")
+    why, line = r.stdout.splitlines()  # plain http by name: pip must be told to trust it
+    assert why.startswith("# plain http to index.example:8080: pip uses an http index only on ")
+    assert line == ("python3 -m pip install --trusted-host index.example:8080 --extra-index-url "
+                    f"http://index.example:8080/{pc.variant}/simple/ flash-attn=={version}")
     assert "already published, nothing to build" in r.stderr
     # Without --index-url a local store names itself, as a file:// URL pip can read.
     r = factory_cli("request", *_args(pc), "--matrix", str(matrix), "--store", str(store), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["built"] is False and doc["content_key"] == pc.content_key
-    assert doc["install"].startswith(f"pip install --extra-index-url {store.resolve().as_uri()}/")
+    assert doc["install"].startswith(
+        f"python3 -m pip install --extra-index-url {store.resolve().as_uri()}/")
 
 
 def test_rerun_of_a_published_cell_never_calls_the_build(
@@ -103,7 +105,9 @@ def test_missing_cell_is_built_with_publish_then_answered(
             "--index-url", "http://i", "--yes"]
     assert cli.main(args) == 0
     out = capsys.readouterr()
-    assert out.out == f"pip install --extra-index-url http://i/{pc.variant}/simple/ flash-attn=={pc.wheel.split('-')[1]}\n"
+    assert out.out.splitlines()[-1] == (f"python3 -m pip install --trusted-host i --extra-index-url "
+                                        f"http://i/{pc.variant}/simple/ "
+                                        f"flash-attn=={pc.wheel.split('-')[1]}")
     assert "built and published" in out.err
     ((ids, opts),) = calls
     assert ids == [pc.cell.id] and opts.publish is True and opts.store == str(store)
@@ -203,9 +207,9 @@ def test_request_asks_before_it_builds_and_can_only_look(
     assert "Build and publish it now" in capsys.readouterr().err and built == []
     monkeypatch.setattr("sys.stdin", Tty("y\n"))
     assert cli.main(args) == 0 and built == [pc.cell.id]
-    assert capsys.readouterr().out.startswith("pip install ")
+    assert capsys.readouterr().out.startswith("python3 -m pip install ")
     assert cli.main([*args, "--check"]) == 0  # now it is there: its line, still no build
-    assert capsys.readouterr().out.startswith("pip install ") and built == [pc.cell.id]
+    assert capsys.readouterr().out.startswith("python3 -m pip install ") and built == [pc.cell.id]
 
 
 def test_a_gpu_name_is_its_arch() -> None:

@@ -7,10 +7,10 @@ import dataclasses
 import os
 import re
 import shlex
-import shutil
 from pathlib import Path
 
 import pytest
+from tools import tool
 
 from factory.errors import UsageError
 from factory.process import run_command
@@ -88,8 +88,7 @@ def test_cache_is_mounted_and_nvcc_wrapped(tmp_path: Path) -> None:
 
 
 def test_cibuildwheel_reads_the_configuration(tmp_path: Path) -> None:
-    if shutil.which("cibuildwheel") is None:
-        pytest.skip("cibuildwheel is not installed (pip install '.[cibuildwheel]')")
+    tool("cibuildwheel")
     runner = get_runner("cibuildwheel")
     assert isinstance(runner, CibuildwheelRunner)
     job = _job(tmp_path)

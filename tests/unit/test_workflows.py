@@ -5,7 +5,7 @@ requests, secrets only through env)."""
 from __future__ import annotations
 
 import json
-import shutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,18 +13,15 @@ from typing import Any
 
 import pytest
 import yaml
-
-from ops_builds import REPO, factory_cli, planned, publish_build, write_matrix
+from ops_builds import REPO, factory_cli
+from tools import tool
 
 WORKFLOWS = REPO / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))
 
 
 def _actionlint() -> str:
-    exe = shutil.which("actionlint")
-    if exe is None:
-        pytest.fail("actionlint is not on PATH: 'pip install -e .[test]' installs it")
-    return exe
+    return tool("actionlint")
 
 
 def _lint(cwd: Path, *files: Path) -> list[dict[str, Any]]:
@@ -98,7 +95,8 @@ def test_builder_slots_prints_one_line_per_slot() -> None:
 def test_request_shares_the_per_cell_group_and_has_typed_inputs() -> None:
     doc = _load("request.yml")
     inputs = doc["on"]["workflow_dispatch"]["inputs"]
-    assert set(inputs) == {"spec", "torch", "cuda", "arch", "python"}
+    assert set(inputs) == {"spec", "torch", "cuda", "arch", "python", "platform"}
+    assert inputs["platform"]["options"] == ["x86_64", "aarch64"]
     assert inputs["cuda"]["type"] == "choice" and "13.0" in inputs["cuda"]["options"]
     assert inputs["python"]["type"] == "choice"
     assert all(inputs[k]["type"] == "string" for k in ("spec", "torch", "arch"))
@@ -131,17 +129,123 @@ def test_secrets_only_through_env_never_in_scripts(path: Path) -> None:
             assert "secrets." not in value and "AWS_SECRET_ACCESS_KEY" not in value
 
 
-def test_the_nightly_matrix_step_output(tmp_path: Path) -> None:
-    """What the matrix job feeds to fromJSON: the real CLI, then the runner labels."""
-    cells = planned(write_matrix(tmp_path))
-    store = tmp_path / "store"
-    publish_build(store, tmp_path / "dist", cells[0])
-    r = factory_cli("matrix", "--matrix", str(tmp_path / "matrix.toml"), "--missing", "--json",
-                    "--store", str(store))
+BUILDERS = REPO / ".github" / "builders.toml"
+_EXPR = re.compile(r"\$\{\{\s*([\w.-]+)\s*\}\}")
+
+
+def _builder_jobs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    r = subprocess.run([sys.executable, "-m", "factory.ci", "builder-jobs", "--builders",
+                        str(BUILDERS)], input=json.dumps(doc), capture_output=True, text=True,
+                       cwd=REPO, timeout=60)
     assert r.returncode == 0, r.stderr
-    labelled = subprocess.run([sys.executable, "-m", "factory.ci", "runner-labels"], input=r.stdout,
-                              capture_output=True, text=True, cwd=REPO, timeout=60)
-    assert labelled.returncode == 0, labelled.stderr
-    include = json.loads(labelled.stdout)["include"]
-    assert [e["cell"] for e in include] == [c.cell.id for c in cells[1:]]
-    assert {e["runner"] for e in include} == {"mem-256g"}  # flash-attn builders
+    return list(json.loads(r.stdout))
+
+
+def _request_runners() -> list[dict[str, str]]:
+    """What request.yml's resolve job outputs for a one-off request of each package of the
+    default matrix, for each CPU: the real CLI, as the workflow runs it."""
+    from factory.matrix.cell import PLATFORMS
+    from factory.matrix.load import load_matrix
+
+    out = []
+    seen = set()
+    for pc in load_matrix(REPO / "matrix.toml").cells:
+        if pc.cell.package in seen:
+            continue
+        seen.add(pc.cell.package)
+        c = pc.cell
+        for platform in PLATFORMS:
+            r = factory_cli("request", f"{c.package}=={c.version}", "--torch", c.torch,
+                            "--cuda", c.cuda, "--arch", ",".join(f"{a / 10:.1f}" for a in c.archs),
+                            "--python", c.python, "--platform", platform, "--print-cell",
+                            "--json", "--builders", str(BUILDERS))
+            assert r.returncode == 0, r.stderr
+            doc = json.loads(r.stdout)
+            out.append({"needs.resolve.outputs.runner": doc["runner"],
+                        "needs.resolve.outputs.cpu": doc["cpu"], "platform": platform,
+                        "package": c.package})
+    assert {o["package"] for o in out} >= {"flash-attn", "factory-example-ext"}
+    return out
+
+
+def test_every_runs_on_label_is_carried_by_a_builder() -> None:
+    """Each job of each workflow, with every value its runs-on expressions can take (from the
+    builders file, the default matrix's schedule and `factory request` of each package for each
+    CPU), lands on a builder of .github/builders.toml that carries all its labels; a job that
+    builds a cell lands only on builders that build that cell's platform."""
+    from factory.ci import builder_labels
+    from factory.planning.schedule import load_builders
+
+    builders = load_builders(BUILDERS)
+    # The nightly schedule of the default matrix names builders of the file...
+    r = factory_cli("schedule", "--builders", str(BUILDERS), "--matrix", str(REPO / "matrix.toml"),
+                    "--json")
+    assert r.returncode == 0, r.stderr
+    scheduled = _builder_jobs(json.loads(r.stdout))
+    assert scheduled and {e["builder"] for e in scheduled} <= {b.name for b in builders}
+    # ...and a night's schedule may give work to any of them.
+    every = _builder_jobs({"include": [{"builder": b.name, "slots": 1} for b in builders]})
+    values: dict[tuple[str, str], list[dict[str, str]]] = {
+        ("nightly.yml", "build"): [{"matrix.builder": e["builder"], "matrix.cpu": e["cpu"],
+                                    "platform": next(b.platform for b in builders
+                                                     if b.name == e["builder"])}
+                                   for e in every],
+        ("request.yml", "request"): _request_runners(),
+    }
+    checked = 0
+    for path in FILES:
+        for name, job in _load(path.name)["jobs"].items():
+            runs_on = job["runs-on"]
+            assert isinstance(runs_on, list) and runs_on[0] == "self-hosted", (
+                f"{path.name} {name}: runs on {runs_on!r}, not on a builder of builders.toml")
+            exprs = {m for label in runs_on for m in _EXPR.findall(label)}
+            cases = values.get((path.name, name), [{}])
+            for case in cases:
+                unknown = exprs - set(case)
+                assert not unknown, f"{path.name} {name}: no known values for {sorted(unknown)}"
+                labels = {_EXPR.sub(lambda m, c=case: c[m.group(1)], label) for label in runs_on}
+                carriers = [b for b in builders if labels <= builder_labels(b)]
+                assert carriers, f"{path.name} {name}: no builder carries {sorted(labels)}"
+                if "platform" in case:
+                    wrong = [b.name for b in carriers if not b.builds(case["platform"])]
+                    assert not wrong, (f"{path.name} {name}: {sorted(labels)} can land on "
+                                       f"{wrong}, which cannot build {case['platform']} cells")
+                checked += 1
+    assert checked >= len(FILES) + len(builders)
+
+
+def test_the_builders_platform_decides_the_cpu_label(tmp_path: Path) -> None:
+    builders = tmp_path / "builders.toml"
+    builders.write_text('[[builder]]\nname = "grace"\nmemory = "480g"\ncpus = 72\n'
+                        'platform = "aarch64"\n[[builder]]\nname = "x"\nmemory = "64g"\n'
+                        'cpus = 16\nplatform = "x86_64"\n')
+    r = subprocess.run([sys.executable, "-m", "factory.ci", "builder-jobs", "--builders",
+                        str(builders)], input='{"include": [{"builder": "grace", "slots": 1}, '
+                        '{"builder": "x", "slots": 2}]}', capture_output=True, text=True,
+                       cwd=REPO, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [(e["builder"], e["cpu"]) for e in json.loads(r.stdout)] == [
+        ("grace", "arm64"), ("x", "x64")]
+    # An aarch64 cell goes to the native builder; an x86_64 one to the x86_64 builder.
+    from factory.ci import runs_on
+    from factory.planning.schedule import load_builders
+
+    loaded = load_builders(builders)
+    assert runs_on("factory-example-ext", "aarch64", loaded).labels() == [
+        "self-hosted", "linux", "arm64", "grace"]
+    assert runs_on("factory-example-ext", "x86_64", loaded).labels()[2:] == ["x64", "x"]
+    bad = subprocess.run([sys.executable, "-m", "factory.ci", "builder-jobs", "--builders",
+                          str(builders)], input='{"include": [{"builder": "gone"}]}',
+                         capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert bad.returncode != 0 and bad.stderr.startswith("ERROR the schedule names builder 'gone'")
+
+
+def test_actionlint_knows_exactly_the_builders_labels() -> None:
+    """actionlint's self-hosted label list is the builders' (names and labels), so the lint
+    and the builders cannot disagree; the test above is what checks the workflows."""
+    from factory.planning.schedule import load_builders
+
+    doc = yaml.safe_load((REPO / ".github" / "actionlint.yaml").read_text())
+    builders = load_builders(BUILDERS)
+    assert set(doc["self-hosted-runner"]["labels"]) == {
+        label for b in builders for label in (b.name, *b.labels)}
