@@ -297,7 +297,7 @@ def flash_attn_kernels(
     import shlex
 
     from factory.build.compile_cache import inside_config, parse_stats
-    from factory.runners.inside import _direct_stats
+    from factory.runners.inside.cache import direct_stats as _direct_stats
 
     tag = "cp" + python.replace(".", "")
     cuda = REPO / ".cache/factory/toolkits/cuda-13.0"

@@ -15,7 +15,7 @@ together, and sends ``--requests`` requests of one mix:
   (pypiserver answers HTML to that: it has no JSON), in turn;
 * metadata: what a resolver fetches per candidate after the page: the PEP 658 ``.metadata`` file
   from ours; from pypiserver, which has none, the wheel itself (what pip downloads there);
-* downloads: the wheels themselves (64 KB each), from both.
+* downloads: the wheels themselves (64 KB each, or ``--wheel-size``), from both.
 
 Per server and mix: requests, errors (anything but a 200, or no answer within 60 s), p50, p95
 and p99 latency, throughput, the server's CPU time per request (all its threads, from /proc:
@@ -68,6 +68,7 @@ from index_wheels import variant_wheel  # noqa: E402
 from factory.index.pages import JSON_TYPE  # noqa: E402
 from factory.index.publish import publish  # noqa: E402
 from factory.store import LocalStore  # noqa: E402
+from factory.units import parse_size  # noqa: E402
 
 PROJECTS = ("flash-attn", "demo-ext")
 MAX_EACH = 40  # wheels per publisher and load run
@@ -163,6 +164,8 @@ class _LoopClient:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=CONNECT_TIMEOUT)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.index, self.sent, self.buf, self.t0 = index, 0, b"", 0.0
+        self.status: tuple[int, bool] | None = None  # the answer's, once its head is in
+        self.left = 0  # body bytes still to come (counted, not kept: wheels can be big)
 
     def send(self, request: Request) -> None:
         path, headers = request
@@ -172,18 +175,23 @@ class _LoopClient:
         self.sock.setblocking(False)
         self.t0 = time.perf_counter()
         self.sent += 1
-        self.buf = b""
+        self.buf, self.status, self.left = b"", None, 0
 
-    def answer(self) -> tuple[int, bool] | None:
+    def feed(self, data: bytes) -> tuple[int, bool] | None:
         """(status, the server closes) once the whole answer is in, else None."""
+        if self.status is not None:
+            self.left -= len(data)
+            return self.status if self.left <= 0 else None
+        self.buf += data
         end = self.buf.find(b"\r\n\r\n")
         if end < 0:
             return None
         head = self.buf[:end].decode("latin-1").lower().split("\r\n")
         fields = dict(line.split(": ", 1) for line in head[1:] if ": " in line)
-        if len(self.buf) < end + 4 + int(fields.get("content-length", "0")):
-            return None
-        return int(head[0].split()[1]), fields.get("connection") == "close"
+        self.status = int(head[0].split()[1]), fields.get("connection") == "close"
+        self.left = end + 4 + int(fields.get("content-length", "0")) - len(self.buf)
+        self.buf = b""
+        return self.status if self.left <= 0 else None
 
 
 def run_load_loop(
@@ -222,8 +230,7 @@ def run_load_loop(
             except OSError as exc:
                 data = b""
                 errors.append(type(exc).__name__)
-            c.buf += data
-            got = c.answer() if data else (0, True)
+            got = c.feed(data) if data else (0, True)
             if got is None:
                 continue
             latencies.append(time.perf_counter() - c.t0)
@@ -373,12 +380,16 @@ def main() -> int:
     parser.add_argument("--servers", default="factory,pypiserver", help="comma-separated")
     parser.add_argument("--workers", type=int, default=1, help="factory serve --workers")
     parser.add_argument(
+        "--wheel-size", default="64k", help="size of each served wheel (the downloads mix)"
+    )
+    parser.add_argument(
         "--same-session",
         action="store_true",
         help="start the servers in this process's session (as this benchmark did before)",
     )
     args = parser.parse_args()
     load = run_load if args.client == "threads" else run_load_loop
+    wheel_bytes = parse_size(args.wheel_size, what="--wheel-size")
     cpus = sorted(os.sched_getaffinity(0))
     server_cpus: list[str] = []
     if args.pin:
@@ -393,7 +404,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         minors = [f"2.{m}" for m in range(3, 3 + args.variants)]
         wheels = [
-            variant_wheel(tmp / "wheels", project, "1.0", t, payload_bytes=64 << 10)
+            variant_wheel(tmp / "wheels", project, "1.0", t, payload_bytes=wheel_bytes)
             for project in PROJECTS
             for t in minors
         ]

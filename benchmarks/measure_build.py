@@ -29,7 +29,8 @@ from process_memory import PeakSampler  # noqa: E402
 
 from factory.units import format_size  # noqa: E402
 from factory.matrix.cell import Cell  # noqa: E402
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory, read_ninja_log  # noqa: E402
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory  # noqa: E402
+from factory.planning.ninja_log import read_ninja_log  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -18,6 +18,8 @@ before the first compile).
         flash_bwd_hdim256_fp16_sm80 flash_fwd_hdim128_bf16_sm80
     python benchmarks/measure_object.py CELL flash_fwd_split_hdim64_fp16_sm80 \\
         --variant split2=--split-compile=2 --keep /tmp/objects
+    python benchmarks/measure_object.py causal-conv1d-1.7.0-torch2.14.1-cu130-sm100-cp311 \\
+        causal_conv1d_update causal_conv1d_fwd --narrow   # nine archs as asked, and one
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +39,7 @@ sys.path.insert(0, str(REPO))
 from factory.build.job import build_image, cell_venv, cell_work_dir  # noqa: E402
 from factory.matrix.load import load_matrix  # noqa: E402
 from factory.runners.base import INSIDE  # noqa: E402
+from factory.runners.inside.compilers import narrow  # noqa: E402
 from factory.toolchain.sysroot import sysroot_dir  # noqa: E402
 from factory.toolchain.toolkit import materialize_cuda_home  # noqa: E402
 from factory.wheels.binaries import find_cuobjdump  # noqa: E402
@@ -91,18 +95,32 @@ def command_for(build_dir: Path, name: str) -> str:
     cmd = subprocess.run(["ninja", "-C", str(build_dir), "-t", "commands", target],
                          capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     cmd = cmd.replace(f"-o {target}", "-o /tmp/probe.o")
+    # the build's toolkit (the factory's compiler wrappers) lived in its run dir: compile with
+    # the real toolkit, exactly as the package asked (--narrow adds what the wrapper ran)
+    cmd = cmd.replace(f"{INSIDE['run']}/toolkit", INSIDE["cuda"])
     return re.sub(r"-MF \S+", "-MF /tmp/probe.o.d", cmd)
+
+
+def narrowed(cmd: str, archs: tuple[int, ...]) -> str:
+    """The command the factory's nvcc wrapper runs for ``cmd`` in a cell of ``archs``."""
+    argv = shlex.split(cmd)
+    new, _ = narrow(argv[1:], archs)
+    return shlex.join([argv[0], *new])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("cell")
-    ap.add_argument("objects", nargs="+", help="object names without .o (e.g. flash_bwd_hdim256_fp16_sm80)")
+    ap.add_argument("objects", nargs="+",
+                    help="object names without .o (e.g. flash_bwd_hdim256_fp16_sm80)")
     ap.add_argument("--matrix", type=Path, default=REPO / "matrix.toml")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=FLAGS",
                     help="also compile with FLAGS added to nvcc (repeatable)")
     ap.add_argument("--keep", type=Path,
                     help="keep the objects here; compare each variant's cubins with the as-built")
+    ap.add_argument("--narrow", action="store_true",
+                    help="also compile as the factory's nvcc wrapper does: the cell's archs only "
+                    "(the as-built command is what the package asked for)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     variants = [("as built", "")]
@@ -130,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.objects:
         base = command_for(build_dir, name)
-        for i, (label, flags) in enumerate(variants):
+        commands = [(label, flags, f"{base} {flags}".strip()) for label, flags in variants]
+        if args.narrow:
+            commands.append(("narrowed to the cell", "", narrowed(base, pc.cell.archs)))
+        for i, (label, flags, command) in enumerate(commands):
             kept = f"{name}.{i}.o"
             out = subprocess.run(
                 ["docker", "run", "--rm", "--network", "none",
@@ -138,10 +159,12 @@ def main(argv: list[str] | None = None) -> int:
                  "-v", f"{venv.resolve()}:{INSIDE['venv']}:ro",
                  "-v", f"{Path(cuda).resolve()}:{INSIDE['cuda']}:ro", *mounts, *keep,
                  image, f"{INSIDE['venv']}/bin/python", "-c", PROBE,
-                 f"{base} {flags}".strip(), *([f"{KEEP}/{kept}"] if keep else [])],
+                 command, *([f"{KEEP}/{kept}"] if keep else [])],
                 capture_output=True, text=True, check=True,
             ).stdout
-            row = {"object": name, "variant": label, "flags": flags, **json.loads(out)}
+            row = {"object": name, "variant": label, "flags": flags,
+                   "archs": sorted(set(re.findall(r"code=\[?sm_(\d+)", command))),
+                   **json.loads(out)}
             if keep and row["rc"] == 0 and i > 0:
                 row["code_vs_as_built"] = compare_code(
                     cuobjdump, args.keep / kept, args.keep / f"{name}.0.o")
@@ -150,11 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"cell": args.cell, "objects": rows}, indent=1))
         return 0
     print(f"{args.cell} (image {image}, one object at a time, network off)\n")
-    print("| object | variant | max RSS GiB | wall s | CPU s | rc | code vs as built |\n"
-          "|---|---|---:|---:|---:|---:|---|")
+    print("| object | variant | SASS archs | max RSS GiB | wall s | CPU s | rc | code vs as built |"
+          "\n|---|---|---:|---:|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r['object']} | {r['variant']} | {r['max_rss_kib'] / 2**20:.2f} | {r['seconds']}"
-              f" | {r['cpu_seconds']} | {r['rc']} | {r.get('code_vs_as_built', '-')} |")
+        print(f"| {r['object']} | {r['variant']} | {len(r['archs'])} | "
+              f"{r['max_rss_kib'] / 2**20:.2f} | {r['seconds']} | {r['cpu_seconds']} | {r['rc']} "
+              f"| {r.get('code_vs_as_built', '-')} |")
     return 0 if all(r["rc"] == 0 for r in rows) else 1
 
 

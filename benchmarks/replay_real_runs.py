@@ -1,37 +1,48 @@
-"""The per-object replay (factory.planning.replay) against every real flash-attn run in the repo.
+"""Every real flash-attn run in the repo, each predicted only from what came before it.
 
-Per-object peaks: the shipped figures (factory/data/memory_history.json, "peak_bytes") come
-from the two 16-job sm_90 runs, whose peaks both fall ~40 s in, with all 16 front ends at once:
-setup.py's order (16 backward kernels, 67.0 GiB used above idle) gives a backward kernel
-67.0 / 16 GiB; longest first (12 split-KV + 4 backward kernels, 56.25 GiB) gives the other
-kernels (56.25 - 4 x that) / 12. ``--fit`` prints them. The two 9-job runs (sm_90 and sm_100
-under 48 GiB, 2026-11-29) were not used to fit: their figures test it.
+The rule: a run is predicted from the runs recorded before it (by date) and nothing of its
+own, the way the planner uses its history:
 
-Each run is replayed in its own start order (from its ninja log) with the shipped figures:
-peak = replayed compile peak + the measured non-compile memory; span = the list schedule of the
-object times of ANOTHER run of the same arch (their contention removed, the run's added):
-sm_90 runs from the FIELD-NOTES baseline log, the baseline from the longest-first run's log
-(same machine kind, 14 % slower cores: scaled by the ratio of the two logs' sums), sm_100 from
-its own log (the only sm_100 run; a self-check).
+- compile time: the earlier runs' per-object seconds (each with its own contention divided
+  out, factory.planning.replay) in longest-first order on this run's jobs, at this run's
+  contention. The planner's own choice is the most recent earlier run of the same arch set,
+  else of another (object times are ranked the same way in MemoryHistory.object_times); the
+  spread over every earlier run is shown beside it. No run's own totals enter its prediction
+  (``predict_span`` takes the earlier run and this run's jobs and CPUs, nothing else).
+- peak: the per-object replay (factory.planning.replay) where per-object peaks were known
+  before the run: the peaks fitted on the two 16-job sm_90 runs (``--fit``), or peaks the
+  sampler recorded in an earlier run of the same arch set; in this run's start order, with
+  the planner's durations. Otherwise the per-job model the planner fell back to: the largest
+  per-job peak of the earlier runs, the heaviest object (6.7 GiB, measured alone on
+  2026-11-29, before the second GPU run) for the first two jobs.
+- in-sample: a run whose own figures are in its prediction is marked so (the two 16-job runs
+  are the per-object fit's inputs).
 
-    python benchmarks/replay_real_runs.py [--fit]
+Measured peaks are what each run measured: "host" is the host's used memory above idle
+(compilers + setup.py and ninja: the replay adds the measured 0.47 GiB for them); "compilers"
+is the runners' sampler's summed RSS of the compiler processes. Every memory figure is GiB.
+
+    python benchmarks/replay_real_runs.py [--fit | --history-runs]
+
+``--history-runs`` prints the runs as the memory history records them (RecordedRun, per arch
+set): how factory/data/memory_history.json's "runs" were made.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from factory.planning.memory_model import (  # noqa: E402
-    MemoryHistory,
-    object_key,
-    shipped_history_path,
-)
-from factory.planning.planner import list_schedule  # noqa: E402
+from factory.planning.history_file import shipped_history_path  # noqa: E402
+from factory.planning.memory_model import MemoryHistory  # noqa: E402
+from factory.planning.ninja_log import LoggedObject, compile_span, read_entries  # noqa: E402
+from factory.planning.planner import HEAVY_JOBS, list_schedule  # noqa: E402
 from factory.planning.replay import contention_factor, replay  # noqa: E402
 from factory.units import GIB  # noqa: E402
 
@@ -43,105 +54,380 @@ LF = GPU / "results-2026-11-29" / "sm90_16jobs_longest_first.ninja_log"
 X2 = GPU / "results-2026-11-29-h200x2"
 SM90 = X2 / "flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312.ninja_log"
 SM100 = X2 / "flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312.ninja_log"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Run:
-    name: str
-    log: Path
-    jobs: int
-    cpus: int
-    measured_peak_gib: float
-    peak_how: str
-    measured_span: float  # the compile's wall time (ninja's span)
-    times_from: Path
-
-
-def starts(log: Path) -> list[tuple[str, float, float]]:
-    """(object key, start s, end s) in start order, the last entry of an output winning."""
-    out: dict[str, tuple[float, float]] = {}
-    for line in log.read_text().splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        f = line.split("\t")
-        out[object_key(f[3])] = (int(f[0]) / 1000, int(f[1]) / 1000)
-    return sorted(((k, s, e) for k, (s, e) in out.items()), key=lambda x: (x[1], x[0]))
-
+X3 = GPU / "results-2026-12-01-h200x2"
+SM90_32 = X3 / "flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312.ninja_log"
+FLAGSHIP = ROOT / "benchmarks" / "results-2026-12-01-flagship"
 
 # Used above idle in the last sample before ninja started (setup.py with torch imported, ninja):
 # 371 MiB (baseline), 477 MiB (longest-first run). The larger is the non-compile memory.
 NON_COMPILE_MIB = 477
-# After the last compile, the link of the .so: 2026-2168 MiB above idle (longest-first run).
-LINK_MIB = 2168
+HEAVIEST_OBJECT_GIB = 7159746560 / GIB  # flash_bwd_hdim256 alone, 2026-11-29 (BENCHMARKS.md)
+HEAVIEST_KNOWN_FROM = 3  # the first run planned with it (the second GPU run)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Run:
+    """One real build, in the order the runs happened (``order``)."""
+
+    order: int
+    name: str
+    date: str
+    log: Path
+    archs: tuple[int, ...]
+    jobs: int
+    cpus: int
+    peak_gib: float  # what the run measured
+    peak_of: str  # "host" or "compilers"
+    machine: str
+    # per-object peaks the sampler recorded in this run (object key -> bytes); {}: none
+    object_peaks: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    fit_input: bool = False  # its peak is an input of the per-object fit
+    # built in the order the factory writes into build.ninja (longest first); the baseline ran
+    # in setup.py's order, so its span and peak are not what a plan replays
+    factory_order: bool = True
+
+    def entries(self) -> list[LoggedObject]:
+        return read_entries(self.log)
+
+    def seconds(self) -> dict[str, float]:
+        return {o.key: o.seconds for o in self.entries()}
+
+    def span(self) -> float:
+        return compile_span(self.entries())
+
+
+def _peaks_of(history_file: Path, archs: list[int]) -> dict[str, int]:
+    """The per-object peaks a run's own memory history recorded (sampler), objects only."""
+    if not history_file.exists():
+        return {}
+    doc = json.loads(history_file.read_text())
+    for e in doc.get("objects", []):
+        if e.get("archs") == archs:
+            keys = set(e.get("seconds", {}))
+            return {k: int(v) for k, v in e.get("peak_bytes", {}).items() if k in keys}
+    return {}
+
+
+def _flagship() -> tuple[Run, ...]:
+    """The default matrix's flash-attn sm_100 cell built on the 2-core builder, if its
+    results are in the repo (benchmarks/flagship_results.py collect)."""
+    meta = FLAGSHIP / "cp311.json"
+    if not meta.exists():
+        return ()
+    m = json.loads(meta.read_text())
+    return (Run(order=6, name=m["name"], date=m["date"], log=FLAGSHIP / m["ninja_log"],
+                archs=(100,), jobs=int(m["jobs"]), cpus=int(m["cpus"]),
+                peak_gib=int(m["compile_peak_rss_bytes"]) / GIB, peak_of="compilers",
+                machine=m["machine"] + f", docker cap {m['memory_limit_bytes'] / GIB:.0f} GiB"
+                f" / {m['cpus']} CPUs",
+                object_peaks={str(k): int(v) for k, v in
+                              m["object_peak_rss_bytes"].items()}),)
+
+
+H200_VM = "2x H200 VM, 32 cores, 251 GiB"
+RUNS: tuple[Run, ...] = (
+    Run(order=1, name="sm_90, 16 jobs, setup.py order (FIELD-NOTES s.3)", date="before 2026-11-29",
+        log=BASE, archs=(90,), jobs=16, cpus=16, peak_gib=67.01, peak_of="host",
+        machine="H200 host, 16 cores, 128 GB", fit_input=True, factory_order=False),
+    Run(order=2, name="sm_90, 16 jobs, longest first, 64 GiB cap", date="2026-11-29", log=LF,
+        archs=(90,), jobs=16, cpus=16, peak_gib=56.25, peak_of="host",
+        machine=H200_VM + ", cap 64 GiB / 16 CPUs", fit_input=True),
+    Run(order=3, name="sm_90, 9 jobs, 48 GiB / 16 CPUs", date="2026-11-29", log=SM90,
+        archs=(90,), jobs=9, cpus=16, peak_gib=39609733120 / GIB, peak_of="compilers",
+        machine=H200_VM + ", cap 48 GiB / 16 CPUs"),
+    Run(order=4, name="sm_100, 9 jobs, 48 GiB / 16 CPUs", date="2026-11-29", log=SM100,
+        archs=(100,), jobs=9, cpus=16, peak_gib=37413933056 / GIB, peak_of="compilers",
+        machine=H200_VM + ", cap 48 GiB / 16 CPUs"),
+    Run(order=5, name="sm_90, 32 jobs, 160 GiB / 32 CPUs", date="2026-12-01", log=SM90_32,
+        archs=(90,), jobs=32, cpus=32, peak_gib=125030621184 / GIB, peak_of="compilers",
+        machine=H200_VM + ", cap 160 GiB / 32 CPUs",
+        object_peaks=_peaks_of(X3 / "memory_history.json", [90])),
+) + _flagship()
 
 
 def fit() -> dict[str, int]:
-    # The 16 objects running at the peak sample of each run (40 s and 37 s in), less the
-    # non-compile memory that was there too.
+    """The per-object peaks fitted on the two 16-job runs (the shipped sm_90 figures): the 16
+    objects running at the peak sample of each run (40 s and 37 s in), less the non-compile
+    memory that was there too."""
     bwd = (67.0087890625 - NON_COMPILE_MIB / 1024) / 16  # (69126 - 509) MiB used, 16 bwd
     other = (56.25 - NON_COMPILE_MIB / 1024 - 4 * bwd) / 12  # (58197 - 597), 4 bwd + 12 split
-    keys = [k for k, _, _ in starts(BASE)]
+    keys = [o.key for o in read_entries(BASE)]
     return {k: int((bwd if "flash_bwd" in k else other) * GIB) for k in keys}
 
 
-RUNS = (
-    Run(name="sm_90, 16 jobs, setup.py order (FIELD-NOTES s.3)", log=BASE, jobs=16, cpus=16,
-        measured_peak_gib=67.01, peak_how="host used - idle", measured_span=1179.1,
-        times_from=LF),
-    Run(name="sm_90, 16 jobs, longest first, 64 GiB cap", log=LF, jobs=16, cpus=16,
-        measured_peak_gib=56.25, peak_how="host used - idle", measured_span=1218.5,
-        times_from=BASE),
-    Run(name="sm_90, 9 jobs, 48 GiB / 16 CPUs", log=SM90, jobs=9, cpus=16,
-        measured_peak_gib=39609733120 / GIB, peak_how="compiler RSS sum (provenance)",
-        measured_span=0.0, times_from=BASE),
-    Run(name="sm_100, 9 jobs, 48 GiB / 16 CPUs", log=SM100, jobs=9, cpus=16,
-        measured_peak_gib=37413933056 / GIB, peak_how="compiler RSS sum (provenance)",
-        measured_span=0.0, times_from=SM100),
-)
+def alone(run: Run) -> dict[str, float]:
+    """The run's object seconds with its own contention divided out."""
+    factor = contention_factor(run.jobs, run.cpus)
+    return {k: v / factor for k, v in run.seconds().items()}
 
 
-def times_of(log: Path) -> dict[str, float]:
-    return {k: e - s for k, s, e in starts(log)}
+def predict_span(times_from: Run, jobs: int, cpus: int) -> float:
+    """The planner's compile time for ``jobs`` jobs on ``cpus`` CPUs from another run's
+    object times: longest first (critical_path's order), at this contention. Only the
+    earlier run's figures and the two counts go in."""
+    seconds = sorted(alone(times_from).values(), reverse=True)
+    factor = contention_factor(jobs, cpus)
+    return list_schedule([s * factor for s in seconds], jobs)
+
+
+def candidates(run: Run, earlier: Sequence[Run]) -> list[Run]:
+    """The earlier runs whose object times the planner could use: those of the same arch
+    set, else every earlier run (MemoryHistory.object_times ranks the same archs first)."""
+    same = [r for r in earlier if r.archs == run.archs]
+    return same or list(earlier)
+
+
+def planner_times(run: Run, earlier: Sequence[Run]) -> Run | None:
+    """The earlier run whose object times the planner would have used: the most recent of
+    the candidates (a later build's times replace an earlier one's in the history)."""
+    pool = candidates(run, earlier)
+    return max(pool, key=lambda r: r.order) if pool else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Row:
+    run: Run
+    measured_span: float
+    span_from: Run | None
+    predicted_span: float | None
+    span_errors: tuple[float, ...]  # over every candidate earlier run's times
+    peak_model: str
+    predicted_peak_gib: float | None
+    in_sample: bool
+
+    @property
+    def span_error(self) -> float | None:
+        if self.predicted_span is None:
+            return None
+        return self.predicted_span / self.measured_span - 1
+
+    @property
+    def peak_error(self) -> float | None:
+        if self.predicted_peak_gib is None:
+            return None
+        return self.predicted_peak_gib / self.run.peak_gib - 1
+
+
+def object_peaks_before(run: Run, earlier: Sequence[Run]) -> tuple[dict[str, int], str, bool]:
+    """Per-object peaks known before ``run`` for its arch set: the sampler's from earlier
+    runs (the largest per object, as the history keeps them), else the fit of the two 16-job
+    sm_90 runs (for sm_90; in-sample for those two runs themselves). ({}, "", _): none."""
+    sampled: dict[str, int] = {}
+    for r in earlier:
+        if r.archs == run.archs:
+            for k, v in r.object_peaks.items():
+                sampled[k] = max(v, sampled.get(k, 0))
+    if sampled:
+        return sampled, "per-object replay, peaks sampled in earlier runs", False
+    fitted = run.archs == (90,) and (run.fit_input or any(r.fit_input for r in earlier))
+    if fitted:
+        return fit(), "per-object replay, fitted peaks", run.fit_input
+    return {}, "", False
+
+
+def per_job_peak(run: Run, earlier: Sequence[Run]) -> tuple[float | None, str]:
+    """The per-job model's compile peak for ``run`` from earlier runs (GiB), or None."""
+    figures = [r.peak_gib / r.jobs for r in earlier if r.peak_of == "host"] + [
+        r.peak_gib / r.jobs for r in earlier if r.peak_of == "compilers"]
+    if not figures:
+        return None, "no earlier run"
+    per_job = max(figures)
+    heavy = HEAVIEST_OBJECT_GIB if run.order >= HEAVIEST_KNOWN_FROM else per_job
+    first = min(run.jobs, HEAVY_JOBS)
+    gib = first * max(heavy, per_job) + (run.jobs - first) * per_job
+    return gib + (NON_COMPILE_MIB / 1024 if run.peak_of == "host" else 0.0), (
+        f"per-job model ({per_job:.2f} GiB per job"
+        + (f", first {HEAVY_JOBS} at {heavy:.2f}" if heavy > per_job else "") + ")")
+
+
+def predict(runs: Sequence[Run]) -> list[Row]:
+    """Each run from the runs before it (by ``order``), nothing of its own."""
+    rows = []
+    ordered = sorted(runs, key=lambda r: r.order)
+    for i, run in enumerate(ordered):
+        earlier = ordered[:i]
+        measured = run.span()
+        source = planner_times(run, earlier)
+        predicted = predict_span(source, run.jobs, run.cpus) if source else None
+        errors = tuple(predict_span(q, run.jobs, run.cpus) / measured - 1
+                       for q in candidates(run, earlier))
+        peaks, how, in_sample = object_peaks_before(run, earlier)
+        peak: float | None
+        if peaks:
+            order = run.entries()
+            times = alone(source) if source else alone(run)
+            if source is None:
+                in_sample = True  # no earlier run: its own durations
+            factor = contention_factor(run.jobs, run.cpus)
+            heaviest = max(peaks.values())
+            longest = max(times.values())  # an object the earlier run lacks: its longest
+            objects = [(times.get(o.key, longest) * factor, peaks.get(o.key, heaviest))
+                       for o in order]
+            gib = replay(objects, run.jobs).peak_bytes / GIB
+            peak = gib + (NON_COMPILE_MIB / 1024 if run.peak_of == "host" else 0.0)
+        else:
+            peak, how = per_job_peak(run, earlier)
+        rows.append(Row(run=run, measured_span=measured, span_from=source,
+                        predicted_span=predicted, span_errors=errors, peak_model=how,
+                        predicted_peak_gib=peak, in_sample=in_sample))
+    return rows
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f} %"
+
+
+def table(rows: Sequence[Row]) -> list[str]:
+    out = [
+        "| # | run | date | machine | jobs / CPUs | measured peak GiB (of) | predicted peak GiB "
+        "| model before the run | peak error | measured compile s | predicted s (times of) "
+        "| error | every candidate earlier run's times |",
+        "|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        run = r.run
+        peak = "-" if r.predicted_peak_gib is None else f"{r.predicted_peak_gib:.1f}"
+        model = r.peak_model + (" **(in-sample: fit input)**" if r.in_sample else "")
+        span = "-" if r.predicted_span is None or r.span_from is None else (
+            f"{r.predicted_span:.0f} (#{r.span_from.order})")
+        spread = ("-" if not r.span_errors else
+                  f"{100 * min(r.span_errors):+.1f} % to {100 * max(r.span_errors):+.1f} % "
+                  f"({len(r.span_errors)})")
+        out.append(
+            f"| {run.order} | {run.name} | {run.date} | {run.machine} | {run.jobs} / {run.cpus} "
+            f"| {run.peak_gib:.1f} ({run.peak_of}) | {peak} | {model} | {_pct(r.peak_error)} "
+            f"| {r.measured_span:.0f} | {span} | {_pct(r.span_error)} | {spread} |")
+    return out
+
+
+def summary(rows: Sequence[Row]) -> list[str]:
+    out_span = [r.span_error for r in rows if r.span_error is not None]
+    every = [e for r in rows for e in r.span_errors]
+    lines = []
+    for model in ("per-object", "per-job"):
+        errors = [r.peak_error for r in rows if r.peak_error is not None and not r.in_sample
+                  and r.peak_model.startswith(model)]
+        if errors:
+            lines.append(f"- peak by the {model} model, out of sample ({len(errors)} runs): "
+                         f"{100 * min(errors):+.1f} % to {100 * max(errors):+.1f} %")
+    if out_span:
+        lines.append(f"- compile time, the planner's choice of earlier times ({len(out_span)} "
+                     f"runs): {100 * min(out_span):+.1f} % to {100 * max(out_span):+.1f} %")
+    if every:
+        lines.append(f"- compile time, every (run, candidate earlier run) pair ({len(every)}): "
+                     f"{100 * min(every):+.1f} % to {100 * max(every):+.1f} %")
+    return lines
+
+
+def sampled_table(runs: Sequence[Run]) -> list[str]:
+    """Every run replayed with the per-object peaks the sampler measured (each object's own
+    largest RSS, as every build now records them) against the fitted ones: the replay's
+    coincidence rule (each object at its peak for its first 60 s) with true per-object maxima.
+    The sampled peaks come from one run (#5): a ratio for that run is in-sample."""
+    sampled = {k: v for r in runs for k, v in r.object_peaks.items() if r.archs == (90,)}
+    source = next((r.order for r in runs if r.object_peaks and r.archs == (90,)), None)
+    if not sampled or source is None:
+        return []
+    fitted = fit()
+    out = [f"| # | run | measured GiB | replayed, fitted peaks | replayed, sm_90 peaks sampled in #"
+           f"{source} | measured / replayed with sampled peaks |",
+           "|---:|---|---:|---:|---:|---:|"]
+    for run in sorted(runs, key=lambda r: r.order):
+        t, f = alone(run), contention_factor(run.jobs, run.cpus)
+        extra = NON_COMPILE_MIB / 1024 if run.peak_of == "host" else 0.0
+        got = []
+        for peaks in (fitted, sampled):
+            heaviest = max(peaks.values())
+            objects = [(t[o.key] * f, peaks.get(o.key, heaviest)) for o in run.entries()]
+            got.append(replay(objects, run.jobs).peak_bytes / GIB + extra)
+        note = " (in-sample)" if run.order == source else ""
+        out.append(f"| {run.order} | {run.name} | {run.peak_gib:.1f} | {got[0]:.1f} | "
+                   f"{got[1]:.1f} | {run.peak_gib / got[1]:.3f}{note} |")
+    return out
+
+
+def fits_table(history: MemoryHistory) -> list[str]:
+    """Every real run under a cap: what happened, and what today's planner says of it."""
+    from factory.matrix.cell import Cell
+    from factory.planning.planner import ObjectReplay
+
+    beside = history.non_compile_bytes("flash-attn")
+    out = ["| run | cap GiB | jobs | what happened | today's model: peak GiB | says | right? |",
+           "|---|---:|---:|---|---:|---|---|"]
+    cases = [
+        ("sm_90 16 jobs (first GPU run, naive)", (90,), 64, 16, 16, "built; 56.25 GiB used"),
+        ("sm_90 16 jobs (second GPU run, naive)", (90,), 48, 16, 16,
+         "OOM-killed after 41 s"),
+        ("sm_90 9 jobs (planner)", (90,), 48, 9, 16, "built; compilers 36.9 GiB"),
+        ("sm_100 9 jobs (planner)", (100,), 48, 9, 16, "built; compilers 34.8 GiB"),
+        ("sm_90 32 jobs (planner)", (90,), 160, 32, 32, "built; compilers 116.4 GiB"),
+        ("sm_100 1 job, torch 2.14.1 (this builder, docker)", (100,), 7, 1, 1,
+         "OOM-killed on flash_bwd_hdim256"),
+    ]
+    for row in _flagship():
+        cases.append((f"sm_100 {row.jobs} jobs, torch 2.14.1 (this builder, docker)", (100,),
+                      16, row.jobs, row.cpus, f"built; compilers {row.peak_gib:.1f} GiB"))
+    for name, archs, cap, jobs, cpus, happened in cases:
+        cell = Cell(package="flash-attn", version="2.8.3.post2", torch="2.14.1", cuda="13.0",
+                    archs=archs, python="3.11")
+        times = history.object_times(cell)
+        objects = ObjectReplay.of(cell, times, 1)
+        if objects is not None:
+            gib = (objects.run(jobs, threads=1, archs=1, cpus=cpus).peak_bytes + beside) / GIB
+            how = "replay"
+        else:
+            from factory.planning.memory_model import ModelKey
+            from factory.planning.planner import predicted_peak
+
+            est = history.estimate(ModelKey.for_cell(cell, 1), model_key="flash-attn")
+            gib = predicted_peak(jobs, per_job=est.per_job_bytes, largest=est.largest,
+                                 headroom=history.headroom_bytes("flash-attn")) / GIB
+            how = "per-job"
+        says = "OOM" if gib > cap else "fits"
+        oom = "OOM" in happened
+        right = "yes" if (says == "OOM") == oom else "**no**"
+        out.append(f"| {name} | {cap} | {jobs} | {happened} | {gib:.2f} ({how}) | {says} "
+                   f"| {right} |")
+    return out
+
+
+def history_runs(runs: Sequence[Run]) -> dict[str, list[dict[str, object]]]:
+    """The runs built in the factory's order as RecordedRun records, per arch set ("90")."""
+    from factory.planning.memory_model import RecordedRun
+
+    out: dict[str, list[dict[str, object]]] = {}
+    for run in sorted(runs, key=lambda r: r.order):
+        if not run.factory_order:
+            continue
+        rec = RecordedRun(source=run.name, date=run.date, max_jobs=run.jobs, cpus=run.cpus,
+                          compile_seconds=round(run.span(), 1),
+                          peak_bytes=int(run.peak_gib * GIB), peak_of=run.peak_of,
+                          machine=run.machine, order=tuple(o.key for o in run.entries()))
+        out.setdefault("+".join(map(str, run.archs)), []).append(rec.as_dict())
+    return out
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="print the fitted per-object peaks")
+    ap.add_argument("--history-runs", action="store_true",
+                    help="print the runs as the memory history's records (JSON)")
     args = ap.parse_args(argv)
     if args.fit:
         for k, v in fit().items():
             print(f"{k}\t{v}")
         return 0
-    history = MemoryHistory.load(shipped_history_path())
-    non_compile = history.non_compile_bytes("flash-attn")
-    entry = next(e for e in history.as_document()["objects"]
-                 if e["package"] == "flash-attn" and e["archs"] == [90])
-    peaks = {k: int(v) for k, v in entry["peak_bytes"].items()}
-    print("| run | jobs | measured peak GiB | how | predicted GiB | error | measured span s "
-          "| predicted span s | error | object times from |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---|")
-    worst_peak = worst_span = 0.0
-    for run in RUNS:
-        order = starts(run.log)
-        span = run.measured_span or max(e for _, _, e in order)
-        r = replay([(e - s, peaks[k]) for k, s, e in order], run.jobs)
-        predicted = (r.peak_bytes + non_compile) / GIB
-        # Object times of another run (its 16-job contention removed, this run's added),
-        # scaled to this run's cores by the ratio of the two logs' sums of object times.
-        other = times_of(run.times_from)
-        own = times_of(run.log)
-        speed = sum(own.values()) / sum(other.values())
-        here = contention_factor(run.jobs, run.cpus) / contention_factor(16, 16)
-        durations = [other[k] * speed * here for k, _, _ in order]
-        predicted_span = list_schedule(durations, run.jobs)
-        e_peak = predicted / run.measured_peak_gib - 1
-        e_span = predicted_span / span - 1
-        worst_peak, worst_span = max(worst_peak, abs(e_peak)), max(worst_span, abs(e_span))
-        print(f"| {run.name} | {run.jobs} | {run.measured_peak_gib:.1f} | {run.peak_how} | "
-              f"{predicted:.1f} | {100 * e_peak:+.1f} % | {span:.0f} | {predicted_span:.0f} | "
-              f"{100 * e_span:+.1f} % | {run.times_from.name} |")
-    print(f"\nworst peak error {100 * worst_peak:.1f} %, worst span error {100 * worst_span:.1f} %"
-          f" (non-compile memory {non_compile / GIB:.2f} GiB added to every replayed peak)")
+    if args.history_runs:
+        print(json.dumps(history_runs(RUNS), indent=1))
+        return 0
+    rows = predict(RUNS)
+    print("\n".join(table(rows)))
+    print()
+    print("\n".join(summary(rows)))
+    print()
+    print("\n".join(fits_table(MemoryHistory.load(shipped_history_path()))))
+    print()
+    print("\n".join(sampled_table(RUNS)))
     return 0
 
 

@@ -19,6 +19,12 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # arm64 container run too); the cross compiler itself goes into the builder image, not here.
 command -v qemu-aarch64-static >/dev/null 2>&1 || need_apt+=(qemu-user-static)
 command -v update-binfmts >/dev/null 2>&1 || need_apt+=(binfmt-support)
+# The Slurm test runs a real single-node cluster (tests/slurm_fixtures.py starts and stops its
+# own munged, slurmctld and slurmd; nothing here starts them).
+command -v slurmctld >/dev/null 2>&1 || need_apt+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || need_apt+=(slurmd)
+command -v sbatch >/dev/null 2>&1 || need_apt+=(slurm-client)
+command -v munged >/dev/null 2>&1 || need_apt+=(munge)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   apt_get update -qq

@@ -27,11 +27,8 @@ sys.path.insert(0, str(ROOT))
 from factory.matrix.cell import Cell  # noqa: E402
 from factory.matrix.load import load_matrix  # noqa: E402
 from factory.planning.eta import model_for  # noqa: E402
-from factory.planning.memory_model import (  # noqa: E402
-    LoggedObject,
-    MemoryHistory,
-    read_ninja_timeline,
-)
+from factory.planning.memory_model import MemoryHistory  # noqa: E402
+from factory.planning.ninja_log import read_ninja_timeline  # noqa: E402
 from factory.reports.build_report import AttemptPicture, Sample, build_report_html  # noqa: E402
 from factory.reports.coverage import coverage, coverage_html  # noqa: E402
 
@@ -83,7 +80,7 @@ def h200_attempt() -> AttemptPicture:
         number=1, jobs=plan["max_jobs"], threads=plan["nvcc_threads"],
         cap_bytes=plan["memory_budget_bytes"], predicted_peak_bytes=plan["predicted_peak_bytes"],
         predicted_seconds=plan["predicted_seconds"], outcome="built",
-        objects=tuple(LoggedObject(o.key, o.start, o.end) for o in timeline), samples=samples,
+        objects=tuple(timeline), samples=samples,
         memory_label="host memory used - idle (free, every 2 s)")
 
 

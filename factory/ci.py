@@ -32,7 +32,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from factory.errors import ConfigError, FactoryError
-from factory.planning.schedule import Builder, load_builders
+from factory.planning.builders import Builder, load_builders
 
 DEFAULT_BUILDERS = Path(".github/builders.toml")
 # GitHub's label for the machine a self-hosted runner runs on, by the builder's platform.

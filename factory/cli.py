@@ -8,7 +8,9 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
@@ -18,8 +20,10 @@ from factory.commands import (
     cache,
     completion,
     doctor,
+    facts,
     image,
     index,
+    lock,
     matrix,
     plan,
     publish,
@@ -32,11 +36,12 @@ from factory.commands import (
     unyank,
     verify,
     wheelhouse,
+    work,
     yank,
 )
 from factory.commands._common import apply_metavars
 from factory.environment import DEBUG_ENV, ENVIRONMENT, VERBOSE_ENV, env_value
-from factory.errors import FactoryError, UsageError, exit_codes
+from factory.errors import FactoryError, Interrupted, UsageError, exit_codes, raise_interrupted
 
 
 class Command(Protocol):
@@ -50,10 +55,16 @@ class Command(Protocol):
 # name -> (the module that implements it, one-line help), in the order --help lists them.
 COMMANDS: dict[str, tuple[Command, str]] = {
     "matrix": (matrix, "expand matrix.toml into cells"),
+    "lock": (lock, "resolve matrix.toml's rules against the indexes into <matrix>.lock"),
+    "facts": (facts, "what the indexes say about torch and the packages, and where it came "
+              "from"),
     "plan": (plan, "choose MAX_JOBS / NVCC_THREADS for a cell under a memory and CPU budget"),
     "schedule": (schedule,
-                 "assign the (missing) cells to builders; print the assignment and makespan"),
+                 "the (missing) cells in groups: assigned to static builders, or one job per "
+                 "group for Slurm or Kubernetes"),
     "build": (build, "build cells into verified, tagged wheels"),
+    "work": (work, "work-queue mode: take the next unclaimed group that fits from the store, "
+             "build and publish it, until nothing that fits is left"),
     "verify": (verify, "check wheels: archs in the binaries, tags, metadata, clean import"),
     "publish": (publish, "add wheels to the store and update the index pages"),
     "yank": (yank, "mark a published file as yanked (PEP 592)"),
@@ -158,11 +169,21 @@ def _error_json(exc: FactoryError) -> dict[str, object]:
         "lines": list(exc.lines), "tip": exc.tip}}
 
 
+def _sigterm_unwinds() -> None:
+    """SIGTERM raises Interrupted, so a build stopped by its engine (Slurm, Kubernetes, a
+    cancelled CI job) releases its lease and removes its cgroup or container on the way out:
+    the next builder takes the cell at once instead of waiting for the lease to expire."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, raise_interrupted)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or env_value(DEBUG_ENV) == "1"
     wants_json = "--json" in argv  # also when the arguments themselves are what failed
     logger.configure()
+    _sigterm_unwinds()
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "command", None):
@@ -186,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            title=f"factory {command}" if command else "factory"),
                   file=sys.stderr)
         return exc.exit_code
+    except Interrupted as exc:
+        print(f"ERROR terminated ({exc})", file=sys.stderr)
+        return Interrupted.exit_code
     except KeyboardInterrupt:
         print("ERROR interrupted", file=sys.stderr)
         return 130

@@ -17,6 +17,7 @@ S3_ENDPOINT_ENV = "FACTORY_S3_ENDPOINT_URL"
 DEBUG_ENV = "FACTORY_DEBUG"
 VERBOSE_ENV = "FACTORY_VERBOSE"
 KEEP_CONTAINER_ENV = "FACTORY_KEEP_CONTAINER"
+FACTS_ENV = "FACTORY_FACTS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,8 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar(DEBUG_ENV, "1: show tracebacks (--debug)"),
     EnvVar(VERBOSE_ENV, "1: stream subprocess output (-v)"),
     EnvVar(KEEP_CONTAINER_ENV, "1: keep a build's container for inspection"),
+    EnvVar(FACTS_ENV, "snapshot: resolve against the shipped snapshot of the indexes, not the "
+           "work dir's cache"),
 )
 
 

@@ -122,9 +122,30 @@ class IndexError_(FactoryError):
     exit_code = 15
 
 
+class UpstreamError(FactoryError):
+    """A public index (PyPI, PyTorch's per-CUDA indexes) could not be read, or answered
+    something that is not an index page or a wheel."""
+
+    exit_code = 16
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM (scancel, a Kubernetes pod stopping, a CI job cancelled): unwinds like Ctrl-C,
+    so every ``finally`` runs (a lease is released, a container or cgroup removed). Not a
+    FactoryError: ``except Exception`` must not swallow it."""
+
+    exit_code = 143  # 128 + SIGTERM
+
+
+def raise_interrupted(signum: int, frame: object) -> None:
+    """The SIGTERM handler that turns the signal into Interrupted."""
+    raise Interrupted(f"signal {signum}")
+
+
 # Exit codes the CLI uses that no error class carries.
 OTHER_EXIT_CODES = {0: "success", 70: "internal error (a bug: run with --debug for a traceback)",
-                    130: "interrupted (Ctrl-C)"}
+                    130: "interrupted (Ctrl-C)",
+                    Interrupted.exit_code: "terminated (SIGTERM: scancel, a pod or CI job stopped)"}
 DOCTOR_NO_FIT = ("factory doctor: the index has no wheel that fits this host; factory request "
                  "--check: the wheel is not published")
 
@@ -138,7 +159,8 @@ def exit_codes() -> list[tuple[int, str]]:
     while stack:
         cls = stack.pop()
         stack.extend(cls.__subclasses__())
-        doc = (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip(".").replace("``", "")
+        first = (cls.__doc__ or cls.__name__).strip().split("\n\n")[0]  # its first paragraph
+        doc = " ".join(first.split()).rstrip(".").replace("``", "")
         if cls is FactoryError:
             doc = f"an error of no class below; {DOCTOR_NO_FIT}"
         found.setdefault(cls.exit_code, doc)

@@ -146,6 +146,30 @@ REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
         lambda t: duplicate_member(make_wheel(t / "j", "demo", "1.0")),
         "in the zip twice",
     ),
+    # What pip itself refuses to install (pip's parse_wheel, pip/_internal/utils/wheel.py): the
+    # CLI tests run pip on these (PIP_REFUSED).
+    "Wheel-Version 2.0": (
+        lambda t: make_wheel(t / "k", "demo", "1.0", wheel_version="2.0"),
+        "Wheel-Version 2.0 is a major version pip does not install",
+    ),
+    "Wheel-Version not numbers": (
+        lambda t: make_wheel(t / "l", "demo", "1.0", wheel_version="1.0a"),
+        "invalid Wheel-Version '1.0a'",
+    ),
+    "dist-info of another project": (
+        lambda t: make_wheel(t / "m", "demo", "1.0", dist_info="other-1.0.dist-info"),
+        "does not start with the project name 'demo'",
+    ),
+}
+PIP_REFUSED = ("Wheel-Version 2.0", "Wheel-Version not numbers", "dist-info of another project")
+# ... and wheels pip installs that look close to those (a newer minor Wheel-Version is a
+# warning; a .dist-info whose canonical name starts with the project's is accepted).
+PIP_ACCEPTED: dict[str, Callable[[Path], Path]] = {
+    "Wheel-Version 1.9": lambda t: make_wheel(t, "demo", "1.0", wheel_version="1.9"),
+    "Wheel-Version 1": lambda t: make_wheel(t, "demo", "1.0", wheel_version="1"),
+    "dist-info with a longer name": lambda t: make_wheel(
+        t, "demo", "1.0", dist_info="Demo_Plugins-1.0.dist-info"
+    ),
 }
 
 

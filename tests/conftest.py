@@ -52,19 +52,23 @@ def cache_root() -> Path:
     return Path(os.environ.get("FACTORY_TEST_CACHE", REPO / ".cache" / "factory"))
 
 
-def write_example_matrix(path: Path, *, work_dir: Path, store: Path | None = None) -> Path:
-    """A matrix with the bundled example cell only, sharing the session's wheelhouse."""
+def write_example_matrix(path: Path, *, work_dir: Path, store: Path | None = None,
+                         archs: tuple[str, ...] = ("10.0",), runner: str | None = None) -> Path:
+    """A matrix with the bundled example cell only (one cell per arch in ``archs``), sharing
+    the session's wheelhouse."""
     store_line = f'store = "{store}"\n' if store else ""
+    runner_line = f'runner = "{runner}"\n' if runner else ""
+    arch_sets = ", ".join(f'["{a}"]' for a in archs)
     path.write_text(f"""\
 version = 1
 [settings]
-{store_line}wheelhouse = "{cache_root() / 'wheelhouse'}"
+{store_line}{runner_line}wheelhouse = "{cache_root() / 'wheelhouse'}"
 work-dir = "{work_dir}"
 venv-dir = "{cache_root() / 'venvs'}"
 [axes]
 torch = ["2.14.1"]
 cuda = ["13.0"]
-archs = [["10.0"]]
+archs = [{arch_sets}]
 python = ["3.11"]
 [packages.factory-example-ext]
 recipe = "torch-extension"
@@ -223,6 +227,15 @@ def browser() -> Iterator[Any]:
         yield chrome
     finally:
         chrome.quit()
+
+
+@pytest.fixture(autouse=True)
+def _facts_from_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Matrices resolve against the shipped snapshot, never against whatever this machine's
+    work dir cached last (tests that read indexes pass their facts or their own work dir)."""
+    from factory.environment import FACTS_ENV
+
+    monkeypatch.setenv(FACTS_ENV, "snapshot")
 
 
 @pytest.fixture(autouse=True)

@@ -36,10 +36,13 @@ def make_wheel(
     extra_members: dict[str, bytes] | None = None,
     skip_record: bool = False,
     filename: str | None = None,
+    wheel_version: str = "1.0",
+    dist_info: str | None = None,
 ) -> Path:
-    """Write a pure-python wheel; ``payload_bytes`` of random data make it as big as wanted."""
+    """Write a pure-python wheel; ``payload_bytes`` of random data make it as big as wanted.
+    ``wheel_version`` and ``dist_info`` (the directory's name) make wheels pip refuses."""
     module = re.sub(r"[-_.]+", "_", name).lower()
-    dist_info = f"{module}-{version}.dist-info"
+    dist_info = dist_info or f"{module}-{version}.dist-info"
     meta = [
         "Metadata-Version: 2.1",
         f"Name: {metadata_name or name}",
@@ -52,7 +55,8 @@ def make_wheel(
         f"{module}/__init__.py": f"__version__ = {version!r}\n".encode(),
         f"{dist_info}/METADATA": ("\n".join(meta) + "\n\n").encode(),
         f"{dist_info}/WHEEL": (
-            f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: {tag}\n"
+            f"Wheel-Version: {wheel_version}\nGenerator: tests\nRoot-Is-Purelib: true\n"
+            f"Tag: {tag}\n"
         ).encode(),
     }
     if payload_bytes:

@@ -43,20 +43,16 @@ REF_OBJECTS=${REF_OBJECTS:-flash_fwd_hdim64_fp16_sm80}
 WORK=$ROOT/.cache/factory/work
 mkdir -p "$A64_DIR"
 
+# shellcheck source=benchmarks/gpu/common.sh
+. benchmarks/gpu/common.sh
+
 setup_env() {
-  if [ -d .whl ] && [ ! -d "$A64_DIR/site" ]; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$A64_DIR/site" .whl/*.whl
-  fi
-  export PYTHONPATH="$ROOT:$A64_DIR/site"
+  gpu_env "$A64_DIR"
   # the cross compiler, relocated: gcc finds its parts next to itself; binutils' private
   # libraries sit in the prefix's multiarch lib dir
-  export PATH="$XGCC/usr/bin:$A64_DIR/site/bin:$PATH"
+  export PATH="$XGCC/usr/bin:$PATH"
   export LD_LIBRARY_PATH="$XGCC/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export FACTORY_MEMORY_HISTORY="$A64_DIR/memory_history.json"
-  export CI=true
 }
-
-factory() { "$PY" -m factory "$@"; }
 
 stage() {  # stage NAME COMMAND...: time it, log it, record rc
   local name=$1; shift

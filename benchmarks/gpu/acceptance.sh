@@ -41,28 +41,12 @@ mkdir -p "$ACCEPT_DIR"
 
 want() { case " $STAGES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
-setup_env() {
-  if [ -d .whl ] && [ ! -d "$ACCEPT_DIR/site" ]; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$ACCEPT_DIR/site" .whl/*.whl
-  fi
-  export PYTHONPATH="$ROOT:$ACCEPT_DIR/site"
-  export PATH="$ACCEPT_DIR/site/bin:$PATH"
-  export FACTORY_MEMORY_HISTORY="$ACCEPT_DIR/memory_history.json"
-  export CI=true  # plain progress lines in the logs
-}
-
-factory() { "$PY" -m factory "$@"; }
-
-sample_memory() {  # host memory used (MB) every 2 s while a stage runs
-  while :; do
-    echo "$(date +%s) $(free -m | awk '/Mem:/{print $3}')"
-    sleep 2
-  done >"$ACCEPT_DIR/$1.mem_used_mb.log"
-}
+# shellcheck source=benchmarks/gpu/common.sh
+. benchmarks/gpu/common.sh
 
 stage() {  # stage NAME COMMAND...: time it, log it, record rc
   local name=$1; shift
-  sample_memory "$name" & local sampler=$!
+  sample_memory "$ACCEPT_DIR/$name.mem_used_mb.log" & local sampler=$!
   local t0; t0=$(date +%s)
   "$@" >"$ACCEPT_DIR/$name.log" 2>&1
   local rc=$?
@@ -77,7 +61,7 @@ build_args=(--matrix "$MATRIX" --runner local --python-env existing --interprete
             --memory "$CAP" --cpus "$CPUS" --no-import-check --out "$ACCEPT_DIR/dist")
 
 run_all() {
-  setup_env
+  gpu_env "$ACCEPT_DIR"
   {
     echo "date: $(date -u +%FT%TZ)"; nproc; free -g | head -2
     nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
@@ -114,19 +98,10 @@ publish_and_install() {
   local store="$ACCEPT_DIR/store"
   factory publish --store "$store" "$ACCEPT_DIR"/dist/flash_attn-*.whl
   factory index verify --store "$store"
-  factory serve --store "$store" --host 127.0.0.1 --port "$PORT" >"$ACCEPT_DIR/serve.log" 2>&1 &
-  local server=$!
+  serve_store "$store" "$ACCEPT_DIR/serve.log"
+  local server=$SERVER
   trap 'kill $server 2>/dev/null' RETURN
-  for _ in $(seq 1 50); do
-    "$PY" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/simple/', timeout=2)" 2>/dev/null && break
-    sleep 0.2
-  done
-  rm -rf "$ACCEPT_DIR/target"
-  # a clean target: a new venv that sees the machine's torch stack (through a .pth file, since
-  # that stack is itself a venv) and nothing else
-  "$PY" -m venv "$ACCEPT_DIR/target"
-  "$PY" -c 'import site; print(site.getsitepackages()[0])' \
-    >"$("$ACCEPT_DIR/target/bin/python" -c 'import site; print(site.getsitepackages()[0])')/machine-torch-stack.pth"
+  clean_target "$ACCEPT_DIR/target"
   PIP_CONFIG_FILE=/dev/null "$ACCEPT_DIR/target/bin/pip" install --no-cache-dir \
     --index-url "http://127.0.0.1:$PORT/cu130-torch2.11-sm90/simple/" \
     --extra-index-url "http://127.0.0.1:$PORT/simple/" flash-attn

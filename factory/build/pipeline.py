@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from factory.build import remote_cache
 from factory.build.compile_cache import stats_from_report
@@ -37,20 +37,23 @@ from factory.build.job import (
     source_date_epoch,
     target_wheelhouse,
 )
-from factory.build.lease import hold_cell
+from factory.build.lease import LEASE_TTL_SECONDS, Hold, hold_cell
 from factory.build.progress import attempt_picture, progress_for
 from factory.errors import BuildError, FactoryError, OOMError, PlanError, StoreError, VerifyError
 from factory.index.publish import publish
 from factory.logger import Log, cell_lines
+from factory.matrix.cell import sm_names
 from factory.matrix.load import Matrix, PlannedCell
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory, record_build
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory
 from factory.planning.planner import BuildPlan, plan_after_oom, plan_build, predicted_peak
-from factory.planning.shared_history import merge_into, push
+from factory.planning.record import record_build
+from factory.planning.shared_history import BadRecord, merge_into, push
 from factory.reports.build_report import AttemptPicture, build_report_html
 from factory.reports.page import write_page
 from factory.runners import RunnerKind, get_runner, runner_kind
 from factory.runners.base import Runner, RunResult
 from factory.store import Store, open_store
+from factory.store.base import published
 from factory.toolchain.sysroot import FloorPlan
 from factory.units import format_size
 from factory.wheels.finalize import finalize_wheel
@@ -75,6 +78,7 @@ class AttemptRecord(TypedDict):
     objects_built: int | None
     cache_hits: int | None
     cache_misses: int | None
+    compilers: dict[str, Any] | None  # the compiler wrappers: archs asked for and compiled
     log: str
 
 
@@ -167,6 +171,7 @@ def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: BuildPlan,
         "cell": pc.cell.id, "wheel": pc.wheel, "plan": plan.as_dict(), "floor": floor.as_dict(),
         "toolchain": pc.toolchain.as_dict(), "env": dict(job.env),
         "requirements": list(job.requirements),
+        "compilers": {**dict(job.compilers or {}), "applies": pc.recipe.describe(pc.cell)},
         "runner": run.runner.describe(job),
     }
 
@@ -174,7 +179,7 @@ def describe_dry_run(matrix: Matrix, pc: PlannedCell, plan: BuildPlan,
 def _already_published(pc: PlannedCell, run: BuildRun) -> bool:
     if run.store is None or run.opts.force:
         return False
-    return pc.content_key in run.store.published_content_keys()
+    return published(run.store).has(pc.content_key, pc.wheel)
 
 
 def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
@@ -190,7 +195,8 @@ def _build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     t0 = time.monotonic()
     log.step(f"cell {pc.cell.id}")
     if not opts.dry_run and _already_published(pc, run):
-        log.detail(f"already published (content key {pc.content_key}); nothing to build")
+        log.detail(f"already published (content key {pc.content_key}, or its wheel "
+                   f"{pc.wheel}); nothing to build")
         return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
                             detail="already published")
     floor = floor_plan(matrix, pc, run.kind)  # an unreachable floor fails here
@@ -198,13 +204,16 @@ def _build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     history = load_history(matrix)
     store = run.shared
     if store is not None and not opts.dry_run:
+        bad_records: list[BadRecord] = []
         try:
-            merged = merge_into(history, store)
+            merged = merge_into(history, store, bad_records)
             if merged:
                 log.detail(f"memory history: {merged} record(s) of other builds merged from "
                            "the store")
         except StoreError as exc:
             log.detail(f"memory history: store records not merged ({exc.message})")
+        for bad in bad_records:  # read from a shared store: untrusted, never fatal
+            log.detail(f"memory history: skipped {bad.key}: {bad.problem}")
     plan = _resolve_plan(pc, opts, history)
     for reason in plan.reasons:
         log.detail(f"plan: {reason}")
@@ -223,6 +232,7 @@ def _build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
             return _build_locked(matrix, pc, opts, log, run=run, plan=plan, history=history,
                                  work=work, t0=t0, floor=floor)
         with hold_cell(store, content_key=pc.content_key, cell=pc.cell.id,
+                       ttl=opts.lease_ttl or LEASE_TTL_SECONDS,
                        published=lambda: _already_published(pc, run),
                        on_wait=lambda lease: log.detail(
                            f"{lease.holder} holds this cell's lease in the store; waiting")
@@ -231,7 +241,7 @@ def _build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                 log.detail("published by another builder; nothing to build")
                 return dataclasses.replace(skipped, seconds=time.monotonic() - t0)
             return _build_locked(matrix, pc, opts, log, run=run, plan=plan, history=history,
-                                 work=work, t0=t0, floor=floor)
+                                 work=work, t0=t0, floor=floor, lease=mine)
 
 
 def _share_records(run: BuildRun) -> Callable[[BuildMeasurement], None] | None:
@@ -263,7 +273,10 @@ def _cell_lock(work: Path, log: Log) -> Iterator[None]:
 
 def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log, *,
                   run: BuildRun, plan: BuildPlan, history: MemoryHistory, work: Path, t0: float,
-                  floor: FloorPlan) -> BuildOutcome:
+                  floor: FloorPlan, lease: Hold | None = None) -> BuildOutcome:
+    """The build itself. ``lease`` (when builders share a store): once it is lost the build
+    stops before it publishes (LeaseLost), and the publish renews it first with a
+    conditional write."""
     src, cuda_home = prepare_inputs(matrix, pc, run.runner, work, log, history=history)
     sysroot = ensure_floor_sysroot(matrix, pc, floor, log)
     epoch = source_date_epoch(matrix, pc)
@@ -275,6 +288,8 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
             matrix, pc, run, log, plan=plan, history=history, work=work, src=src,
             cuda_home=cuda_home, sysroot=sysroot, epoch=epoch,
         )
+    if lease is not None:
+        lease.check()  # taken over while we compiled: the new holder builds it
     wheel = _finish_wheel(matrix, pc, opts, log, raw, work=work, epoch=epoch)
     reached = wheel_floor(wheel)
     log.step(f"glibc floor reached: {reached.why()}; tagged {pc.wheel.rsplit('-', 1)[-1][:-4]}")
@@ -284,16 +299,27 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     seconds = time.monotonic() - t0
     _write_provenance(matrix, pc, plan, wheel, attempts, result, seconds, opts,
                       floor={**floor.as_dict(), "reached": reached.as_dict()})
-    if run.publish_to is not None:
-        log.step(f"publish to {opts.store or matrix.settings.store}")
-        report = publish(run.publish_to, [wheel])
-        if report.unchanged:
-            # a reproducible rebuild (--force) of a published cell: the same bytes, nothing to do
-            log.detail(f"unchanged: the store already has {wheel.name} with these exact bytes")
-            return BuildOutcome(cell_id=pc.cell.id, status="unchanged", wheel=wheel,
-                                attempts=tuple(attempts), seconds=seconds)
-    return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel, attempts=tuple(attempts),
+    if run.publish_to is None:
+        return BuildOutcome(cell_id=pc.cell.id, status="built", wheel=wheel,
+                            attempts=tuple(attempts), seconds=seconds)
+    status = publish_built(run.publish_to, wheel, log, lease=lease)
+    return BuildOutcome(cell_id=pc.cell.id, status=status, wheel=wheel, attempts=tuple(attempts),
                         seconds=seconds)
+
+
+def publish_built(to: Store, wheel: Path, log: Log, *, lease: Hold | None = None) -> str:
+    """Publish a verified wheel (and its provenance beside it): 'built', or 'unchanged' when
+    the store has these exact bytes. With a ``lease`` the lease is renewed first with a
+    conditional write, and a lost one (LeaseLost) publishes nothing."""
+    log.step(f"publish to {to.url}")
+    if lease is not None:
+        lease.confirm()
+    report = publish(to, [wheel])
+    if report.unchanged:
+        # a reproducible rebuild (--force) of a published cell: the same bytes, nothing to do
+        log.detail(f"unchanged: the store already has {wheel.name} with these exact bytes")
+        return "unchanged"
+    return "built"
 
 
 def _run_attempts(matrix: Matrix, pc: PlannedCell, run: BuildRun, log: Log, *,
@@ -327,18 +353,34 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, run: BuildRun, log: Log, *,
             log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
         log.detail(record_build(pc, plan, result, build_tree=src, history=history,
                                 share=_share_records(run)))
+        compilers = result.report.get("compilers") or {}
+        if compilers.get("asked_archs") or compilers.get("injected"):
+            log.detail(f"nvcc: {_narrowing(compilers)}")
         if result.oom_killed:
             plan = _plan_after_oom(pc, opts, log, plan, result, attempt, history=history)
             continue
         if result.exit_code != 0 or result.wheel is None:
             tail = _log_tail(job.log_path)
+            why = f": {compilers['refused']}" if compilers.get("refused") else ""
             raise BuildError(
-                f"{pc.cell.id}: build failed (exit {result.exit_code}); full log: {job.log_path}",
+                f"{pc.cell.id}: build failed (exit {result.exit_code}){why}; "
+                f"full log: {job.log_path}",
                 tip="last lines of the log:\n" + tail,
             )
         return plan, result, result.wheel, attempts
     raise OOMError(f"{pc.cell.id}: OOM-killed in all {opts.attempts} attempt(s); "
                    f"logs in {work / 'logs'}")
+
+
+def _narrowing(compilers: dict[str, Any]) -> str:
+    """What the factory's nvcc wrapper did in one attempt, in one line."""
+    parts = []
+    if compilers.get("narrowed"):
+        parts.append(f"the package asked for {sm_names(compilers['asked_archs'])}; "
+                     f"{compilers['narrowed']} call(s) narrowed")
+    if compilers.get("injected"):
+        parts.append(f"{compilers['injected']} call(s) named no arch")
+    return "; ".join(parts) + f"; compiled {sm_names(compilers.get('compiled_archs') or [])}"
 
 
 def _attempt_record(attempt: int, plan: BuildPlan, result: RunResult,
@@ -352,6 +394,8 @@ def _attempt_record(attempt: int, plan: BuildPlan, result: RunResult,
         "max_concurrent_compiles": result.max_concurrent_compiles,
         "objects_total": result.objects_total, "objects_built": result.objects_built,
         "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
+        # the factory's compiler wrappers: archs asked for and compiled, calls narrowed
+        "compilers": result.report.get("compilers"),
         "log": str(log_path),
     }
 

@@ -1,5 +1,5 @@
 """A running build's progress, true from the first second: which objects are compiling and which
-have finished (the sampler's events: runners/inside.py sees every compiler process, so an
+have finished (the sampler's events: runners/inside/sampling.py sees every compiler process, so an
 object shows the moment it starts, not when ninja prints ``[N/M]`` at its end), and an ETA
 from the plan's per-object predictions replayed on them (factory.planning.eta).
 
@@ -20,7 +20,8 @@ from typing import Any
 from factory.logger import Log, Ticker
 from factory.matrix.load import PlannedCell
 from factory.planning.eta import Eta, EtaModel, model_for, spread_of
-from factory.planning.memory_model import MemoryHistory, object_key, read_ninja_timeline
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.ninja_log import object_key, read_ninja_timeline
 from factory.planning.planner import BuildPlan
 from factory.reports.build_report import AttemptPicture, read_events
 from factory.runners.base import BuildJob, RunResult, events_path

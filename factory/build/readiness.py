@@ -43,8 +43,11 @@ class ReadinessChecker:
         self.kind = runner_kind(runner or settings.runner)
         self._client: Any = None
         self._engine_error: str | None = None
+        self._images: dict[str, bool] = {}  # many cells share one image: ask docker once
 
     def _image_here(self, image: str) -> bool | None:
+        if image in self._images:
+            return self._images[image]
         if self._client is None and self._engine_error is None:
             try:
                 self._client = docker_client(timeout=10)
@@ -53,7 +56,8 @@ class ReadinessChecker:
         if self._client is None:
             return None
 
-        return bool(image_exists(self._client, image))
+        self._images[image] = bool(image_exists(self._client, image))
+        return self._images[image]
 
     def check(self, pc: PlannedCell) -> Readiness:
         tc = pc.toolchain

@@ -10,7 +10,8 @@ from typing import Any
 
 from factory.environment import MATRIX_ENV, STORE_ENV, env_value
 from factory.errors import UsageError
-from factory.matrix.load import Matrix, default_matrix_path, load_matrix, matrix_path
+from factory.matrix.load import Matrix, load_matrix
+from factory.matrix.paths import default_matrix_path, matrix_path
 from factory.matrix.settings import DEFAULT_STORE, default_settings
 from factory.runners import RUNNERS
 from factory.store import URL_FORMS
@@ -41,7 +42,14 @@ def add_store_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def matrix_from_args(args: argparse.Namespace) -> Matrix:
-    return load_matrix(matrix_path(args.matrix))
+    """The matrix: its lock's cells while the lock matches it; a stale lock is said once."""
+    matrix = load_matrix(matrix_path(args.matrix))
+    if matrix.lock_state == "stale" and not getattr(args, "_warned_stale", False):
+        args._warned_stale = True
+        print(f"WARNING {matrix.lock_file} is out of date with {matrix.path} (its rules "
+              f"changed): the cells are resolved against {matrix.facts.describe()}; "
+              "'factory lock' writes the lock again", file=sys.stderr)
+    return matrix
 
 
 def store_from_args(args: argparse.Namespace) -> str:
@@ -110,10 +118,14 @@ METAVARS = {
     "--torch": "VERSION", "--cuda": "VERSION", "--python": "VERSION", "--arch": "ARCH",
     "--platform": "CPU", "--machine": "CPU", "--index": "URL", "--index-url": "URL",
     "--host": "HOST", "--port": "PORT", "--reason": "TEXT", "--interpreter": "EXE",
-    "--from": "DIR|URL",
+    "--from": "DIR|URL", "--timeout": "SECONDS", "--replay": "DIR", "--record": "DIR",
+    "--lease-ttl": "SECONDS", "--poll": "SECONDS", "--log-dir": "DIR", "--chdir": "DIR",
+    "--workdir": "DIR", "--secret": "NAME", "--factory": "CMD", "--job-matrix": "FILE",
+    "--build-arg": "TEXT", "--sbatch-option": "TEXT", "--partition": "NAME", "--account": "NAME",
+    "--image": "IMAGE", "--namespace": "NAME",
 }
 # where one option name takes another kind of value in one command
-METAVAR_EXCEPTIONS = {("doctor", "--python"): "EXE"}
+METAVAR_EXCEPTIONS = {("doctor", "--python"): "EXE", ("facts", "--out"): "FILE"}
 POSITIONAL_METAVARS = {"cells": "CELL", "cell": "CELL", "wheels": "WHEEL", "spec": "SPEC",
                        "filename": "FILENAME", "target": "WHEEL|CELL", "cuda": "VERSION"}
 

@@ -1,5 +1,5 @@
-"""factory build CELL... | --all [--dry-run] [--runner docker|local|cibuildwheel] [--memory SIZE]
-[--out DIR]"""
+"""factory build CELL... | --all | --missing [--dry-run] [--runner docker|local|cibuildwheel]
+[--memory SIZE] [--out DIR]"""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from factory.commands._common import (
     matrix_from_args,
     store_from_args,
 )
+from factory.commands.matrix import selected_cells
 from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
 from factory.planning.budget import requested_budget
@@ -30,6 +31,8 @@ from factory.units import format_duration, format_size
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cells", nargs="*", metavar="CELL", help="cell ids (see 'factory matrix')")
     parser.add_argument("--all", action="store_true", help="every cell of the matrix")
+    parser.add_argument("--missing", action="store_true",
+                        help="every cell of the matrix that --store lacks (implies --all)")
     parser.add_argument("--package", action="append", help="with --all: only these packages")
     add_matrix_arg(parser)
     parser.add_argument("--dry-run", action="store_true",
@@ -71,21 +74,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a cell whose toolchain is missing here (e.g. the CUDA 12.x image): skip it with one "
         "line, or fail before any download (default: skip with --all, fail for named cells)",
     )
+    parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
+                        help="with --publish: how long a cell's lease in the store outlives a "
+                        "builder that stopped renewing it (default 900)")
     parser.add_argument("--uncapped", action="store_true",
                         help="local runner: run without a cgroup memory cap (where cgroups are "
                         "not writable)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.lease_ttl is not None and not args.lease_ttl > 0:
+        raise UsageError(f"--lease-ttl must be positive, not {args.lease_ttl:g}")
     for flag in ("max_jobs", "nvcc_threads", "attempts"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be at least 1, not {value}")
     matrix = matrix_from_args(args)
+    args.all = args.all or args.missing
     if args.all == bool(args.cells):
         raise UsageError("give cell ids or --all (not both)",
                          tip="'factory matrix' lists the cell ids")
-    cells = matrix.cells_of(args.package) if args.all else [matrix.find(c) for c in args.cells]
+    if args.missing:
+        cells = selected_cells(args, matrix)
+        Log().step(f"{len(cells)} cell(s) of the matrix are not in {store_from_args(args)}")
+    elif args.all:
+        cells = matrix.cells_of(args.package)
+    else:
+        cells = [matrix.find(c) for c in args.cells]
     budget = requested_budget(matrix.settings, memory=args.memory, cpus=args.cpus)
     store = store_from_args(args) if (args.publish or args.store) else None
     opts = BuildOptions(
@@ -93,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         budget=budget, out_dir=args.out, store=store, publish=args.publish,
         dry_run=args.dry_run, force=args.force, verify_import=not args.no_import_check,
         cache=args.cache, verbose=args.verbose, runner_options=_runner_options(args),
-        max_jobs=args.max_jobs, nvcc_threads=args.nvcc_threads,
+        max_jobs=args.max_jobs, nvcc_threads=args.nvcc_threads, lease_ttl=args.lease_ttl,
         **({"attempts": args.attempts} if args.attempts else {}),
     )
     log = Log()
@@ -127,6 +142,21 @@ def run(args: argparse.Namespace) -> int:
                 raise
             failures.append((pc.cell.id, exc))
             log.error(f"FAILED {pc.cell.id}: {exc.message}", title=pc.cell.id)
+    summarize(log, outcomes, failures, published_to=store if args.publish else None)
+    if actions.on_actions():
+        actions.append_summary(summary_markdown(outcomes, failures, published=args.publish))
+    if args.json:
+        json.dump({"version": 1, "outcomes": outcomes_json(outcomes)}, sys.stdout, indent=2)
+        print()
+    if failures:
+        return failures[0][1].exit_code
+    return 0
+
+
+def summarize(log: Log, outcomes: list[Any], failures: list[tuple[str, FactoryError]], *,
+              published_to: str | None) -> None:
+    """One line per cell at the end (what the CI log, a Slurm job's --output, a queue
+    worker's log shows last)."""
     log.step("summary")
     for o in outcomes:
         n = len(o.attempts)
@@ -135,22 +165,16 @@ def run(args: argparse.Namespace) -> int:
             last = o.attempts[-1]
             extra += f", compile cache {last['cache_hits']} hits/{last['cache_misses']} misses"
         where = o.wheel.resolve() if o.wheel else o.detail
-        if o.wheel and args.publish and o.status in ("built", "unchanged"):
-            where = f"{where}, published to {store}"
+        if o.wheel and published_to and o.status in ("built", "unchanged"):
+            where = f"{where}, published to {published_to}"
         log.detail(f"{o.status:9} {o.cell_id} ({o.seconds:.0f}s{extra}) -> {where}")
     for cell_id, error in failures:
         log.detail(f"{'failed':9} {cell_id}: {error.message}")
-    if actions.on_actions():
-        actions.append_summary(summary_markdown(outcomes, failures, published=args.publish))
-    if args.json:
-        json.dump({"version": 1, "outcomes": [
-            {"cell": o.cell_id, "status": o.status, "wheel": str(o.wheel) if o.wheel else None,
-             "attempts": list(o.attempts), "seconds": round(o.seconds, 1)} for o in outcomes]},
-            sys.stdout, indent=2)
-        print()
-    if failures:
-        return failures[0][1].exit_code
-    return 0
+
+
+def outcomes_json(outcomes: list[Any]) -> list[dict[str, Any]]:
+    return [{"cell": o.cell_id, "status": o.status, "wheel": str(o.wheel) if o.wheel else None,
+             "attempts": list(o.attempts), "seconds": round(o.seconds, 1)} for o in outcomes]
 
 
 def summary_markdown(outcomes: list[Any], failures: list[tuple[str, FactoryError]], *,
@@ -240,6 +264,11 @@ def _print_dry_run(d: dict[str, object]) -> None:
     assert isinstance(env, dict)
     for k, v in sorted(env.items()):
         print(f"  {k}={v}")
+    compilers = d.get("compilers")
+    if isinstance(compilers, dict) and compilers.get("applies"):
+        print("compilers    (the factory's nvcc and C++ wrappers, every compile)")
+        for line in compilers["applies"]:
+            print(f"  {line}")
 
 
 def _value(key: str, value: object) -> str:

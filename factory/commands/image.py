@@ -11,7 +11,8 @@ from typing import Any
 
 from factory.errors import UsageError
 from factory.matrix.cell import parse_platform
-from factory.matrix.load import Matrix, default_matrix_path, load_matrix
+from factory.matrix.load import Matrix, load_matrix
+from factory.matrix.paths import default_matrix_path
 from factory.matrix.settings import Settings, default_settings, sysroots_beside
 from factory.toolchain.images import (
     DEFAULT_BASE_IMAGE,

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
                 "pending": list(v.pending),
                 "floors": list(v.floors),
                 "temps": list(v.temps),
+                "orphans": list(v.orphans),
             }
         )
     else:
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"floor   {floor['wheel']}: {floor.get('policy') or 'unreadable'}")
         for temp in v.temps:
             print(f"temp {temp}: a writer's temp file ('index rebuild' removes it when stale)")
+        for key in v.orphans:
+            print(f"orphan  {key}: its wheel is gone (a deletion stopped); harmless, remove it")
         for problem in v.problems:
             print(f"problem {problem}")
         print(

@@ -37,8 +37,20 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(plan.cell_id)
     print(f"    MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads}")
-    print(f"    predicted peak {format_size(plan.predicted_peak_bytes)} of "
-          f"{format_size(plan.memory_budget_bytes)}")
+    peak = f"    predicted peak {format_size(plan.predicted_peak_bytes)}"
+    if plan.predicted_peak_range:
+        lo, hi = plan.predicted_peak_range
+        if lo != hi:
+            peak += f" (range {format_size(lo)} to {format_size(hi)})"
+    print(f"{peak} of {format_size(plan.memory_budget_bytes)}")
+    if plan.predicted_seconds is not None:
+        line = f"    predicted compile {plan.predicted_seconds / 60:.0f} min"
+        if plan.predicted_seconds_range:
+            lo_s, hi_s = plan.predicted_seconds_range
+            line += f" (range {lo_s / 60:.0f} to {hi_s / 60:.0f} min)"
+        print(line + f" from {len(plan.range_runs)} recorded run(s) of its objects")
+        print(f"    predicted cell {(plan.predicted_cell_seconds or 0) / 60:.0f} min: the "
+              f"compile + {plan.cell_overhead_seconds:.0f} s around it")
     for reason in plan.reasons:
         print(f"    - {reason}")
     return 0

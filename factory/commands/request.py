@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from factory.ci import DEFAULT_BUILDERS, runs_on
 from factory.commands._common import (
     add_matrix_arg,
@@ -26,19 +28,24 @@ from factory.commands._common import (
 from factory.errors import PlanError, UsageError
 from factory.hosts.request import NOT_PUBLISHED_EXIT, look_up, request, request_cell
 from factory.matrix.cell import DEFAULT_PLATFORM, PLATFORMS
-from factory.matrix.load import PlannedCell
+from factory.matrix.expand import one_off
+from factory.matrix.load import Matrix, PlannedCell
 from factory.matrix.settings import Settings
 from factory.planning.budget import requested_budget
+from factory.planning.builders import load_builders
 from factory.planning.planner import plan_build
-from factory.planning.schedule import load_builders
 from factory.units import format_duration
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", metavar="SPEC",
-                        help="the package and its version: flash-attn==2.8.3.post2")
-    parser.add_argument("--torch", required=True, help="torch version, e.g. 2.10.0")
-    parser.add_argument("--cuda", required=True, help="CUDA version of that torch build, e.g. 12.8")
+                        help="the package and its version: flash-attn==2.8.3.post2 (or "
+                        "flash-attn: its newest release)")
+    parser.add_argument("--torch", required=True,
+                        help="torch version, e.g. 2.10.0, or 'latest' (the newest release)")
+    parser.add_argument("--cuda", required=True,
+                        help="CUDA version of that torch build, e.g. 12.8, or 'default' "
+                        "(PyPI's build of that torch)")
     parser.add_argument("--arch", action="append", required=True,
                         help="GPU compute capability, e.g. 10.0, or a GPU's name, e.g. B200 "
                         "(repeat or comma-separate for several)")
@@ -96,18 +103,21 @@ def _confirm(args: argparse.Namespace, store: str,
 
 
 def run(args: argparse.Namespace) -> int:
-    cell = request_cell(args.spec, torch=args.torch, cuda=args.cuda, archs=args.arch,
-                        python=args.python, platform=args.platform)
     matrix = matrix_from_args(args)
+    spec, torch, cuda = _resolved(matrix, args)
+    cell = request_cell(spec, torch=torch, cuda=cuda, archs=args.arch, python=args.python,
+                        platform=args.platform)
     if args.print_cell:
-        # validates the cell against the recipe and the torch/CUDA table
-        pc = matrix.find(cell.id, outside=True)
+        pc = matrix.find(cell.id, outside=True)  # validates it against the recipe and the facts
         if args.json:
             where = runs_on(pc.cell.package, pc.cell.platform,
                             load_builders(args.builders or DEFAULT_BUILDERS))
             print_json({"cell": pc.cell.id, "variant": pc.variant, "wheel": pc.wheel,
                         "content_key": pc.content_key, "runner": where.label, "cpu": where.cpu,
-                        "builder": where.builder})
+                        "builder": where.builder,
+                        # the request with its rules resolved: what the build job is given
+                        "spec": f"{pc.cell.package}=={pc.cell.version}", "torch": pc.cell.torch,
+                        "cuda": pc.cell.cuda})
         else:
             print(pc.cell.id)
         return 0
@@ -137,3 +147,26 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result.install)
     return 0
+
+
+def _resolved(matrix: Matrix, args: argparse.Namespace) -> tuple[str, str, str]:
+    """SPEC, --torch and --cuda with their rules resolved as the matrix resolves its own
+    ('latest', 'default', a bare package name), said on stderr when one was a rule."""
+    spec = args.spec
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement:
+        raise UsageError(f"cannot read the request {spec!r}",
+                         tip="write it like flash-attn==2.8.3.post2") from None
+    specs = list(req.specifier)
+    pinned = (specs[0].version if len(specs) == 1 and specs[0].operator in ("==", "===")
+              and "*" not in specs[0].version else None)
+    if req.extras or req.marker or req.url or (specs and pinned is None):
+        return spec, args.torch, args.cuda  # request_cell refuses it in one line
+    version, torch, cuda = one_off(matrix.facts, matrix.package(req.name), version=pinned,
+                                   torch=args.torch, cuda=args.cuda)
+    if (version, torch, cuda) != (pinned, args.torch, args.cuda):
+        print(f"resolved {spec} --torch {args.torch} --cuda {args.cuda} -> "
+              f"{req.name}=={version} --torch {torch} --cuda {cuda} "
+              f"({matrix.facts.describe()})", file=sys.stderr)
+    return f"{req.name}=={version}", torch, cuda

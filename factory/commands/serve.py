@@ -70,7 +70,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1,
         metavar="N",
         help="processes answering on the port (default 1; up to one per core helps under load);"
-        " --max-connections is shared among them",
+        " --max-connections holds for all of them together",
     )
     add_wheel_limit_args(parser)
 
@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
             tip="put a static host or CDN in front of the bucket (docs/INDEX.md)",
         )
 
-    store = open_existing_store(spec)
+    store = open_existing_store(spec)  # missing or unreadable: one line, exit 11
     root = Path(spec)
+    logger.configure(timestamps=True)  # the request log, with times (and start warnings)
     if not (root / "simple").is_dir():
         rebuild_index(store)  # an empty or never-indexed store still gets its pages
     front_socket = listen(args.host, args.port) if tls else None
@@ -107,11 +108,10 @@ def run(args: argparse.Namespace) -> int:
             htpasswd=args.htpasswd,
             read_auth=args.read_auth,
             max_upload=parse_size(args.max_upload, what="--max-upload"),
-            max_connections=-(-args.max_connections // args.workers),  # each worker's share
+            max_connections=args.max_connections,  # for all workers together
             wheel_limits=wheel_limits_from_args(args),
         )
     )
-    logger.configure(timestamps=True)  # the request log, each line with its time
     uploads = (
         f"with credentials from {args.htpasswd}" if args.htpasswd else "disabled (no --htpasswd)"
     )

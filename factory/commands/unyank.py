@@ -6,7 +6,7 @@ import argparse
 
 from factory.commands._common import add_store_arg, store_from_args
 from factory.index.publish import unyank
-from factory.store import open_store
+from factory.store import open_existing_store
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +15,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = open_store(store_from_args(args))
+    store = open_existing_store(store_from_args(args))
     if unyank(store, args.filename):
         print(f"unyanked {args.filename}")
     else:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from factory.commands._common import print_json
 from factory.errors import ConfigError, FactoryError, VerifyError
-from factory.matrix.load import Matrix, PlannedCell, default_matrix_path, load_matrix
+from factory.matrix.load import Matrix, PlannedCell, load_matrix
+from factory.matrix.paths import default_matrix_path
 from factory.matrix.tags import platform_of_plat
 from factory.toolchain.wheelhouse import wheelhouse_dir
 from factory.wheels.reader import require_file

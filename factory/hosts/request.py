@@ -107,9 +107,11 @@ def install_line(index_url: str, variant: str, wheel: str) -> str:
 
 
 def find_published(store: Any, pc: PlannedCell) -> PublishedBuild | None:
-    """The newest installable build with the cell's content key; StoreError if all are yanked."""
+    """The newest installable build with the cell's content key (or its wheel's filename: the
+    cell of a new torch patch names the per-minor wheel already built); StoreError if all are
+    yanked."""
     same = [b for b in published_builds(store, pc.cell.package)
-            if b.manifest.content_key == pc.content_key]
+            if b.manifest.content_key == pc.content_key or b.manifest.wheel == pc.wheel]
     live = [b for b in same if b.yanked is None]
     if live:
         return live[-1]  # published_builds is oldest first

@@ -8,8 +8,15 @@ first 8 characters and the others are unsalted or fast.
 
 Verification runs outside any lock (both hashes release the GIL), so slow wrong guesses do not
 queue the right ones; recent successes sit in a small bounded cache keyed by a keyed hash of the
-credentials, dropped when the user's hash changes. An unknown user is checked against a dummy
-hash of the file's highest cost, so the time of a refusal does not tell which users exist.
+credentials, dropped when the user's hash changes.
+
+Every check costs the same, whatever the user: it runs one hash of each kind of hash in the
+file (scheme and cost), the user's own for the user's kind and a dummy (a hash no password
+matches) for each other kind and for an unknown user. With one cost in the file that is one
+hash, as before; a file that mixes costs (bcrypt 4 and 12, or bcrypt and SHA-512) is warned
+about at start, since each check then costs the sum. Imitating only the most expensive entry
+told users apart: unknown and bcrypt-10 users were refused in 61 ms, bcrypt-4 and SHA-512
+users in 2 ms (docs/BENCHMARKS.md, "htpasswd timing").
 """
 
 from __future__ import annotations
@@ -144,20 +151,52 @@ def verify(entry: HashEntry, password: bytes) -> bool:
     return hmac.compare_digest(sha512_crypt(password, entry.hashed), entry.hashed)
 
 
-def _dummy_for(entries: dict[str, HashEntry]) -> HashEntry | None:
-    """A hash as slow as the slowest real one, for users that do not exist."""
-    if not entries:
-        return None
-    slowest = max(entries.values(), key=lambda e: (e.scheme == "bcrypt", e.cost))
+Kind = tuple[str, int]  # (scheme, cost): the hashes that cost the same
+
+
+def _kind(entry: HashEntry) -> Kind:
+    return (entry.scheme, entry.cost)
+
+
+def _dummy(kind: Kind) -> HashEntry:
+    """A hash of ``kind`` that no password matches (a random secret's)."""
+    scheme, cost = kind
     secret = secrets.token_urlsafe(24).encode()
-    if slowest.scheme == "bcrypt":
+    if scheme == "bcrypt":
         import bcrypt
 
-        hashed = bcrypt.hashpw(secret, bcrypt.gensalt(rounds=slowest.cost)).decode()
+        hashed = bcrypt.hashpw(secret, bcrypt.gensalt(rounds=cost)).decode()
     else:
         salt = secrets.token_urlsafe(12).replace("-", ".").replace("_", "/")[:16]
-        hashed = sha512_crypt(secret, f"$6$rounds={slowest.cost}${salt}")
-    return dataclasses.replace(slowest, user="", hashed=hashed)
+        hashed = sha512_crypt(secret, f"$6$rounds={cost}${salt}")
+    return HashEntry(user="", hashed=hashed, scheme=scheme, cost=cost)
+
+
+def dummies_for(entries: dict[str, HashEntry]) -> dict[Kind, HashEntry]:
+    """One dummy of each kind in the file, cheapest first: what every check runs (the user's
+    own hash in place of its kind's dummy)."""
+    kinds = sorted({_kind(e) for e in entries.values()}, key=lambda k: (k[0] == "bcrypt", k[1]))
+    return {k: _dummy(k) for k in kinds}
+
+
+def mixed_costs(entries: dict[str, HashEntry]) -> str | None:
+    """A warning when the file mixes kinds of hash, naming them and their users; else None."""
+    users: dict[Kind, list[str]] = collections.defaultdict(list)
+    for e in entries.values():
+        users[_kind(e)].append(e.user)
+    if len(users) < 2:
+        return None
+    parts = []
+    for (scheme, cost), names in sorted(users.items()):
+        what = f"bcrypt cost {cost}" if scheme == "bcrypt" else f"SHA-512 crypt {cost} rounds"
+        shown = ", ".join(sorted(names)[:3]) + (f" and {len(names) - 3} more" if len(names) > 3
+                                                else "")
+        parts.append(f"{what} ({shown})")
+    return (
+        f"mixes {len(users)} kinds of password hash: {'; '.join(parts)}. Every check runs one "
+        "hash of each kind so that refusals take as long for every user; hash them alike "
+        "(htpasswd -B -C 12) to make a check cost one"
+    )
 
 
 class Credentials:
@@ -171,7 +210,8 @@ class Credentials:
         for entry in self._entries.values():
             if entry.scheme == "sha512-crypt":
                 _libcrypt()  # a missing libcrypt is a start-up error, not a 500 later
-        self._dummy = _dummy_for(self._entries)
+        self._dummies = dummies_for(self._entries)
+        _warn_mixed(path, self._entries)
         self._key = secrets.token_bytes(32)
         self._ok: collections.OrderedDict[bytes, tuple[str, float]] = collections.OrderedDict()
         self._cache_size = cache_size
@@ -183,24 +223,26 @@ class Credentials:
             return (0, 0, 0)
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
-    def _current(self) -> tuple[dict[str, HashEntry], HashEntry | None]:
+    def _current(self) -> tuple[dict[str, HashEntry], dict[Kind, HashEntry]]:
         stamp = self._stat()
         with self._lock:
             if stamp == self._stamp:
-                return self._entries, self._dummy
+                return self._entries, self._dummies
         try:
             entries = read_htpasswd(self.path)
-            dummy = _dummy_for(entries)
+            dummies = dummies_for(entries)
         except AuthError:
             logging.getLogger("factory.index.server").error(
                 "htpasswd file %s changed and is now invalid; keeping the previous users",
                 self.path,
             )
-            entries, dummy = self._entries, self._dummy
+            entries, dummies = self._entries, self._dummies
+        else:
+            _warn_mixed(self.path, entries)
         with self._lock:
-            self._stamp, self._entries, self._dummy = stamp, entries, dummy
+            self._stamp, self._entries, self._dummies = stamp, entries, dummies
             self._ok.clear()
-        return entries, dummy
+        return entries, dummies
 
     def check(self, header: str | None) -> bool:
         if not header or not header.startswith("Basic "):
@@ -216,7 +258,7 @@ class Credentials:
             user = user_bytes.decode()
         except UnicodeDecodeError:
             return False
-        entries, dummy = self._current()
+        entries, dummies = self._current()
         entry = entries.get(user)
         digest = hmac.new(self._key, decoded, hashlib.sha256).digest()
         now = time.monotonic()
@@ -226,18 +268,35 @@ class Credentials:
                 if hit is not None and hit[0] == entry.hashed and now - hit[1] < CACHE_SECONDS:
                     self._ok.move_to_end(digest)
                     return True
-        if entry is None:
-            if dummy is not None:
-                verify(dummy, password)  # the same work as a wrong password
+        if not verify_equally(entry, dummies, password):
             return False
-        if not verify(entry, password):
-            return False
+        assert entry is not None  # verify_equally is False for an unknown user
         with self._lock:
             self._ok[digest] = (entry.hashed, now)
             self._ok.move_to_end(digest)
             while len(self._ok) > self._cache_size:
                 self._ok.popitem(last=False)
         return True
+
+
+def verify_equally(entry: HashEntry | None, dummies: dict[Kind, HashEntry],
+                   password: bytes) -> bool:
+    """``password`` against the user's ``entry`` (None: an unknown user), doing the same work
+    for every user: one hash of each kind in ``dummies`` order, the user's own in its kind's
+    place. Nothing returns early."""
+    ok = False
+    for kind, dummy in dummies.items():
+        if entry is not None and _kind(entry) == kind:
+            ok = verify(entry, password)
+        else:
+            verify(dummy, password)
+    return ok
+
+
+def _warn_mixed(path: Path, entries: dict[str, HashEntry]) -> None:
+    warning = mixed_costs(entries)
+    if warning:
+        logging.getLogger("factory.index.server").warning("htpasswd file %s %s", path, warning)
 
 
 def bcrypt_line(user: str, password: str, *, cost: int = 12) -> str:

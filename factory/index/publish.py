@@ -148,10 +148,27 @@ def _store_wheel(store: Store, source: Path, info: CheckedWheel, provenance: byt
         stored = store.read(key)
         if stored is None or hashlib.sha256(stored).hexdigest() != info.sha256:
             raise ConflictError(f"{info.filename} is already in the store with different bytes")
-    store.put_new(key + METADATA_SUFFIX, info.metadata)
+    _put_side_file(store, key + METADATA_SUFFIX, info.metadata)
+    if created:
+        # The wheel is new, so any side file already there is a deleted build's (a retention
+        # delete that stopped before its last step): it must not yank, or describe, this one.
+        store.delete(key + YANK_SUFFIX)
     if provenance is not None:
-        store.put_new(key + PROVENANCE_SUFFIX, provenance)  # the first manifest stays
+        if created:
+            _put_side_file(store, key + PROVENANCE_SUFFIX, provenance)
+        else:
+            store.put_new(key + PROVENANCE_SUFFIX, provenance)  # the first manifest stays
     return store.put_new(key + ENTRY_SUFFIX, _entry_for(info).to_json()) or created
+
+
+def _put_side_file(store: Store, key: str, data: bytes) -> None:
+    """Create a side file, or make the one there ``data`` if it is not (the ``.metadata`` is
+    the wheel's METADATA, whatever a stopped deletion left under its name)."""
+    if store.put_new(key, data):
+        return
+    current, token = store.read_with_token(key)
+    if current != data:
+        store.put_if(key, data, token, content_type="application/octet-stream")
 
 
 def publish(
@@ -192,7 +209,7 @@ def commit_stored_wheel(store: Store, key: str) -> str:
     info = inspect_wheel(data, key.rsplit("/", 1)[-1])
     if file_key(info.project, info.filename) != key:
         raise StoreError(f"{key} is stored under the wrong project")
-    store.put_new(key + METADATA_SUFFIX, info.metadata)
+    _put_side_file(store, key + METADATA_SUFFIX, info.metadata)
     store.put_new(key + ENTRY_SUFFIX, _entry_for(info).to_json())
     return info.filename
 

@@ -12,6 +12,15 @@ complete head in CRLF lines, no body, a page or a file that exists (``answer`` d
 else (uploads, malformed or TLS input, HTTP/1.0, ranges, redirects, 404s, read auth) is handed,
 with the bytes already read, to the server's threaded handler, which answers it as it always
 has and keeps that connection to its end.
+
+Time limits that bytes cannot push out: a request head must be complete within
+``head_timeout`` of its first byte (however slowly the rest trickles in), an answer must go out
+at ``min_rate`` bytes a second on average once ``grace`` seconds have passed, and a keep-alive
+connection may wait ``idle_timeout`` for its next request. When every connection slot is taken,
+a new connection takes the slot of the connection whose head has been arriving longest, if
+that has been over ``SLOW_HEAD`` seconds (a real client sends its head in one packet): slow
+clients cannot hold the slots against the others. Each slow client is reported to the server
+(``slow_client``), which logs a peer once.
 """
 
 from __future__ import annotations
@@ -35,6 +44,15 @@ _TARGET = re.compile(rb"/[\x21-\x7e]*")  # an absolute path, printable ASCII onl
 _MAX_HEADERS = 100  # as the stdlib's http.client
 _ACCEPT_BATCH = 64  # connections accepted per wake-up before serving the others
 _LINGER_SECONDS = 2.0  # after 'Connection: close': drop what the client still sends, this long
+HEAD_TIMEOUT = 20.0  # seconds for a whole request head, from its first byte
+MIN_RATE = 1024.0  # bytes a second, on average: bodies read and answers sent, after the grace
+GRACE = 10.0
+SLOW_HEAD = 1.0  # a head still arriving after this long may lose its slot to a new connection
+
+
+def too_slow(elapsed: float, count: int, min_rate: float, grace: float) -> bool:
+    """Below ``min_rate`` bytes a second on average, once ``grace`` seconds are over."""
+    return elapsed > grace and count < min_rate * elapsed
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,7 +75,11 @@ class Headers(dict[str, str]):
 class Server(Protocol):
     """What the loop needs from the server around it."""
 
-    def admit(self, sock: socket.socket) -> bool: ...  # False: turned away (the cap)
+    def take_slot(self) -> bool: ...  # False: every connection slot is taken (the cap)
+
+    def turn_away(self, sock: socket.socket) -> None: ...  # a 503, and closed
+
+    def slow_client(self, address: str, what: str) -> None: ...  # dropped for being slow
 
     def answer(self, method: str, target: str, headers: Headers, client: str) -> Answer | None: ...
 
@@ -67,7 +89,8 @@ class Server(Protocol):
 
 
 class _Conn:
-    __slots__ = ("sock", "address", "inbuf", "out", "file", "offset", "left", "deadline", "state")
+    __slots__ = ("sock", "address", "inbuf", "out", "file", "offset", "left", "deadline", "state",
+                 "head_started", "send_started", "sent")
 
     def __init__(self, sock: socket.socket, address: tuple[str, int], deadline: float) -> None:
         self.sock = sock
@@ -79,6 +102,19 @@ class _Conn:
         self.left = 0
         self.deadline = deadline
         self.state = "open"  # 'open', 'close after' (the answer), 'closing' (lingering)
+        self.head_started: float | None = None  # the first byte of a head not complete yet
+        self.send_started = 0.0  # when the answer now going out started
+        self.sent = 0  # bytes of it sent so far
+
+    def why_late(self) -> str | None:
+        """What a connection past its deadline was doing, when that was being slow."""
+        if self.state == "closing":
+            return None  # lingering after its answer: the client has it
+        if self.out or self.file is not None:
+            return "reading its answer too slowly"
+        if self.head_started is not None:
+            return "request head not complete in time" if self.inbuf else "sent no request"
+        return None  # idle keep-alive
 
 
 class ReadLoop:
@@ -88,11 +124,17 @@ class ReadLoop:
         listener: socket.socket,
         *,
         idle_timeout: float,
+        head_timeout: float = HEAD_TIMEOUT,
+        min_rate: float = MIN_RATE,
+        grace: float = GRACE,
         parent: int | None = None,  # a worker process: the pid it stops without
     ) -> None:
         self.server = server
         self.listener = listener
         self.idle_timeout = idle_timeout
+        self.head_timeout = head_timeout
+        self.min_rate = min_rate
+        self.grace = grace
         self.parent = parent
         self._stop = False
         self._done = threading.Event()
@@ -125,7 +167,7 @@ class ReadLoop:
                     if self.parent is not None and os.getppid() != self.parent:
                         break  # a worker whose first process is gone
                     for conn in [c for c in self._conns.values() if c.deadline < now]:
-                        self._close(sel, conn)  # idle keep-alive, a stalled head or reader
+                        self._drop(sel, conn, conn.why_late())  # idle, a slow head or reader
         finally:
             for conn in list(self._conns.values()):
                 self._close(sel, conn)
@@ -166,14 +208,38 @@ class ReadLoop:
                 return
             except OSError:  # EMFILE and the like: the listener stays, try again next round
                 return
-            if not self.server.admit(sock):
+            if not self.server.take_slot() and not (
+                self._make_room(sel) and self.server.take_slot()
+            ):
+                self.server.turn_away(sock)
                 continue
             sock.setblocking(False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock, address, time.monotonic() + self.idle_timeout)
+            conn = _Conn(sock, address, 0.0)
+            self._head_begins(conn, time.monotonic())  # a client sends its request at once
             self._conns[sock] = conn
             sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _make_room(self, sel: selectors.BaseSelector) -> bool:
+        """Every slot is taken: drop the connection whose head has been arriving longest, if
+        for over SLOW_HEAD seconds. False when there is none (the new connection gets 503)."""
+        now = time.monotonic()
+        slow = [
+            c for c in self._conns.values()
+            if c.head_started is not None and now - c.head_started > SLOW_HEAD
+            and c.state == "open" and not c.out and c.file is None
+        ]
+        if not slow:
+            return False
+        oldest = min(slow, key=lambda c: c.head_started or now)
+        self._drop(sel, oldest, "request head still arriving while every slot was taken")
+        return True
+
+    def _drop(self, sel: selectors.BaseSelector, conn: _Conn, why: str | None) -> None:
+        if why is not None:
+            self.server.slow_client(conn.address[0], why)
+        self._close(sel, conn)
 
     def _close(self, sel: selectors.BaseSelector, conn: _Conn) -> None:
         if self._conns.pop(conn.sock, None) is None:
@@ -206,9 +272,14 @@ class ReadLoop:
             if conn.inbuf:  # half a request, then EOF: the handler answers what it can
                 return self._hand_off(sel, conn)
             return self._close(sel, conn)
-        conn.deadline = time.monotonic() + self.idle_timeout
+        if conn.head_started is None and not conn.out and conn.file is None:
+            self._head_begins(conn, time.monotonic())  # later bytes never move its deadline
         conn.inbuf += data
         self._serve(sel, conn)
+
+    def _head_begins(self, conn: _Conn, now: float) -> None:
+        conn.head_started = now
+        conn.deadline = now + self.head_timeout
 
     def _serve(self, sel: selectors.BaseSelector, conn: _Conn) -> None:
         """Answer the complete requests in the buffer, in order, while the answers go out."""
@@ -241,8 +312,10 @@ class ReadLoop:
             if answer is None:
                 return self._hand_off(sel, conn)
             del buf[: end + 4]
+            conn.head_started = None
             conn.out = memoryview(answer.head + answer.body)
             conn.file, conn.offset, conn.left = answer.file, 0, answer.count
+            conn.send_started, conn.sent = time.monotonic(), 0
             if (headers.get("connection") or "").lower() == "close":
                 conn.state = "close after"
             self._flush(sel, conn)
@@ -253,14 +326,20 @@ class ReadLoop:
             while conn.out:
                 sent = sock.send(conn.out)
                 conn.out = conn.out[sent:]
+                conn.sent += sent
             while conn.file is not None and conn.left > 0:
                 sent = os.sendfile(sock.fileno(), conn.file.fileno(), conn.offset, conn.left)
                 if sent == 0:  # the file is shorter than it was: end the connection
                     return self._close(sel, conn)
                 conn.offset += sent
                 conn.left -= sent
+                conn.sent += sent
         except (BlockingIOError, InterruptedError):
-            conn.deadline = time.monotonic() + self.idle_timeout
+            now = time.monotonic()
+            if too_slow(now - conn.send_started, conn.sent, self.min_rate, self.grace):
+                return self._drop(sel, conn, f"reading its answer below {self.min_rate:.0f} "
+                                  "bytes/s")
+            conn.deadline = now + self.idle_timeout  # a stall of a whole idle timeout: dropped
             sel.modify(sock, selectors.EVENT_WRITE, conn)  # the rest when the client reads
             return
         except OSError:
@@ -277,6 +356,11 @@ class ReadLoop:
                 sock.shutdown(socket.SHUT_WR)
             sel.modify(sock, selectors.EVENT_READ, conn)
             return
+        now = time.monotonic()
+        if conn.inbuf:  # the next request (pipelined) began while this answer went out
+            self._head_begins(conn, now)
+        else:
+            conn.deadline = now + self.idle_timeout
         sel.modify(sock, selectors.EVENT_READ, conn)
 
 

@@ -1,10 +1,13 @@
 """``factory index verify``: every link on every page resolves, and every hash matches.
 
 Checked: each project page (HTML and JSON) links only to files that exist, with the entry's
-sha256 and the ``.metadata`` file's sha256; with ``deep`` the wheels are re-hashed too (a
-tampered file is found). And the other way round: every committed wheel appears on its
-combined page and on its variant page, and every project page is linked from its root.
+sha256, the ``.metadata`` file's sha256 and the store's yank state (a ``.yank.json`` and its
+reason, PEP 592); with ``deep`` the wheels are re-hashed too (a tampered file is found). And
+the other way round: every committed wheel appears on its combined page and on its variant
+page, and every project page is linked from its root.
 Symlinks in the store are problems; temp files of writers (live or killed) are reported.
+What builders share through the store is checked too: a history record or a lease object
+that does not parse is named (builders skip such a record and take such a lease over).
 """
 
 from __future__ import annotations
@@ -12,14 +15,25 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 from urllib.parse import unquote, urljoin
 
+from factory.build.lease import LEASE_PREFIX, check_lease
 from factory.errors import WheelError
 from factory.index import pages
 from factory.links import parse_anchors
-from factory.store.base import FILES, METADATA_SUFFIX, Store, WheelEntry
+from factory.planning.shared_history import read_records
+from factory.store.base import (
+    ENTRY_SUFFIX,
+    FILES,
+    METADATA_SUFFIX,
+    PROVENANCE_SUFFIX,
+    YANK_SUFFIX,
+    Store,
+    WheelEntry,
+)
 from factory.wheels.binaries import check_floor
 from factory.wheels.floor import wheel_floor
 
@@ -34,6 +48,9 @@ class IndexReport:
     # with ``deep``: each wheel's glibc floor, promised (its tag) and needed (its binaries)
     floors: tuple[dict[str, object], ...] = ()
     temps: tuple[str, ...] = ()  # writers' temp files ('index rebuild' removes stale ones)
+    # side files whose wheel is gone (a deletion that stopped before its last step): harmless
+    # (nothing links to them, and a new publish of the name replaces them)
+    orphans: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -87,6 +104,7 @@ def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
             links += 1
     problems += _missing_from_pages(store, entries, linked, roots, page_keys)
     problems += checker.floor_problems
+    problems += _shared_object_problems(store)
     temps = []
     for stray in store.strays():
         if stray.kind == "symlink":
@@ -95,6 +113,7 @@ def verify_index(store: Store, *, deep: bool = True) -> IndexReport:
             temps.append(f"{stray.key} ({stray.age:.0f} s old)")
     return IndexReport(
         temps=tuple(temps),
+        orphans=_orphans(checker.listing),
         wheels=len(entries),
         pages=len(page_keys),
         links=links,
@@ -111,6 +130,7 @@ class _Link:
     target: str | None  # the store key it resolves to; None if it leaves the store
     sha256: str | None
     metadata_sha256: str | None
+    yanked: str | None = None  # the reason the page shows (PEP 592), None when not yanked
     problem: str | None = None  # something wrong with the link itself
 
 
@@ -124,6 +144,7 @@ def _html_links(key: str, data: bytes) -> list[_Link]:
                 target=_target_key(key, href),
                 sha256=href.split("#sha256=", 1)[1] if "#sha256=" in href else None,
                 metadata_sha256=(a.get("data-core-metadata") or "").removeprefix("sha256="),
+                yanked=a.get("data-yanked"),
                 problem=f"{key}: the two metadata attributes differ for {href}" if differ else None,
             )
         )
@@ -141,9 +162,17 @@ def _json_links(key: str, data: bytes) -> list[_Link] | None:
             target=_target_key(key, str(f.get("url", ""))),
             sha256=f.get("hashes", {}).get("sha256"),
             metadata_sha256=(f.get("core-metadata") or {}).get("sha256"),
+            yanked=_json_yank(f.get("yanked")),
         )
         for f in files
     ]
+
+
+def _json_yank(value: object) -> str | None:
+    """PEP 691's ``yanked``: false, true (no reason) or the reason."""
+    if value is True:
+        return ""
+    return value if isinstance(value, str) else None
 
 
 class _LinkChecker:
@@ -153,7 +182,7 @@ class _LinkChecker:
     def __init__(self, store: Store, entries: list[WheelEntry], *, deep: bool) -> None:
         self._store, self._deep = store, deep
         self._by_key = {e.key: e for e in entries}
-        self._listing = {o.key: o.size for o in store.list(f"{FILES}/")}
+        self.listing = {o.key: o.size for o in store.list(f"{FILES}/")}
         self._wheel_hash: dict[str, str] = {}
         self._metadata_hash: dict[str, str] = {}
         self.floors: dict[str, dict[str, object]] = {}  # filename -> its floor (deep only)
@@ -161,7 +190,7 @@ class _LinkChecker:
 
     def problems(self, page: str, link: _Link) -> list[str]:
         target = link.target
-        if target is None or target not in self._listing:
+        if target is None or target not in self.listing:
             return [f"{page}: link to missing file {target}"]
         entry = self._by_key.get(target)
         if entry is None:
@@ -172,15 +201,17 @@ class _LinkChecker:
                 f"{page}: sha256 of {entry.filename} is {link.sha256}, "
                 f"the entry says {entry.sha256}"
             )
-        if self._listing[target] != entry.size:
+        if self.listing[target] != entry.size:
             problems.append(
-                f"{page}: {entry.filename} is {self._listing[target]} bytes, "
+                f"{page}: {entry.filename} is {self.listing[target]} bytes, "
                 f"the entry says {entry.size}"
             )
         if self._deep and self._hash(self._wheel_hash, target, "") != entry.sha256:
             problems.append(
                 f"{entry.filename}: its bytes do not match sha256 {entry.sha256} (tampered?)"
             )
+        if link.yanked != entry.yanked:
+            problems.append(_yank_problem(page, entry, link.yanked))
         if link.metadata_sha256 != self._hash(self._metadata_hash, target, METADATA_SUFFIX):
             problems.append(
                 f"{page}: core metadata of {entry.filename} does not match "
@@ -198,6 +229,22 @@ class _LinkChecker:
         return cache[target]
 
 
+def _yank_problem(page: str, entry: WheelEntry, shown: str | None) -> str:
+    """A page whose yank state is not the store's (a writer wrote from a stale listing):
+    installers skip a file that is not yanked, or offer one that is."""
+    if entry.yanked is None:
+        return (
+            f"{page}: shows {entry.filename} as yanked ({shown!r}), but the store has no yank "
+            "record for it ('factory index rebuild' rewrites the page)"
+        )
+    if shown is None:
+        return (
+            f"{page}: shows {entry.filename} as not yanked, but the store yanked it "
+            f"({entry.yanked!r}; 'factory index rebuild' rewrites the page)"
+        )
+    return f"{page}: shows {entry.filename} yanked for {shown!r}, the store for {entry.yanked!r}"
+
+
 def _floor(filename: str, data: bytes, problems: list[str]) -> dict[str, object]:
     """A wheel's floor for the report; a tag promising less than the binaries need is a
     problem (factory.wheels.binaries.check_floor says it the same way)."""
@@ -210,6 +257,31 @@ def _floor(filename: str, data: bytes, problems: list[str]) -> dict[str, object]
     if not check.ok:
         problems.append(f"{filename}: {check.detail}")
     return {"wheel": filename, "ok": check.ok, **floor.as_dict()}
+
+
+def _orphans(listing: dict[str, int]) -> tuple[str, ...]:
+    """Side files (.metadata, manifest, yank record) whose wheel and entry are both gone."""
+    out = []
+    for key in sorted(listing):
+        for suffix in (METADATA_SUFFIX, PROVENANCE_SUFFIX, YANK_SUFFIX):
+            if key.endswith(suffix):
+                wheel = key[: -len(suffix)]
+                if wheel not in listing and wheel + ENTRY_SUFFIX not in listing:
+                    out.append(key)
+    return tuple(out)
+
+
+def _shared_object_problems(store: Store) -> list[str]:
+    """History records and lease objects that are not what builders write."""
+    _, bad = read_records(store)
+    problems = [f"{b.key}: {b.problem} (builders skip it; remove it)" for b in bad]
+    keys = sorted(o.key for o in store.list(f"{LEASE_PREFIX}/", sizes=False))
+    now = time.time()
+    for key, data in zip(keys, store.read_many(keys), strict=True):
+        problem = check_lease(key, data, now=now) if data is not None else None
+        if problem is not None:
+            problems.append(problem)
+    return problems
 
 
 def _missing_from_pages(

@@ -1,10 +1,20 @@
 """Writing the index pages: incrementally after a publish or yank, or all of them (rebuild).
 
 Pages are derived; the entries under ``files/`` are the truth. Every page is written with
-compare-and-swap in this order: read the page's token, then list the entries, then write only
-if the token is unchanged, else start over for that page. Any write that succeeds was computed
-from a listing taken after the previous write, and entries only ever get added, so a page can
-never lose a wheel another publisher committed, whatever the interleaving.
+compare-and-swap in rounds: read the page and its token, then list the entries, then render;
+a page equal to its render is done, any other is written only if its token is unchanged. A
+page just written (or whose write lost to another writer) is not done: it goes round again,
+read and rendered from a listing taken after the write, until a round finds it equal.
+
+Why the confirming round: entries are not only added. A yank is undone by an unyank,
+retention deletes builds, so a writer's render can go stale while it waits to write, and a
+page can come back to bytes it had before (so its token, a hash of the bytes, is the one the
+stale writer read: compare-and-swap alone cannot tell). Held just before its write, a yank
+would otherwise write its yanked page after an unyank had found the page already unyanked
+and stopped, leaving every page showing a yank the store does not have. With the round, the
+last writer of a page always lists the store after its own write, and every writer that
+changes the store reads the page after its change: whatever the interleaving, the last page
+written is what the store holds when the writers stop.
 """
 
 from __future__ import annotations
@@ -31,26 +41,30 @@ def _content_type(key: str) -> str:
 def cas_write(store: Store, keys: Iterable[str], render: Render) -> int:
     """Write ``render()[key]`` for each key with compare-and-swap; returns pages changed.
 
-    ``render`` is called after the tokens are read, so whatever it lists is at least as new.
+    ``render`` is called after the pages are read, so whatever it lists is at least as new;
+    a key is done once a round finds its page equal to the render (see the module docstring).
     """
     pending = list(keys)
     changed = 0
     for attempt in range(_MAX_ATTEMPTS):
         current = {k: store.read_with_token(k) for k in pending}
         rendered = render()
-        retry = []
+        unconfirmed = []
+        lost = False
         for key in pending:
             data, token = current[key]
             if data == rendered[key]:
-                continue
+                continue  # read before the listing and equal to its render: done
             if store.put_if(key, rendered[key], token, content_type=_content_type(key)):
                 changed += 1
             else:
-                retry.append(key)
-        if not retry:
+                lost = True
+            unconfirmed.append(key)  # written from a listing that may be stale: round again
+        if not unconfirmed:
             return changed
-        pending = retry
-        time.sleep(random.uniform(0, min(0.2, 0.005 * (attempt + 1))))  # spread the writers
+        pending = unconfirmed
+        if lost:
+            time.sleep(random.uniform(0, min(0.2, 0.005 * (attempt + 1))))  # spread the writers
     raise ConflictError(f"gave up writing {pending[0]} after {_MAX_ATTEMPTS} concurrent updates")
 
 
@@ -61,8 +75,11 @@ def _project_keys(project: str, variants: Iterable[str | None]) -> list[str]:
 def _project_renderer(store: Store, project: str, variants: Iterable[str | None]) -> Render:
     variants = list(variants)
 
+    known: dict[str, WheelEntry] = {}  # entries never change: the next round reuses them
+
     def render() -> dict[str, bytes]:
-        entries = store.wheels(project)
+        entries = store.wheels(project, known=known)
+        known.update((e.key, e) for e in entries)
         out: dict[str, bytes] = {}
         for v in variants:
             chosen = [e for e in entries if v is None or v in pages.entry_variants(e)]
@@ -154,10 +171,49 @@ def rebuild_pages(store: Store) -> RebuildReport:
     publish stopped before their entry are not on the pages: ``publish.rebuild_index`` completes
     them first."""
     started = time.perf_counter()
-    # Tokens before the listing: see the module docstring.
+    # Pages before the listing: see the module docstring.
     existing = {o.key: store.read_with_token(o.key) for o in store.page_objects()}
     entries = store.wheels()
+    wanted, counts = _render_all(entries)
+    written = unchanged = 0
+    lost_race: list[str] = []
+    for key, data in wanted.items():  # project pages before the roots
+        old, token = existing.get(key, (None, None))
+        if old == data:
+            unchanged += 1
+        elif store.put_if(key, data, token, content_type=_content_type(key)):
+            written += 1
+        else:
+            lost_race.append(key)
+    removed = 0
+    for key in existing:
+        if key not in wanted and _is_page(key) and key != pages.COVERAGE_KEY:
+            store.delete(key)
+            removed += 1
+    if written or removed or lost_race:
+        # The confirming round, for all pages at once: a listing after the writes. Where it
+        # differs from the one the pages were rendered from (a yank, unyank, publish or delete
+        # meanwhile), or a write lost, the incremental way redoes those wheels' pages.
+        again = store.wheels(known={e.key: e for e in entries})
+        moved = set(entries) ^ set(again)
+        if lost_race:
+            moved |= {e for e in again if _on_pages(e, lost_race)}
+        if moved:
+            written += update_index(store, moved)
+    return RebuildReport(
+        wheels=len(entries),
+        projects=counts[0],
+        variants=counts[1],
+        pages_written=written,
+        pages_unchanged=unchanged,
+        pages_removed=removed,
+        completed=(),
+        seconds=time.perf_counter() - started,
+    )
 
+
+def _render_all(entries: list[WheelEntry]) -> tuple[dict[str, bytes], tuple[int, int]]:
+    """Every page the entries make, project pages first; and (projects, variants)."""
     by_project: dict[str, list[WheelEntry]] = defaultdict(list)
     for e in entries:
         by_project[e.project].append(e)
@@ -176,48 +232,18 @@ def rebuild_pages(store: Store) -> RebuildReport:
             json_key, html_key = pages.project_page_keys(project, v)
             wanted[json_key] = pages.project_json(project, chosen, v)
             wanted[html_key] = pages.project_html(project, chosen, v)
-    roots: dict[str, bytes] = {}
     root_sets: list[tuple[str | None, set[str]]] = [
         (None, set(by_project)),
         *variant_projects.items(),
     ]
     for root_variant, names in root_sets:
         json_key, html_key = pages.root_page_keys(root_variant)
-        roots[json_key] = pages.root_json(names)
-        roots[html_key] = pages.root_html(names)
-    roots[pages.TOP_KEYS[0]] = pages.top_json(variant_projects)
-    roots[pages.TOP_KEYS[1]] = pages.top_html(variant_projects)
-    roots[pages.FINDER_KEY] = finder.finder_html(finder.finder_rows_from_entries(entries))
-
-    written = unchanged = 0
-    lost_race: list[str] = []
-    for key, data in [*wanted.items(), *roots.items()]:  # project pages before the roots
-        old, token = existing.get(key, (None, None))
-        if old == data:
-            unchanged += 1
-        elif store.put_if(key, data, token, content_type=_content_type(key)):
-            written += 1
-        else:
-            lost_race.append(key)
-    if lost_race:
-        # A publisher wrote these meanwhile; redo them the incremental way (fresh listing).
-        written += update_index(store, [e for e in entries if _on_pages(e, lost_race)])
-    removed = 0
-    for key in existing:
-        if key not in wanted and key not in roots and _is_page(key) \
-                and key != pages.COVERAGE_KEY:
-            store.delete(key)
-            removed += 1
-    return RebuildReport(
-        wheels=len(entries),
-        projects=len(by_project),
-        variants=len(variant_projects),
-        pages_written=written,
-        pages_unchanged=unchanged,
-        pages_removed=removed,
-        completed=(),
-        seconds=time.perf_counter() - started,
-    )
+        wanted[json_key] = pages.root_json(names)
+        wanted[html_key] = pages.root_html(names)
+    wanted[pages.TOP_KEYS[0]] = pages.top_json(variant_projects)
+    wanted[pages.TOP_KEYS[1]] = pages.top_html(variant_projects)
+    wanted[pages.FINDER_KEY] = finder.finder_html(finder.finder_rows_from_entries(entries))
+    return wanted, (len(by_project), len(variant_projects))
 
 
 def _is_page(key: str) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import itertools
 import platform as _platform
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -18,91 +17,48 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from factory.environment import MATRIX_ENV, env_value
 from factory.errors import CellError, ConfigError, ConfigErrors
 from factory.matrix.cell import (
     DEFAULT_PLATFORM,
     Cell,
-    parse_arch,
     parse_cuda,
     parse_platform,
     parse_python,
     parse_version,
 )
+from factory.matrix.expand import Skipped, locked_cell, product
+from factory.matrix.indexes import indexes_table, torch_indexes_table
+from factory.matrix.lock import Lock, LockedCell, lock_path, matrix_digest, read_lock
 from factory.matrix.manylinux import host_glibc, manylinux_name, plat_for_image
+from factory.matrix.package import (
+    AXES,
+    AXIS_DEFAULTS,
+    AXIS_MODIFIERS,
+    PackageSpec,
+    archs_axis,
+    parse_axes,
+    parse_package,
+)
+from factory.matrix.rules import (
+    cuda_rule,
+    python_rule,
+    resolve_versions,
+    torch_rule,
+)
 from factory.matrix.settings import Settings, check_keys, check_manylinux, default_settings
 from factory.matrix.tags import local_tag, parse_local, plat_for_platform
-from factory.recipes import Recipe, get_recipe
+from factory.recipes import Recipe, declared_recipes
 from factory.runners import runner_kind
 from factory.tomlread import tomllib
-from factory.toolchain.resolve import Toolchain, check_cell_cuda, resolve_toolchain
+from factory.toolchain.resolve import Toolchain, check_cell_archs, resolve_toolchain
 from factory.toolchain.sdist import check_sdist_exists
+from factory.upstream.facts import Facts, load_facts
+from factory.upstream.read import Indexes
 
-AXES = ("torch", "cuda", "archs", "python", "platform")
-# Axes a matrix may leave out, and the value they then take.
-AXIS_DEFAULTS: dict[str, list[Any]] = {"platform": [DEFAULT_PLATFORM]}
-TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes"}
-PACKAGE_KEYS = {"recipe", "versions", "source", "sha256", "manylinux", *AXES}
+TOP_KEYS = {"version", "settings", "axes", "packages", "include", "exclude", "torch-indexes",
+            "indexes",
+            "recipes"}
 RULE_KEYS = {"package", "version", *AXES, "reason", "manylinux"}
-
-
-def _as_list(value: Any, where: str) -> list[Any]:
-    if isinstance(value, list):
-        if not value:
-            raise ConfigError(f"{where} is an empty list")
-        return value
-    if isinstance(value, (str, int, float)):
-        return [value]
-    raise ConfigError(f"{where} must be a string or a list, not {type(value).__name__}")
-
-
-def _archs_axis(value: Any, where: str) -> list[tuple[int, ...]]:
-    """archs = ["10.0"] (one set), [["9.0"], ["10.0"]] (two sets), or "10.0"."""
-    items = _as_list(value, where)
-    if all(isinstance(v, list) for v in items):
-        sets = items
-    elif any(isinstance(v, list) for v in items):
-        raise ConfigError(f"{where} mixes arch sets and single archs")
-    else:
-        sets = [items]
-    out: list[tuple[int, ...]] = []
-    for s in sets:
-        if not s:
-            raise ConfigError(f"{where} has an empty arch set")
-        try:
-            out.append(tuple(sorted({parse_arch(str(a)) for a in s})))
-        except CellError as exc:
-            raise ConfigError(f"{where}: {exc.message}") from None
-    return out
-
-
-def _scalar_axis(value: Any, where: str, parse: Any) -> list[str]:
-    out = []
-    for v in _as_list(value, where):
-        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-            raise ConfigError(f"{where} must hold version strings")
-        if isinstance(v, float):
-            # TOML reads 2.10 as the number 2.1: a version written as a float loses digits.
-            raise ConfigError(
-                f"{where}: {v} is a TOML number; quote versions (\"2.10\" reads as 2.1)"
-            )
-        try:
-            parse(str(v))
-        except CellError as exc:
-            raise ConfigError(f"{where}: {exc.message}") from None
-        out.append(str(v))
-    return out
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PackageSpec:
-    name: str
-    recipe: Recipe
-    versions: tuple[str, ...]
-    source: str  # "pypi" or a path (relative to the matrix file's directory)
-    sha256: str | None
-    axes: dict[str, list[Any]]
-    manylinux: str | None = None  # the package's glibc floor, over [settings] manylinux
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -119,6 +75,10 @@ class PlannedCell:
     variant: str  # its per-variant index: 'cu130-torch2.14-sm100' (the arch set unless the default)
     wheel: str  # the exact filename the cell will produce
     manylinux: str = "auto"  # the promised glibc floor ("2_28"), or "auto": the builder's
+    sdist: str | None = None  # the sdist's filename, where the facts or the lock name it
+    torch_wheel: str | None = None  # the torch wheel the build installs, and its sha256
+    torch_sha256: str | None = None
+    cuda_release: str | None = None  # the CUDA release torch's build pins ("13.0.3")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -132,6 +92,11 @@ class PlannedCell:
             "wheel": self.wheel,
             "manylinux": self.manylinux,
             "toolchain": self.toolchain.as_dict(),
+            "sdist": self.sdist,
+            "sha256": self.sha256,
+            "torch_wheel": self.torch_wheel,
+            "torch_sha256": self.torch_sha256,
+            "cuda_release": self.cuda_release,
         }
 
 
@@ -143,6 +108,16 @@ class Matrix:
     packages: dict[str, PackageSpec]
     torch_indexes: dict[str, str]
     cells: tuple[PlannedCell, ...]
+    facts: Facts  # what the indexes list (the cache under the work dir, else the snapshot)
+    indexes: Indexes = Indexes()
+    skipped: tuple[Skipped, ...] = ()  # cells the matrix names that cannot be built
+    lock: Lock | None = None  # the lock the cells come from, when it matches the matrix
+    lock_state: str = "none"  # "locked" | "stale" (matrix.toml changed since) | "none"
+    digest: str = ""  # of the matrix's rules, as a lock records it
+
+    @property
+    def lock_file(self) -> Path | None:
+        return lock_path(self.path) if self.path else None
 
     def short_id(self, cell: Cell) -> str:
         """The cell's short id (``Cell.short_id``), with the package version and the full torch
@@ -173,11 +148,17 @@ class Matrix:
         for pc in self.cells:
             if pc.cell == want:
                 return pc
+        for skip in self.skipped:
+            if skip.cell == want.id:
+                where = "" if want.id in skip.reason else f" ({want.id})"
+                raise ConfigError(f"{skip.reason}{where}")
         if not outside:
             where = f" {self.path}" if self.path else ""
             raise CellError(f"{want.id} is not a cell of the matrix{where}{hint}",
                             tip="'factory matrix' lists its cells; 'factory request' builds a "
                             "cell outside it")
+        # A cell outside the matrix is fine (one-off requests) if its package is known and the
+        # version exists.
         pkg = self.package(want.package)
         if want.version not in pkg.versions:
             pkg = self._other_version(pkg, want.version)
@@ -252,15 +233,31 @@ def cell_plat(settings: Settings, cell: Cell, manylinux: str) -> str:
 def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
               settings: Settings | None = None,
               torch_indexes: Mapping[str, str] | None = None,
-              manylinux: str | None = None) -> PlannedCell:
+              manylinux: str | None = None,
+              locked: LockedCell | None = None) -> PlannedCell:
+    """Everything the later stages need for ``cell``. Checked against the facts (does torch
+    ship this CUDA for this CPU and Python?), or taken as the lock has it (``locked``)."""
     settings = matrix.settings if matrix else (settings or default_settings())
     torch_indexes = matrix.torch_indexes if matrix else (torch_indexes or {})
-    try:
-        check_cell_cuda(cell)
-        pkg.recipe.check_cell(cell)
-    except ConfigError:
-        raise
-    toolchain = resolve_toolchain(cell, torch_indexes=dict(torch_indexes), prefer=settings.toolkit)
+    facts = matrix.facts if matrix else load_facts(settings.work_dir)
+    check_cell_archs(cell)
+    pkg.recipe.check_cell(cell)
+    if locked is not None:
+        index = None if locked.torch_index == "pypi" else locked.torch_index
+        sdist, sha256 = locked.sdist, locked.sha256
+        torch_wheel, torch_sha256 = locked.torch_wheel, locked.torch_sha256
+        release = locked.cuda_release
+    else:
+        build = facts.build_for(torch=cell.torch, cuda=cell.cuda, platform=cell.platform,
+                                python=cell.python)
+        index = build.index
+        wheel = build.files[cell.platform][cell.python]
+        torch_wheel, torch_sha256 = (wheel.filename or None), wheel.sha256
+        release = build.release
+        sdist, sha256 = pkg.sha256_of(cell.version, facts)
+    if index is not None:
+        index = torch_indexes.get(cell.cuda, index)  # [torch-indexes]: a mirror of it
+    toolchain = resolve_toolchain(cell, torch_index=index, prefer=settings.toolkit)
     floor = manylinux or pkg.manylinux or settings.manylinux
     local = local_tag(cuda=cell.cuda, torch_minor=cell.torch_minor, archs=cell.archs,
                       default_archs=pkg.recipe.default_archs)
@@ -269,12 +266,16 @@ def plan_cell(cell: Cell, pkg: PackageSpec, matrix: Matrix | None = None, *,
         recipe=pkg.recipe,
         toolchain=toolchain,
         source=pkg.source,
-        sha256=pkg.sha256,
+        sha256=sha256,
         content_key=cell.content_key(pkg.recipe.revision, manylinux=floor),
         local=local,
         variant=parse_local(local).variant,
         wheel=wheel_filename(cell, local, cell_plat(settings, cell, floor)),
         manylinux=floor,
+        sdist=sdist,
+        torch_wheel=torch_wheel,
+        torch_sha256=torch_sha256,
+        cuda_release=release,
     )
 
 
@@ -290,7 +291,7 @@ def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str,
         want = rule[axis]
         have = cell_axes[axis]
         if axis == "archs":
-            if _archs_axis(want, "exclude.archs")[0] != have:
+            if archs_axis(want, "exclude.archs")[0] != have:
                 return False
         elif axis == "python":
             if parse_python(str(want)) != parse_python(have):
@@ -310,8 +311,14 @@ def _rule_matches(rule: Mapping[str, Any], pkg: str, version: str,
     return True
 
 
-def load_matrix(path: Path | None = None, *, text: str | None = None) -> Matrix:
-    """Parse and validate; raises ConfigError with one line on the first problem."""
+def load_matrix(path: Path | None = None, *, text: str | None = None, use_lock: bool = True,
+                facts: Facts | None = None, expand: bool = True) -> Matrix:
+    """Parse and validate; raises ConfigError with one line on the first problem.
+
+    The cells come from ``<matrix>.lock`` while it matches the matrix (``use_lock``), else
+    from resolving the matrix's rules against ``facts`` (default: what this builder knows,
+    never the network). ``expand`` False: the settings and packages only, no cells (what
+    ``factory lock`` needs before it has read the indexes)."""
     if text is None:
         if path is None:
             path = Path("matrix.toml")
@@ -328,7 +335,8 @@ def load_matrix(path: Path | None = None, *, text: str | None = None) -> Matrix:
     except RecursionError:  # tomllib recurses per nesting level
         raise ConfigError("matrix is not valid TOML: arrays or tables nested too deeply") from None
     root = path.parent.resolve() if path else Path.cwd()
-    return _build_matrix(data, path=path, root=root)
+    return _build_matrix(data, path=path, root=root, use_lock=use_lock, facts=facts,
+                         expand=expand)
 
 
 class _Problems:
@@ -353,7 +361,8 @@ class _Problems:
             raise ConfigErrors(self.found)
 
 
-def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Matrix:
+def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path, use_lock: bool,
+                  facts: Facts | None, expand: bool) -> Matrix:
     """Checked in the file's order; independent parts (settings, axes, each package, each rule)
     are all checked, so every problem is reported at once."""
     check_keys(data, TOP_KEYS, "the matrix")  # a misspelt table: what follows would be noise
@@ -368,16 +377,22 @@ def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Mat
         settings = Settings.from_table(raw_settings, root=root)
     torch_indexes: dict[str, str] = {}
     with problems.part():
-        torch_indexes = _torch_indexes(data.get("torch-indexes", {}))
+        torch_indexes = torch_indexes_table(data.get("torch-indexes", {}))
+    indexes = Indexes()
+    with problems.part():
+        indexes = indexes_table(data.get("indexes", {}))
     global_axes: dict[str, list[Any]] | None = None
     with problems.part():
         axes_raw = data.get("axes", {})
         if not isinstance(axes_raw, dict):
             raise ConfigError("[axes] must be a table")
-        check_keys(axes_raw, AXES, "[axes]")
-        global_axes = _parse_axes(axes_raw, "axes")
+        check_keys(axes_raw, {*AXES, *AXIS_MODIFIERS}, "[axes]")
+        global_axes = parse_axes(axes_raw, "axes")
+    recipes: dict[str, Recipe] = {}
+    with problems.part():
+        recipes = declared_recipes(data.get("recipes", {}), origin=str(path or "the matrix"))
     packages = _packages(data.get("packages", {}), root=root, global_axes=global_axes,
-                         problems=problems)
+                         problems=problems, recipes=recipes)
     rules: dict[str, list[dict[str, Any]]] = {}
     for kind in ("exclude", "include"):
         with problems.part():
@@ -386,31 +401,45 @@ def _build_matrix(data: dict[str, Any], *, path: Path | None, root: Path) -> Mat
             declared = raw_packages if isinstance(raw_packages, dict) and raw_packages else None
             rules[kind] = _rules(data, kind, declared, problems)
     problems.raise_any()
+    digest = matrix_digest(data)
+    lock = read_lock(lock_path(path)) if (path is not None and use_lock) else None
+    state = "none" if lock is None else ("locked" if lock.matrix == digest else "stale")
+    if state != "locked":
+        lock = None
     matrix = Matrix(
         path=path, root=root, settings=settings, packages=packages,
-        torch_indexes=torch_indexes, cells=(),
+        torch_indexes=torch_indexes, cells=(), indexes=indexes,
+        facts=facts if facts is not None else load_facts(settings.work_dir),
+        lock=lock, lock_state=state, digest=digest,
     )
-    cells = _expand(matrix, excludes=rules["exclude"], includes=rules["include"], problems=problems)
+    if not expand:
+        return matrix
+    matrix = _resolve_versions(matrix, problems)
     problems.raise_any()
-    return dataclasses.replace(matrix, cells=cells)
+    cells, skipped = _expand(matrix, excludes=rules["exclude"], includes=rules["include"],
+                             problems=problems)
+    problems.raise_any()
+    return dataclasses.replace(matrix, cells=cells, skipped=skipped)
 
 
-def _torch_indexes(raw: Any) -> dict[str, str]:
-    """``[torch-indexes]``: CUDA version = the PyTorch index URL for its torch builds."""
-    if not isinstance(raw, dict):
-        raise ConfigError("[torch-indexes] must be a table of CUDA version = URL")
-    for k, v in raw.items():
-        try:
-            parse_cuda(k)
-        except CellError as exc:
-            raise ConfigError(f"[torch-indexes]: {exc.message}") from None
-        if not isinstance(v, str) or not v.startswith(("http://", "https://", "file://")):
-            raise ConfigError(f"[torch-indexes] {k!r} must be an http(s) or file URL")
-    return dict(raw)
+def _resolve_versions(matrix: Matrix, problems: _Problems) -> Matrix:
+    """Each package's versions: the lock's, or its rules resolved against the facts."""
+    packages = dict(matrix.packages)
+    for name, pkg in matrix.packages.items():
+        with problems.part():
+            if matrix.lock is not None:
+                versions = list(dict.fromkeys(c.version for c in matrix.lock.cells
+                                              if c.package == name))
+                versions = versions or [r.text for r in pkg.version_rules if not r.tracking]
+            else:
+                releases = matrix.facts.packages.get(name) if pkg.source == "pypi" else None
+                versions = resolve_versions(pkg.version_rules, name, releases)
+            packages[name] = dataclasses.replace(pkg, versions=tuple(versions))
+    return dataclasses.replace(matrix, packages=packages)
 
 
 def _packages(raw: Any, *, root: Path, global_axes: Mapping[str, list[Any]] | None,
-              problems: _Problems) -> dict[str, PackageSpec]:
+              problems: _Problems, recipes: Mapping[str, Recipe]) -> dict[str, PackageSpec]:
     """Every ``[packages.NAME]`` that is valid; the problems of the others go to ``problems``."""
     if not isinstance(raw, dict) or not raw:
         with problems.part():
@@ -419,48 +448,12 @@ def _packages(raw: Any, *, root: Path, global_axes: Mapping[str, list[Any]] | No
     packages: dict[str, PackageSpec] = {}
     for name, spec in raw.items():
         with problems.part():
-            pkg = _package(name, spec, root=root, global_axes=global_axes)
+            pkg = parse_package(name, spec, root=root, global_axes=global_axes,
+                                recipes=recipes)
             if pkg.name in packages:
                 raise ConfigError(f"package {name!r} is declared twice")
             packages[pkg.name] = pkg
     return packages
-
-
-def _package(name: str, spec: Any, *, root: Path,
-             global_axes: Mapping[str, list[Any]] | None) -> PackageSpec:
-    """One ``[packages.NAME]`` table; its own axes override the global ones."""
-    where = f"[packages.{name}]"
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{where} must be a table")
-    check_keys(spec, PACKAGE_KEYS, where)
-    recipe = get_recipe(str(spec.get("recipe", "torch-extension")))
-    if "versions" not in spec:
-        raise ConfigError(f"{where} needs versions = [...]")
-    versions = _scalar_axis(spec["versions"], f"{where} versions", lambda v: parse_version(v, name))
-    source = spec.get("source", "pypi")
-    if not isinstance(source, str) or not source:
-        raise ConfigError(f"{where} source must be 'pypi' or a directory path")
-    if source != "pypi" and not (root / source).is_dir():
-        looked = (root / source).resolve()
-        raise ConfigError(
-            f"{where} source directory {source!r} does not exist (looked for {looked}; "
-            "a relative source counts from the matrix file's directory)"
-        )
-    sha = spec.get("sha256")
-    if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
-        raise ConfigError(f"{where} sha256 must be 64 hex digits")
-    axes = dict(global_axes or {})
-    axes.update(_parse_axes({k: spec[k] for k in AXES if k in spec}, f"packages.{name}"))
-    for axis in AXES:
-        if axis not in axes and axis in AXIS_DEFAULTS:
-            axes[axis] = list(AXIS_DEFAULTS[axis])
-        if axis not in axes and global_axes is not None:  # else [axes] has its own problem
-            raise ConfigError(f"{where} has no {axis} axis and [axes] sets none")
-    floor = check_manylinux(spec["manylinux"], where) if "manylinux" in spec else None
-    return PackageSpec(
-        name=canonicalize_name(name), recipe=recipe, versions=tuple(versions), source=source,
-        sha256=sha, axes=axes, manylinux=floor,
-    )
 
 
 def _rules(data: Mapping[str, Any], kind: str, declared: Iterable[str] | None,
@@ -480,7 +473,14 @@ def _rules(data: Mapping[str, Any], kind: str, declared: Iterable[str] | None,
                 raise ConfigError(
                     f"[[{kind}]] #{i + 1} names unknown package {rule['package']!r}"
                 )
-            parsed = _parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
+            parsed = parse_axes({a: rule[a] for a in AXES if a in rule}, f"[[{kind}]] #{i + 1}")
+            for axis, rule_of in (("torch", torch_rule), ("cuda", cuda_rule),
+                                  ("python", python_rule)):
+                for v in parsed.get(axis, []):
+                    if rule_of(str(v), axis).tracking:
+                        raise ConfigError(f"[[{kind}]] #{i + 1} {axis} {v!r}: a rule belongs "
+                                          "in [axes] or [packages.NAME]; a rule here names "
+                                          "exact values")
             if "manylinux" in rule:
                 if kind == "exclude":
                     raise ConfigError(f"[[exclude]] #{i + 1}: manylinux is not a cell axis "
@@ -496,30 +496,60 @@ def _rules(data: Mapping[str, Any], kind: str, declared: Iterable[str] | None,
 
 
 def _expand(matrix: Matrix, *, excludes: list[dict[str, Any]], includes: list[dict[str, Any]],
-            problems: _Problems) -> tuple[PlannedCell, ...]:
-    """The product of each package's axes, minus the excluded cells, plus the included ones.
-    A cell that cannot be planned is a problem of its own (the same one reported once)."""
+            problems: _Problems) -> tuple[tuple[PlannedCell, ...], tuple[Skipped, ...]]:
+    """The cells: the lock's when it matches the matrix; else the product of each package's
+    resolved axes, minus the excluded cells, plus the included ones. A cell of the product
+    that cannot be built is skipped with its reason; an [[include]] that cannot is a problem
+    (it names that one cell). A matrix with no cell but skipped ones reports their reasons."""
     cells: dict[Cell, PlannedCell] = {}
+    skipped: dict[str, Skipped] = {}
+
+    def plan_or_skip(cell: Cell, pkg: PackageSpec, **kw: Any) -> None:
+        try:
+            cells[cell] = plan_cell(cell, pkg, matrix, **kw)
+        except ConfigError as exc:
+            skipped[cell.id] = Skipped(package=cell.package, cell=cell.id, reason=exc.message)
+
+    if matrix.lock is not None:
+        for locked in matrix.lock.cells:
+            plan_or_skip(locked_cell(locked), matrix.packages[locked.package],
+                         manylinux=locked.manylinux, locked=locked)
+        skipped.update((s.cell, Skipped(package=s.package, cell=s.cell, reason=s.reason))
+                       for s in matrix.lock.skips)
+        return _sorted(cells, skipped)
     for pkg in matrix.packages.values():
-        for version, torch, cuda, archs, python, platform in itertools.product(
-            pkg.versions, pkg.axes["torch"], pkg.axes["cuda"], pkg.axes["archs"],
-            pkg.axes["python"], pkg.axes["platform"],
-        ):
-            values = {"torch": torch, "cuda": cuda, "archs": archs, "python": python,
-                      "platform": platform}
-            if any(_rule_matches(r, pkg.name, version, values) for r in excludes):
+        combos: list[dict[str, Any] | Skipped] = []
+        with problems.part():  # a rule that matches no release, a torch that is none
+            for torch in pkg.axes["torch"]:
+                if not torch_rule(str(torch), "torch").tracking:
+                    matrix.facts.check_release(str(torch))
+            combos = list(product(pkg, matrix.facts))
+        for combo in combos:
+            if isinstance(combo, Skipped):
+                skipped[combo.cell] = combo
                 continue
-            cell = Cell(package=pkg.name, version=version, torch=torch, cuda=cuda, archs=archs,
-                        python=python, platform=platform)
-            with problems.part():
-                cells[cell] = plan_cell(cell, pkg, matrix)
+            if any(_rule_matches(r, pkg.name, combo["version"], combo) for r in excludes):
+                continue
+            plan_or_skip(Cell(package=pkg.name, **combo), pkg)
     for i, rule in enumerate(includes):
         with problems.part():
             pkg, cell = _included_cell(rule, f"[[include]] #{i + 1}", matrix.packages)
             cells[cell] = plan_cell(cell, pkg, matrix, manylinux=rule.get("manylinux"))
+            skipped.pop(cell.id, None)
     if not cells and not problems.found:
+        reasons = list(dict.fromkeys(s.reason for s in skipped.values()))
+        if len(reasons) == 1:
+            raise ConfigError(reasons[0])
+        if reasons:
+            raise ConfigErrors([ConfigError(r) for r in reasons])
         raise ConfigError("the matrix expands to no cells (everything excluded?)")
-    return tuple(sorted(cells.values(), key=lambda p: p.cell.id))
+    return _sorted(cells, skipped)
+
+
+def _sorted(cells: Mapping[Cell, PlannedCell], skipped: Mapping[str, Skipped]
+            ) -> tuple[tuple[PlannedCell, ...], tuple[Skipped, ...]]:
+    return (tuple(sorted(cells.values(), key=lambda p: p.cell.id)),
+            tuple(sorted(skipped.values(), key=lambda s: s.cell)))
 
 
 def _included_cell(rule: Mapping[str, Any], where: str,
@@ -537,53 +567,10 @@ def _included_cell(rule: Mapping[str, Any], where: str,
         parse_version(version, pkg.name)
     except CellError as exc:
         raise ConfigError(f"{where}: {exc.message}") from None
-    values = {**AXIS_DEFAULTS, **_parse_axes({a: rule[a] for a in AXES if a in rule}, where)}
+    values = {**AXIS_DEFAULTS, **parse_axes({a: rule[a] for a in AXES if a in rule}, where)}
     cell = Cell(
         package=pkg.name, version=version, torch=values["torch"][0], cuda=values["cuda"][0],
         archs=values["archs"][0], python=values["python"][0], platform=values["platform"][0],
     )
     return pkg, cell
 
-
-def _parse_axes(raw: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for axis, value in raw.items():
-        w = f"{where}.{axis}"
-        if axis == "archs":
-            out[axis] = _archs_axis(value, w)
-        elif axis == "torch":
-            out[axis] = _scalar_axis(value, w, lambda v: parse_version(v, "torch"))
-        elif axis == "cuda":
-            out[axis] = _scalar_axis(value, w, parse_cuda)
-        elif axis == "python":
-            out[axis] = _scalar_axis(value, w, parse_python)
-        elif axis == "platform":
-            out[axis] = [parse_platform(v) for v in _scalar_axis(value, w, parse_platform)]
-    return out
-
-
-def default_matrix_path() -> Path | None:
-    """$FACTORY_MATRIX, else matrix.toml in the current directory, else the checkout's own when
-    the package runs from one (an editable install called from elsewhere); None when there is
-    none, as for an installed wheel outside a checkout."""
-    named = env_value(MATRIX_ENV)
-    if named:
-        return Path(named)
-    here = Path("matrix.toml")
-    if here.exists():
-        return here
-    checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "matrix.toml").is_file() and (checkout / "pyproject.toml").is_file():
-        return checkout / "matrix.toml"
-    return None
-
-
-def matrix_path(explicit: Path | None = None) -> Path:
-    """--matrix, else ``default_matrix_path()``; one line (ConfigError) when there is none."""
-    path = explicit or default_matrix_path()
-    if path is None:
-        raise ConfigError(
-            f"no matrix.toml in {Path.cwd()}",
-            tip=f"run in the directory that holds it, or pass --matrix FILE or set {MATRIX_ENV}",
-        )
-    return path

@@ -3,7 +3,7 @@ their memory peak and their OOM-kill counter.
 
 Users: the planner's budget (this process's own limits), the docker runner (the container's
 cgroup seen from the host) and the local runner (the build cgroup it made). The build's own
-side, ``inside.py``, runs in the container's python and keeps its own stdlib-only reader.
+side, ``runners/inside/``, runs in the container's python and keeps its own stdlib-only reader.
 
 A directory is read the same way whatever its version: the v2 file first, else the v1 file
 (a directory has only one of them), so callers need not know which hierarchy they hold.
@@ -117,6 +117,13 @@ def own_dirs(
     return memory, cpu
 
 
+def limiting_memory_dir(proc_cgroup: Path = PROC_CGROUP, root: Path = ROOT) -> Path | None:
+    """The nearest cgroup on this process's path up to the root that sets a memory limit: the
+    allocation a Slurm job or a Kubernetes pod runs in. None: no limit anywhere."""
+    memory, _ = own_dirs(proc_cgroup, root)
+    return next((d for d in memory if memory_limit(d) is not None), None)
+
+
 def container_dirs(container_id: str, root: Path = ROOT) -> list[Path]:
     """A docker container's memory cgroup seen from the host (cgroupfs or systemd driver, v1
     or v2); it exists only while the container runs."""
@@ -190,7 +197,7 @@ def cpu_limit(cgroup_dir: Path) -> float | None:
 
 def memory_peak(cgroup_dir: Path) -> int | None:
     """The cgroup's peak memory (v2 memory.peak, v1 memory.max_usage_in_bytes). Page cache
-    counts: it is not what the compilers used (the sampler in inside.py measures that)."""
+    counts: it is not what the compilers used (runners/inside/sampling.py measures that)."""
     for name in ("memory.peak", "memory.max_usage_in_bytes"):
         value = _number(cgroup_dir / name)
         if value is not None:

@@ -3,9 +3,9 @@ finished and what is running.
 
 The plan predicts every object's seconds (``planner.object_seconds``: another build's times,
 scaled to this cell's archs, threads and contention) and ninja starts the objects in
-build.ninja's order on ``jobs`` slots. While the build runs, the sampler (runners/inside.py)
-says which objects are compiling and since when, and which have finished and how long they
-took. The estimate is a replay of the rest:
+build.ninja's order on ``jobs`` slots. While the build runs, the sampler
+(runners/inside/sampling.py) says which objects are compiling and since when, and which have
+finished and how long they took. The estimate is a replay of the rest:
 
 - ``speed``: the seconds the finished objects took over what was predicted for them, with a
   prior of one wave of objects (``jobs`` of them) at the predicted speed, so one early object
@@ -32,7 +32,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from factory.planning.memory_model import LoggedObject, ObjectTimes
+from factory.planning.memory_model import ObjectTimes
+from factory.planning.ninja_log import LoggedObject
 from factory.planning.planner import object_seconds
 from factory.planning.replay import contention_factor
 

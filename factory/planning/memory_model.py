@@ -3,48 +3,55 @@
 Memory is keyed by (package, version, CUDA major.minor, archs compiled concurrently per job,
 NVCC_THREADS). "Concurrently" is min(NVCC_THREADS, archs): nvcc --threads compiles that many
 archs of one file at once, and each costs about a whole compiler's memory (measured,
-docs/BENCHMARKS.md: ~4.5 GB per concurrently compiling arch). A key nobody measured falls back to
-less specific keys, then to the recipe's per-arch default, and says which one it used.
+docs/BENCHMARKS.md: ~4.5 GB per concurrently compiling arch). A key nobody measured falls back
+to less specific keys, then to the recipe's per-arch default, and says which one it used.
 
 Every figure is a PEAK: memory per job swings widely within a build and a plan sized on the
 mean is OOM-killed at the first coincidence of heavy kernels. A record keeps the last few
 observed peaks and answers with their maximum, so one bad measurement ages out but a
 lighter build never talks the model below what it has recently seen.
 
-The history is one JSON document, ``"version": 1``. The project ships defaults
-(``factory/data/memory_history.json``); ``FACTORY_MEMORY_HISTORY`` or a path argument points
-at another file (e.g. on a share, for several builders), which overlays the shipped one.
-Writes are atomic (temp file + os.replace) under an advisory lock, so builders sharing the
-file do not lose each other's records.
+Per-object times come with the runs they were measured in (``RecordedRun``: jobs, CPUs, the
+compile's span and peak as a whole), so a plan can say how far its figures have been off on
+the machines that made them (factory.planning.spread).
+
+The file itself (where it is, its checks, atomic writes) is factory.planning.history_file;
+writes here happen under an advisory lock, so builders sharing the file do not lose each
+other's records. What a finished attempt adds is factory.planning.record.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import fcntl
-import importlib.resources
 import json
 import math
 import os
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from factory.environment import HISTORY_ENV
-from factory.errors import ConfigError, FactoryError
+from factory.errors import ConfigError
 from factory.matrix.cell import Cell
-from factory.matrix.load import PlannedCell
+from factory.planning.history_file import (
+    atomic_write_json,
+    checked,
+    empty_document,
+    history_path,
+    read_document,
+    shipped_history_path,
+    today,
+)
 from factory.planning.replay import contention_factor
 from factory.units import format_size
 
-HISTORY_VERSION = 1
 RECENT_PEAKS = 5  # peaks remembered per key; the estimate is their maximum
 # An estimate borrowed from another version, CUDA or arch count gets this much on top:
 # kernels and compilers change between releases, and an OOM costs more than one job less.
 INFERRED_MARGIN = 0.10
+RECENT_RUNS = 8  # whole runs remembered per objects entry (the spread a plan's range comes from)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, order=True)
@@ -80,19 +87,69 @@ class Estimate:
     exact: bool  # measured for exactly this key
     # The heaviest single object, when one was measured above the per-job peak (flash-attn's
     # backward hdim256 kernels: 6.7 GiB against 4.2 GiB per job over a whole build); else
-    # per_job_bytes. The planner counts it for the first jobs
-    # (factory.planning.planner.predicted_peak).
+    # per_job_bytes. The planner counts it for the first jobs (planner.predicted_peak).
     largest_object_bytes: int = 0
     largest_object_source: str = ""
+    # The least of the record's recent peaks, scaled as per_job_bytes (0: per_job_bytes) and
+    # how many there are: the spread of the builds the estimate comes from.
+    per_job_low_bytes: int = 0
+    peaks_seen: int = 0
 
     @property
     def largest(self) -> int:
         return max(self.per_job_bytes, self.largest_object_bytes)
 
 
+PEAK_OF = ("compilers", "host")  # what a run's peak counts (RecordedRun.peak_of)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordedRun:
+    """One real build of an objects entry, as a whole: its conditions and what it measured.
+
+    ``peak_of``: "compilers" is the summed RSS of the compiler processes at their peak (the
+    runners' sampler); "host" is the host's used memory above idle, which also holds setup.py
+    and ninja (the GPU machine's 2-s samples)."""
+
+    source: str
+    date: str
+    max_jobs: int
+    cpus: int
+    compile_seconds: float  # ninja's span: first start to last end
+    peak_bytes: int | None = None
+    peak_of: str = "compilers"
+    machine: str = ""  # the builder's CPU model and count, where recorded
+    # the objects in the order the run started them (a plan's check replays it in that order:
+    # a later build's order, from newer times, is not the one this run's peak came from)
+    order: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["order"] = list(self.order)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RecordedRun:
+        peak_of = str(d.get("peak_of", "compilers"))
+        if peak_of not in PEAK_OF:
+            raise ValueError(f"peak_of {peak_of!r} is not one of {PEAK_OF}")
+        peak = d.get("peak_bytes")
+        return cls(source=str(d.get("source", "")), date=str(d.get("date", "")),
+                   max_jobs=int(d["max_jobs"]), cpus=int(d["cpus"]),
+                   compile_seconds=float(d["compile_seconds"]),
+                   peak_bytes=int(peak) if peak is not None else None, peak_of=peak_of,
+                   machine=str(d.get("machine", "")),
+                   order=tuple(str(k) for k in d.get("order", ())))
+
+    def describe(self) -> str:
+        return (f"{self.date or 'undated'} {self.max_jobs} job(s) on {self.cpus} CPU(s)"
+                + (f" ({self.machine})" if self.machine else ""))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ObjectTimes:
-    """Per-object compile seconds from one build, and the conditions they were measured in."""
+    """Per-object compile seconds from one build, the conditions they were measured in, and
+    the whole runs recorded for the same objects."""
 
     package: str
     version: str
@@ -107,6 +164,7 @@ class ObjectTimes:
     # 0: unknown, taken as uncontended
     max_jobs: int = 0
     cpus: int = 0
+    runs: tuple[RecordedRun, ...] = ()  # oldest first
 
     def per_arch_rounds(self) -> int:
         """How many sequential arch rounds each measured compile ran."""
@@ -151,74 +209,7 @@ class BuildMeasurement:
     object_peaks: Mapping[str, int] = dataclasses.field(default_factory=dict)
     cpus: int = 0
     source: str = ""
-
-
-def object_key(path: str) -> str:
-    """A build output or source path -> a name stable across build trees.
-
-    '/src/x/build/temp.linux-x86_64-cpython-311/csrc/a/b.o' -> 'csrc/a/b'; 'csrc/a/b.cu' ->
-    'csrc/a/b'. setuptools puts objects under build/temp.<platform>/ mirroring the sources.
-    """
-    parts = path.replace("\\", "/").replace("$ ", " ").split("/")
-    for i, part in enumerate(parts):
-        if part.startswith("temp."):
-            parts = parts[i + 1 :]
-            break
-    name = "/".join(p for p in parts if p not in ("", "."))
-    for suffix in (".cuda.o", ".o", ".obj", ".cu", ".cpp", ".cc", ".cxx", ".c"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-@dataclasses.dataclass(frozen=True)
-class LoggedObject:
-    """One object of a .ninja_log: seconds since the log's first start."""
-
-    key: str  # object_key
-    start: float
-    end: float
-
-
-def read_ninja_timeline(path: Path) -> list[LoggedObject]:
-    """A .ninja_log (v5-v7) as a timeline in start order; the last entry of an output wins."""
-    entries: dict[str, tuple[int, int]] = {}
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read ninja log {path}: {exc}") from None
-    for line in lines:
-        fields = line.split("\t")
-        if line.startswith("#") or len(fields) < 4:
-            continue
-        try:
-            entries[object_key(fields[3])] = (int(fields[0]), int(fields[1]))
-        except ValueError:
-            continue
-    t0 = min((start for start, _ in entries.values()), default=0)
-    return sorted((LoggedObject(k, (s - t0) / 1000.0, (e - t0) / 1000.0)
-                   for k, (s, e) in entries.items()), key=lambda o: (o.start, o.key))
-
-
-def read_ninja_log(path: Path) -> dict[str, float]:
-    """Object key -> seconds from a .ninja_log (v5-v7; the last entry of an output wins)."""
-    return {o.key: o.end - o.start for o in read_ninja_timeline(path)}
-
-
-def shipped_history_path() -> Path:
-    return Path(str(importlib.resources.files("factory.data").joinpath("memory_history.json")))
-
-
-def history_path(path: Path | str | None = None) -> Path:
-    """Explicit path, else $FACTORY_MEMORY_HISTORY, else the shipped defaults."""
-    if path:
-        return Path(path)
-    env = os.environ.get(HISTORY_ENV)
-    return Path(env) if env else shipped_history_path()
-
-
-def _today() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    run: RecordedRun | None = None  # the attempt as a whole, when it compiled every object
 
 
 def _key_of(rec: Mapping[str, Any]) -> ModelKey:
@@ -244,14 +235,14 @@ class MemoryHistory:
         shipped = shipped_history_path()
         base = None
         if target.resolve() != shipped.resolve():
-            base = _read_document(shipped)
-        doc = _read_document(target) if target.exists() else _empty_document()
+            base = read_document(shipped)
+        doc = read_document(target) if target.exists() else empty_document()
         return cls(doc, path=target, base=base)
 
     @classmethod
     def scratch(cls) -> MemoryHistory:
         """A history that remembers nothing (path None: save does nothing)."""
-        return cls(_empty_document(), path=None)
+        return cls(empty_document(), path=None)
 
     def as_document(self) -> dict[str, Any]:
         copy: dict[str, Any] = json.loads(json.dumps(self._doc))  # a deep copy, JSON-clean
@@ -261,7 +252,7 @@ class MemoryHistory:
         if self.path is None:
             return
         try:
-            _atomic_write_json(self.path, self._doc)
+            atomic_write_json(self.path, self._doc)
         except OSError as exc:
             raise ConfigError(
                 f"cannot write memory history {self.path}: {exc.strerror or exc}",
@@ -278,15 +269,16 @@ class MemoryHistory:
             for rec in layer.get("memory", []):
                 key = _key_of(rec)
                 below = out.get(key)
-                largest = rec.get("largest_object_bytes", 0)
-                if below and below.get("largest_object_bytes", 0) > largest:
+                heavier = below.get("largest_object_bytes", 0) if below else 0
+                if below and heavier > rec.get("largest_object_bytes", 0):
                     # a measured heavy object stays known when a later layer re-measures the key
                     rec = {**rec, "largest_object_bytes": below["largest_object_bytes"],
                            "largest_object_source": below.get("largest_object_source", "")}
                 out[key] = rec
         return out
 
-    def _default(self, model_key: str) -> tuple[str, Mapping[str, Any]] | None:
+    def default(self, model_key: str) -> tuple[str, Mapping[str, Any]] | None:
+        """The recipe's defaults table (its name, the table), else "*"; None: neither."""
         for layer in self._layers():
             defaults = layer.get("defaults", {})
             for name in (model_key, "*"):
@@ -295,7 +287,7 @@ class MemoryHistory:
         return None
 
     def headroom_bytes(self, model_key: str) -> int:
-        found = self._default(model_key)
+        found = self.default(model_key)
         if found and "headroom_bytes" in found[1]:
             return int(found[1]["headroom_bytes"])
         return 2 * 1024**3
@@ -303,7 +295,7 @@ class MemoryHistory:
     def non_compile_bytes(self, model_key: str) -> int:
         """Memory held beside the compiles (setup.py with torch imported, ninja), measured;
         the headroom where nobody measured it."""
-        found = self._default(model_key)
+        found = self.default(model_key)
         if found and "non_compile_bytes" in found[1]:
             return int(found[1]["non_compile_bytes"])
         return self.headroom_bytes(model_key)
@@ -320,8 +312,8 @@ class MemoryHistory:
                  and r.get("largest_object_bytes")]
         if not heavy:
             return est
-        k, rec = max(heavy,
-                     key=lambda kr: int(kr[1]["largest_object_bytes"]) / kr[0].concurrent_archs)
+        k, rec = max(heavy, key=lambda kr: int(kr[1]["largest_object_bytes"])
+                     / kr[0].concurrent_archs)
         return dataclasses.replace(est, **_largest(rec, key.concurrent_archs / k.concurrent_archs))
 
     def _estimate(self, key: ModelKey, *, model_key: str = "") -> Estimate:
@@ -330,7 +322,7 @@ class MemoryHistory:
             rec = records[key]
             return Estimate(per_job_bytes=_peak(rec), exact=True,
                             source=f"measured for {key.describe()} ({_provenance(rec)})",
-                            **_largest(rec, 1.0))
+                            **_largest(rec, 1.0), **_low(rec, 1.0))
 
         def best(match: Any) -> tuple[ModelKey, Mapping[str, Any]] | None:
             found = [(k, r) for k, r in records.items() if match(k)]
@@ -361,8 +353,9 @@ class MemoryHistory:
             return Estimate(per_job_bytes=value, exact=False,
                             source=f"inferred from {what}: {k.describe()} "
                             f"({_provenance(rec)}){extra}",
-                            **_largest(rec, c / k.concurrent_archs * (1 + margin)))
-        found = self._default(model_key or p)
+                            **_largest(rec, c / k.concurrent_archs * (1 + margin)),
+                            **_low(rec, c / k.concurrent_archs * (1 + margin)))
+        found = self.default(model_key or p)
         if found is None:
             raise ConfigError(f"the memory history has no default for {model_key or p!r} nor '*'")
         name, default = found
@@ -387,6 +380,7 @@ class MemoryHistory:
                     source=str(entry.get("source", "")),
                     peaks={str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()},
                     max_jobs=int(entry.get("max_jobs", 0)), cpus=int(entry.get("cpus", 0)),
+                    runs=_runs(entry),
                 )
                 rank = (
                     ot.version != cell.version, ot.cuda != cell.cuda,
@@ -453,7 +447,7 @@ class MemoryHistory:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if self.path.exists():
-                self._doc = _checked(_read_document(self.path), str(self.path))
+                self._doc = _checked(read_document(self.path), str(self.path))
             yield
         finally:
             os.close(fd)  # closing releases the lock
@@ -474,7 +468,7 @@ class MemoryHistory:
         else:
             rec["builds"] = int(rec.get("builds", 0)) + 1
         rec["source"] = source or rec.get("source", "")
-        rec["updated"] = _today()
+        rec["updated"] = today()
         records.sort(key=lambda r: _key_of(r))
 
     def _set_objects(self, m: BuildMeasurement) -> None:
@@ -490,11 +484,18 @@ class MemoryHistory:
             peaks[k] = max(int(v), peaks.get(k, 0))
         seconds = ({k: round(float(v), 3) for k, v in sorted(m.object_seconds.items())}
                    if m.object_seconds else dict(old[-1]["seconds"]) if old else {})
-        entries.append({
-            **new, "max_jobs": m.max_jobs, "cpus": m.cpus, "source": m.source, "updated": _today(),
-            "seconds": seconds,
-            "peak_bytes": dict(sorted(peaks.items())),
-        })
+        runs = [r for o in old for r in o.get("runs", [])]
+        if m.run is not None and m.run.as_dict() not in runs:
+            runs.append(m.run.as_dict())
+        entry: dict[str, Any] = {
+            **new, "max_jobs": m.max_jobs, "cpus": m.cpus, "source": m.source,
+            "updated": today(), "seconds": seconds, "peak_bytes": dict(sorted(peaks.items())),
+        }
+        if not m.object_seconds and old:  # the times (and their conditions) stay the old ones
+            entry.update({k: old[-1][k] for k in ("max_jobs", "cpus", "source") if k in old[-1]})
+        if runs:
+            entry["runs"] = runs[-RECENT_RUNS:]
+        entries.append(entry)
 
 
 def _same_objects(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -502,6 +503,28 @@ def _same_objects(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
         return (e["package"], str(e["version"]), str(e["cuda"]), list(e["archs"]),
                 int(e.get("nvcc_threads", 1)))
     return ident(a) == ident(b)
+
+
+def _runs(entry: Mapping[str, Any]) -> tuple[RecordedRun, ...]:
+    """The entry's recorded runs; one that does not parse is left out (a plan's range is
+    worth less than the plan)."""
+    out = []
+    for d in entry.get("runs", []):
+        try:
+            out.append(RecordedRun.from_dict(d))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return tuple(out)
+
+
+def _checked(doc: Mapping[str, Any], where: str) -> dict[str, Any]:
+    out = checked(doc, where)
+    try:
+        for rec in out["memory"]:
+            _key_of(rec)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: a memory record lacks or mangles {exc}") from None
+    return out
 
 
 def _largest(rec: Mapping[str, Any], scale: float) -> dict[str, Any]:
@@ -512,6 +535,12 @@ def _largest(rec: Mapping[str, Any], scale: float) -> dict[str, Any]:
         "largest_object_bytes": int(int(rec["largest_object_bytes"]) * scale),
         "largest_object_source": str(rec.get("largest_object_source", "")),
     }
+
+
+def _low(rec: Mapping[str, Any], scale: float) -> dict[str, Any]:
+    """The least of the record's recent peaks, scaled like its peak, and how many it has."""
+    peaks = [int(p) for p in rec.get("recent_peaks", [])] or [_peak(rec)]
+    return {"per_job_low_bytes": int(min(peaks) * scale), "peaks_seen": len(peaks)}
 
 
 def _peak(rec: Mapping[str, Any]) -> int:
@@ -529,137 +558,3 @@ def _provenance(rec: Mapping[str, Any]) -> str:
     if rec.get("source"):
         bits.append(str(rec["source"]))
     return "; ".join(bits)
-
-
-def _empty_document() -> dict[str, Any]:
-    return {"version": HISTORY_VERSION, "defaults": {}, "memory": [], "objects": []}
-
-
-def _read_document(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read memory history {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"memory history {path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"memory history {path} must be a JSON object")
-    return data
-
-
-def _checked(doc: Mapping[str, Any], where: str) -> dict[str, Any]:
-    if doc.get("version") != HISTORY_VERSION:
-        raise ConfigError(
-            f"{where}: memory history version {doc.get('version')!r} is not supported (only 1)"
-        )
-    out = dict(doc)
-    for field in ("memory", "objects"):
-        if not isinstance(out.setdefault(field, []), list):
-            raise ConfigError(f"{where}: {field!r} must be a list")
-    if not isinstance(out.setdefault("defaults", {}), dict):
-        raise ConfigError(f"{where}: 'defaults' must be an object")
-    try:
-        for rec in out["memory"]:
-            _key_of(rec)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: a memory record lacks or mangles {exc}") from None
-    return out
-
-
-def _atomic_write_json(path: Path, doc: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=1, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-class CompileMeasurements(Protocol):
-    """What record_build reads from a runner's result (factory.runners.base.RunResult)."""
-
-    @property
-    def oom_killed(self) -> bool: ...
-    @property
-    def compile_peak_rss_bytes(self) -> int | None:
-        """Peak of the summed RSS of all compiler processes."""
-    @property
-    def max_concurrent_compiles(self) -> int | None:
-        """Most compile jobs alive at one sample."""
-    @property
-    def cache_hits(self) -> int | None: ...
-    @property
-    def sccache_hits(self) -> int | None: ...
-    @property
-    def objects_built(self) -> int | None:
-        """Objects compiled in this attempt (ninja's [N/M] lines)."""
-    @property
-    def object_peak_rss_bytes(self) -> Mapping[str, int] | None:
-        """Output path -> its job's peak RSS."""
-    @property
-    def log_path(self) -> Path: ...
-
-
-class PlanShape(Protocol):
-    @property
-    def max_jobs(self) -> int: ...
-    @property
-    def nvcc_threads(self) -> int: ...
-    @property
-    def cpus(self) -> int: ...
-
-
-def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, *,
-                 build_tree: Path | None = None, history: MemoryHistory | None = None,
-                 share: Callable[[BuildMeasurement], None] | None = None) -> str:
-    """Fold one finished attempt into the history; returns a line for the build log.
-
-    Per-job peak: the compilers' peak summed RSS over the most jobs seen at once (a peak of
-    the sum, like the shipped 16-job figure). Object times: the build tree's .ninja_log, which
-    after an OOM resume holds every attempt's objects; skipped when a compile cache answered
-    (hits are not compile times). An OOM-killed attempt is recorded by plan_after_oom instead.
-    A history that cannot be written is reported, never fatal: the wheel matters more.
-    """
-    if result.oom_killed:
-        return "memory history: OOM attempt (recorded by the re-plan)"
-    peak = result.compile_peak_rss_bytes
-    jobs = result.max_concurrent_compiles
-    per_job = peak // jobs if peak and jobs else None
-    if not result.objects_built:
-        # a resumed build with every object already there only links: its small peak says
-        # nothing about a compile job, and would drag the model down
-        per_job = None
-    # build.py keeps the tree in <work>/src and logs in <work>/logs/attempt-N.log.
-    tree = build_tree if build_tree is not None else result.log_path.parent.parent / "src"
-    seconds: dict[str, float] = {}
-    if not result.cache_hits and not result.sccache_hits:  # any hit: not compile times
-        for log in sorted(tree.glob("build/temp*/.ninja_log")):
-            seconds.update(read_ninja_log(log))
-    # A cache hit's process is small: only a compile's peak says what the object needs.
-    peaks = {} if result.cache_hits or result.sccache_hits else {
-        object_key(path): int(v) for path, v in (result.object_peak_rss_bytes or {}).items()}
-    if per_job is None and not seconds and not peaks:
-        return "memory history: nothing measured"
-    history = history if history is not None else MemoryHistory.load()
-    measurement = BuildMeasurement(
-        cell=pc.cell, nvcc_threads=plan.nvcc_threads, max_jobs=plan.max_jobs,
-        peak_job_bytes=per_job, object_seconds=seconds, object_peaks=peaks, cpus=plan.cpus,
-        source=f"factory build {_today()}, {plan.max_jobs} job(s) x {plan.nvcc_threads} "
-        "thread(s): peak compiler RSS / most jobs at once",
-    )
-    try:
-        history.record(measurement)
-        if share is not None:
-            share(measurement)  # other builders merge it (factory.planning.shared_history)
-    except FactoryError as exc:
-        return f"memory history: not recorded ({exc.message})"
-    got = f"{format_size(per_job)} per job" if per_job else "no memory figure"
-    return (f"memory history {history.path}: {got}, {len(seconds)} object time(s), "
-            f"{len(peaks)} object peak(s)")

@@ -36,7 +36,8 @@ from factory.errors import ConfigError, PlanError
 from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell
 from factory.planning.budget import BudgetRequest
-from factory.planning.memory_model import MemoryHistory, ModelKey, ObjectTimes
+from factory.planning.cell_model import cell_time
+from factory.planning.memory_model import Estimate, MemoryHistory, ModelKey, ObjectTimes
 from factory.planning.replay import (
     PEAK_WINDOW_SECONDS,
     TAIL_FRACTION,
@@ -44,7 +45,8 @@ from factory.planning.replay import (
     contention_factor,
     replay,
 )
-from factory.units import format_size
+from factory.planning.spread import RunCheck, Spread, spread
+from factory.units import GIB, format_size
 
 # A tie within this fraction of the best predicted time goes to the plan with the lower peak:
 # the time model is not that precise, and memory left over is safety.
@@ -68,6 +70,15 @@ class BuildPlan:
     attempt: int = 1  # 1 for the first plan, n+1 after the n-th OOM
     reasons: tuple[str, ...] = ()
     largest_object_bytes: int = 0  # the heaviest single object (predicted_peak); 0: per_job
+    # the point figures' ranges from the recorded runs the plan drew on (planning.spread);
+    # None where the plan predicts no time (or after an OOM re-plan)
+    predicted_seconds_range: tuple[float, float] | None = None
+    predicted_peak_range: tuple[int, int] | None = None
+    range_runs: tuple[RunCheck, ...] = ()
+    # the whole cell as `factory schedule` counts it (factory.planning.cell_model): the
+    # compile + the recipe's measured overhead around it
+    cell_overhead_seconds: float = 0.0
+    predicted_cell_seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +93,14 @@ class BuildPlan:
             "largest_object_bytes": max(self.largest_object_bytes, self.per_job_bytes),
             "headroom_bytes": self.headroom_bytes,
             "predicted_seconds": self.predicted_seconds,
+            "predicted_seconds_range": (list(self.predicted_seconds_range)
+                                        if self.predicted_seconds_range else None),
+            "predicted_peak_bytes_range": (list(self.predicted_peak_range)
+                                           if self.predicted_peak_range else None),
+            "range_runs": [c.as_dict() for c in self.range_runs],
+            "cell_overhead_seconds": round(self.cell_overhead_seconds, 1),
+            "predicted_cell_seconds": (round(self.predicted_cell_seconds, 1)
+                                       if self.predicted_cell_seconds is not None else None),
             "model_key": self.model_key.as_dict(),
             "attempt": self.attempt,
             "reasons": list(self.reasons),
@@ -117,6 +136,7 @@ class _Option:
     largest: int = 0
     largest_source: str = ""
     replayed: bool = False  # the peak comes from the per-object replay
+    estimate: Estimate | None = None  # the per-job estimate at these threads
 
 
 HEAVY_JOBS = 2  # jobs counted at the largest object's peak
@@ -163,6 +183,7 @@ class ObjectReplay:
 
     objects: tuple[tuple[float, int], ...]
     source: str
+    keys: tuple[str, ...] = ()  # the objects' keys, in the same order
 
     @classmethod
     def of(cls, cell: Cell, times: ObjectTimes | None, threads: int) -> ObjectReplay | None:
@@ -181,7 +202,19 @@ class ObjectReplay:
         heaviest = max(peaks.values())  # an object nobody sampled: as heavy as the heaviest
         order = sorted(seconds, key=lambda k: -seconds[k])  # critical_path's order
         return cls(objects=tuple((seconds[k], peaks.get(k, heaviest)) for k in order),
-                   source=times.source)
+                   source=times.source, keys=tuple(order))
+
+    def in_order(self, order: Sequence[str]) -> ObjectReplay:
+        """The same objects started in ``order`` (a recorded run's own start order); those
+        it does not name keep their place after them."""
+        if not order or not self.keys:
+            return self
+        by_key = dict(zip(self.keys, self.objects, strict=True))
+        first = [k for k in order if k in by_key]
+        rest = [k for k in self.keys if k not in set(first)]
+        keys = first + rest
+        return dataclasses.replace(self, objects=tuple(by_key[k] for k in keys),
+                                   keys=tuple(keys))
 
     def run(self, jobs: int, *, threads: int, archs: int, cpus: int) -> Replay:
         factor = contention_factor(jobs * min(threads, archs), cpus)
@@ -242,7 +275,8 @@ def plan_for(
             jobs, run = objects.jobs_that_fit(memory, headroom=beside, most=most, **shape)
             if headroom > memory:
                 jobs, run = 0, None
-            largest, largest_source = max(p for _, p in objects.objects), "per-object peaks"
+            largest = max(p for _, p in objects.objects)
+            largest_source = "per-object peaks"
             peak = max(run.peak_bytes + beside, headroom) if run else one_peak
             seconds = run.span_seconds if run else None
             source = (f"per-object peaks replayed in start order ({objects.source}), "
@@ -255,7 +289,7 @@ def plan_for(
             source = est.source
         one = _Option(jobs=1, threads=threads, per_job=est.per_job_bytes, source=source,
                       peak=one_peak, seconds=None, parallelism=conc, replayed=objects is not None,
-                      largest=largest, largest_source=largest_source)
+                      estimate=est, largest=largest, largest_source=largest_source)
         if smallest is None or one.peak < smallest.peak:
             smallest = one
         if jobs < 1:
@@ -263,16 +297,23 @@ def plan_for(
         options.append(_Option(
             jobs=int(jobs), threads=threads, per_job=est.per_job_bytes, source=source,
             peak=peak, seconds=seconds, parallelism=int(jobs) * conc,
-            replayed=objects is not None, largest=largest, largest_source=largest_source,
+            replayed=objects is not None, estimate=est, largest=largest,
+            largest_source=largest_source,
         ))
 
     budget_txt = f"{format_size(memory)} ({memory_source})"
     if not options:
         assert smallest is not None
+        beside = history.non_compile_bytes(memory_model_key or cell.package)
+        what = (f"its heaviest object, {format_size(smallest.largest)} at {smallest.threads} "
+                f"nvcc thread(s), + {format_size(beside)} beside it; the link needs "
+                f"{format_size(headroom)}" if smallest.replayed else
+                f"one job of {format_size(smallest.largest)} at {smallest.threads} nvcc "
+                f"thread(s) + {format_size(headroom)} headroom")
         raise PlanError(
-            f"{cell.id} needs at least {format_size(smallest.peak)} of memory "
-            f"(one job of {format_size(smallest.largest)} at {smallest.threads} nvcc thread(s) "
-            f"+ {format_size(headroom)} headroom) but the budget is {budget_txt}",
+            # rounded up: "needs 7.0 GiB" of a 7.0 GiB budget would read as a fit
+            f"{cell.id} needs at least {math.ceil(smallest.peak / GIB * 10) / 10:.1f} GiB of "
+            f"memory ({what}) but the budget is {budget_txt}",
             tip="raise --memory / the container's memory limit, or build fewer archs per cell",
         )
 
@@ -285,13 +326,57 @@ def plan_for(
     best_cost = min(cost(o) for o in options)
     near = [o for o in options if cost(o) <= best_cost * (1 + _TIE)]
     chosen = min(near, key=lambda o: (o.peak, -o.threads))
+    ranges = _spread(cell, chosen, times, headroom=headroom,
+                     beside=history.non_compile_bytes(memory_model_key or cell.package))
+    plan = _plan(cell, chosen, memory=memory, cpus=cpus, headroom=headroom,
+                 memory_model_key=memory_model_key)
+    whole = cell_time(cell, plan, history, model_key=memory_model_key)
     return dataclasses.replace(
-        _plan(cell, chosen, memory=memory, cpus=cpus, headroom=headroom,
-              memory_model_key=memory_model_key),
+        plan,
         reasons=_explain(cell, chosen, options, memory=memory, cpus=cpus, headroom=headroom,
                          budget_txt=budget_txt, cpus_source=cpus_source,
-                         supports_threads=supports_threads, n_objects=n_objects, times=times),
+                         supports_threads=supports_threads, n_objects=n_objects, times=times)
+        + tuple(ranges.reasons())
+        + (f"around the compile {whole.overhead_seconds:.0f} s (venv, pip, link, tag, repair, "
+           f"verify): {whole.overhead_source}",),
+        predicted_seconds_range=ranges.seconds, predicted_peak_range=ranges.peak,
+        range_runs=ranges.checks, cell_overhead_seconds=whole.overhead_seconds,
+        predicted_cell_seconds=whole.seconds if plan.predicted_seconds is not None else None,
     )
+
+
+def _spread(cell: Cell, o: _Option, times: ObjectTimes | None, *, headroom: int,
+            beside: int) -> Spread:
+    """The chosen option's ranges: the model replayed at each recorded run's jobs and CPUs
+    (planning.spread), the per-object replay where the plan used it, else the list schedule
+    of the object times; a per-job peak's range from its record's recent peaks."""
+    checks: list[RunCheck] = []
+    if times is not None:
+        archs, threads = len(times.archs), times.nvcc_threads
+        objects = ObjectReplay.of(cell, times, threads) if o.replayed else None
+        for run in times.runs:
+            if run.max_jobs < 1 or run.cpus < 1:
+                continue
+            if objects is not None:  # in the run's own start order, where it was recorded
+                r = objects.in_order(run.order).run(run.max_jobs, threads=threads,
+                                                    archs=archs, cpus=run.cpus)
+                peak = r.peak_bytes + (beside if run.peak_of == "host" else 0)
+                checks.append(RunCheck(run=run, predicted_seconds=r.span_seconds,
+                                       predicted_peak_bytes=peak if run.peak_bytes else None))
+            else:
+                seconds = _predict(times, archs, run.max_jobs, threads, run.cpus)
+                checks.append(RunCheck(run=run, predicted_seconds=seconds or 0.0))
+    fallback, fallback_source = None, ""
+    est = o.estimate
+    if not o.replayed and est is not None and est.peaks_seen:
+        per_job = est.per_job_low_bytes or o.per_job
+        low = predicted_peak(o.jobs, per_job=per_job,
+                             largest=max(est.largest_object_bytes, per_job), headroom=headroom)
+        fallback = (low, o.peak)
+        fallback_source = (f"per job from the {est.peaks_seen} recent peak(s) of the record "
+                           "the estimate comes from")
+    return spread(o.seconds, o.peak, checks, peak_fallback=fallback,
+                  peak_fallback_source=fallback_source)
 
 
 def _plan(cell: Cell, o: _Option, *, memory: int, cpus: int, headroom: int,
@@ -460,4 +545,7 @@ def plan_after_oom(plan: BuildPlan, observed_peak_bytes: int | None, attempt: in
         per_job_source=f"raised after an OOM kill at {plan.max_jobs} job(s)",
         predicted_peak_bytes=peak, predicted_seconds=None, model_key=new_key,
         attempt=attempt + 1, reasons=reasons,
+        # the kill proved the model wrong here: no range from the runs it drew on
+        predicted_seconds_range=None, predicted_peak_range=None, range_runs=(),
+        predicted_cell_seconds=None,
     )

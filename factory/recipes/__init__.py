@@ -1,38 +1,78 @@
-"""Recipes: one module per package with special knobs, plus the generic torch extension.
+"""Recipes: how each package takes its build knobs, as data.
 
-Adding a package is adding a module here and a line in ``RECIPES``; the pipeline never changes.
+Each shipped recipe is one TOML file here (``flash-attn.toml``, ``torch-extension.toml``, ...);
+a matrix may declare its own in the same form (``[recipes.NAME]``). ``factory.recipes.base``
+reads them; the pipeline only calls the :class:`Recipe` interface, never package code.
 """
 
 from __future__ import annotations
 
-from factory.errors import ConfigError
-from factory.recipes.base import Recipe, SourceFix
-from factory.recipes.flash_attn import RECIPE as FLASH_ATTN
-from factory.recipes.torch_extension import RECIPE as TORCH_EXTENSION
+import difflib
+from collections.abc import Mapping
+from pathlib import Path
 
-RECIPES: dict[str, Recipe] = {r.name: r for r in (FLASH_ATTN, TORCH_EXTENSION)}
+import tomllib
+from packaging.utils import canonicalize_name
+
+from factory.errors import ConfigError
+from factory.recipes.base import Recipe, SourceFix, cxx_standard
+
+SHIPPED_DIR = Path(__file__).parent
+
+
+def _shipped() -> dict[str, Recipe]:
+    out: dict[str, Recipe] = {}
+    for path in sorted(SHIPPED_DIR.glob("*.toml")):
+        name = path.stem
+        with path.open("rb") as fh:
+            table = tomllib.load(fh)
+        out[name] = Recipe.from_table(name, table, where=f"recipe {path.name}", origin="shipped")
+    return out
+
+
+RECIPES: dict[str, Recipe] = _shipped()
 
 
 def default_archs_for(project: str) -> tuple[int, ...] | None:
     """The arch set a wheel of this project holds when its tag names none: the default of the
-    recipe named like the project (flash-attn); None when no recipe is."""
-    from packaging.utils import canonicalize_name
-
+    shipped recipe named like the project (flash-attn); None when no recipe is."""
     recipe = RECIPES.get(canonicalize_name(project))
     return recipe.default_archs if recipe else None
 
 
-def get_recipe(name: str) -> Recipe:
-    try:
-        return RECIPES[name]
-    except KeyError:
-        import difflib
+def recipe_for_project(project: str) -> Recipe | None:
+    """The shipped recipe named like the project, if any (for a wheel checked without a matrix)."""
+    return RECIPES.get(canonicalize_name(project))
 
-        close = difflib.get_close_matches(name, RECIPES, n=1)
+
+def get_recipe(name: str, declared: Mapping[str, Recipe] | None = None) -> Recipe:
+    """The recipe called ``name``: one the matrix declares (``declared``), else a shipped one."""
+    known = {**RECIPES, **(declared or {})}
+    try:
+        return known[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
-            f"unknown recipe {name!r}{hint}; known: {', '.join(sorted(RECIPES))}"
+            f"unknown recipe {name!r}{hint}; known: {', '.join(sorted(known))}"
         ) from None
 
 
-__all__ = ["RECIPES", "Recipe", "SourceFix", "get_recipe"]
+def declared_recipes(raw: object, *, origin: str) -> dict[str, Recipe]:
+    """A matrix's ``[recipes.NAME]`` tables. A name may not shadow a shipped recipe: the same
+    name would mean two things in two matrices."""
+    if not isinstance(raw, dict):
+        raise ConfigError("[recipes] must hold [recipes.NAME] tables")
+    out: dict[str, Recipe] = {}
+    for name, table in raw.items():
+        where = f"[recipes.{name}]"
+        if name != canonicalize_name(name):
+            raise ConfigError(f"{where}: write the name as {canonicalize_name(name)!r} "
+                              "(lower case, '-' between words)")
+        if name in RECIPES:
+            raise ConfigError(f"{where}: {name!r} is a shipped recipe; give yours another name")
+        out[name] = Recipe.from_table(name, table, where=where, origin=origin)
+    return out
+
+
+__all__ = ["RECIPES", "Recipe", "SourceFix", "cxx_standard", "declared_recipes", "get_recipe"]

@@ -3,7 +3,7 @@ plan's prediction beside each; whether the longest started first or ended the bu
 the memory the compilers held against the predicted peak and the cap.
 
 Drawn from what the build wrote: the sampler's events beside each attempt's log (objects by
-their ``-o`` as they start and end, memory samples: runners/inside.py) or, for a runner
+their ``-o`` as they start and end, memory samples: runners/inside/sampling.py) or, for a runner
 without the sampler, the build tree's ``.ninja_log``; the plan of each attempt; its outcome.
 """
 
@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from factory.planning.memory_model import LoggedObject, object_key
+from factory.planning.ninja_log import LoggedObject, object_key
 from factory.reports.page import COLORS, Frame, esc, legend, nice_ticks, page
 from factory.units import GIB, format_duration, format_size
 
@@ -91,7 +91,7 @@ def read_events(path: Path) -> tuple[tuple[LoggedObject, ...], tuple[Sample, ...
             started[str(e["start"])] = t
         elif "end" in e and str(e["end"]) in started:
             out = str(e["end"])
-            objects.append(LoggedObject(object_key(out), started.pop(out), t))
+            objects.append(LoggedObject(key=object_key(out), start=started.pop(out), end=t))
         elif "rss" in e:
             anon = e.get("anon")
             samples.append(Sample(t, int(e["rss"] or 0), int(anon) if anon is not None else None))

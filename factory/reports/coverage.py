@@ -16,7 +16,8 @@ from packaging.version import Version
 
 from factory.errors import FactoryError
 from factory.matrix.cell import Cell, parse_cuda, parse_python
-from factory.matrix.load import Matrix, PackageSpec, PlannedCell, plan_cell
+from factory.matrix.load import Matrix, PlannedCell, plan_cell
+from factory.matrix.package import PackageSpec
 from factory.reports.page import COLORS, esc, legend, page
 
 LABELS = {"built": "built", "missing": "missing", "cannot": "cannot build",

@@ -65,6 +65,18 @@ class BuildJob:
     target_wheelhouse: Path | None = None
     target_requirements: tuple[str, ...] = ()
     target_pip_platforms: tuple[str, ...] = ()
+    # The factory's compiler wrappers (factory.recipes.base.Recipe.compilers): the cell's archs,
+    # the C++ standard torch needs; None: the build's compilers as they are.
+    compilers: Mapping[str, Any] | None = None
+    # the build frontend checks the sdist's [build-system] requires (pypa/build); False: skip
+    check_build_requires: bool = True
+
+    def inside_compilers(self, toolkit_dir: str, log: str) -> dict[str, Any] | None:
+        """The job file's ``compilers`` section: where the wrapped toolkit is made and where the
+        wrappers log what they changed."""
+        if self.compilers is None:
+            return None
+        return {**self.compilers, "dir": toolkit_dir, "log": log}
 
     def inside_cross(self, venv: str, wheelhouse: str) -> dict[str, Any] | None:
         """The job file's ``cross`` section, with the runner's paths (None: a native build).
@@ -172,6 +184,25 @@ class Runner(Protocol):
         ...
 
 
+INSIDE_PACKAGE = Path(__file__).with_name("inside")
+INSIDE_SCRIPT_NAME = "inside.pyz"
+_INSIDE_MAIN = "from inside.build import run_main\nimport sys\nrun_main(sys.argv)\n"
+
+
+def write_inside_script(run_dir: Path) -> Path:
+    """The in-container build script (the ``inside`` package, stdlib only) as one zip archive
+    any python3 runs: ``python3 inside.pyz job.json``. Written per run, so a build always runs
+    the factory's own copy."""
+    import zipfile
+
+    target = run_dir / INSIDE_SCRIPT_NAME
+    with zipfile.ZipFile(target, "w") as zf:
+        zf.writestr("__main__.py", _INSIDE_MAIN)
+        for source in sorted(INSIDE_PACKAGE.glob("*.py")):
+            zf.write(source, f"inside/{source.name}")
+    return target
+
+
 def prepare_run(job: BuildJob, *extra_dirs: Path) -> tuple[Path, Path]:
     """Make the job's output dirs; return (a fresh private run dir, the report path).
 
@@ -191,8 +222,9 @@ def prepare_run(job: BuildJob, *extra_dirs: Path) -> tuple[Path, Path]:
 
 
 def events_path(log_path: Path) -> Path:
-    """The sampler's events beside a build log (inside.py writes ``<log>.events.jsonl``): one
-    JSON line per compile job started or ended, and memory samples."""
+    """The sampler's events beside a build log (runners/inside/sampling.py writes
+    ``<log>.events.jsonl``): one JSON line per compile job started or ended, and memory
+    samples."""
     return log_path.with_name(log_path.name + ".events.jsonl")
 
 

@@ -3,7 +3,7 @@
 cibuildwheel drives its own container, so the caps travel in its ``container-engine``
 ``create_args`` (memory = memory-swap, cpus, network none, pids) and the wheelhouse, toolkit
 and glibc sysroot are mounted read-only through the same args. torch is installed offline in
-``before-build``; the build runs with ``--no-build-isolation`` so it sees that torch.
+``before-build``; the build runs pypa/build with ``--no-isolation`` so it sees that torch.
 
 The image: cibuildwheel runs any image that has its interpreter layout (measured with
 cibuildwheel 4.3: ``/opt/python/cp3X-cp3X/bin/{python,pip}`` first on PATH, and
@@ -27,6 +27,7 @@ import re
 import shlex
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from factory.build.compile_cache import SCCACHE_SUBDIR
@@ -35,6 +36,7 @@ from factory.errors import EngineError
 from factory.process import run_command
 from factory.runners import RUNNERS
 from factory.runners.base import INSIDE, BuildJob, LineCallback, RunResult
+from factory.runners.inside import toolkit
 from factory.runners.oom import was_oom_killed
 from factory.toolchain.cross import builder_platform
 from factory.toolchain.python_image import ensure_builder_image
@@ -43,6 +45,8 @@ from factory.toolchain.sysroot import sysroot_env
 WHEELHOUSE = "/factory/wheelhouse"
 CUDA = "/factory/cuda"
 CACHE = "/factory/cache"
+TOOLKIT = "/factory/toolkit"  # the build's toolkit: the factory's compiler wrappers
+LOG = "/factory/log"
 # cibuildwheel's interpreter layout, made in a factory image (see the module doc).
 LAYOUT_SCRIPT = """set -e
 tag=cp{nodot}-cp{nodot}
@@ -56,6 +60,24 @@ helper=/opt/python/cp39-cp39/bin/python
 def default_image() -> str:
     """cibuildwheel's own manylinux_2_28 image for this builder's CPU."""
     return f"quay.io/pypa/manylinux_2_28_{builder_platform()}"
+
+
+def toolkit_dir(job: BuildJob) -> Path:
+    """Where the build's toolkit is made on the host, beside the cell's build tree."""
+    return job.src_dir.parent.resolve() / "toolkit-cibuildwheel"
+
+
+def wrapped_toolkit(job: BuildJob) -> Path | None:
+    """The build's toolkit on the host: links into the toolkit as the container mounts it
+    (``CUDA``) and the factory's compiler wrappers, which run on cibuildwheel's interpreter
+    for the cell; None without a mounted toolkit (an image's own: not wrapped)."""
+    if job.compilers is None or job.cuda_home is None:
+        return None
+    nodot = job.python.replace(".", "")
+    spec = {**job.compilers, "dir": str(toolkit_dir(job))}
+    home, _ = toolkit.install(spec, real=job.cuda_home.resolve(), seen_as=Path(CUDA),
+                              python=f"/opt/python/cp{nodot}-cp{nodot}/bin/python", log=None)
+    return home
 
 
 def build_identifier(python: str, machine: str) -> str:
@@ -102,16 +124,29 @@ def cibuildwheel_environment(
     if job.cuda_home:
         inner["CUDA_HOME"] = CUDA
         inner["PATH"] = f"{CUDA}/bin:$PATH"
+    nvcc = f"{CUDA if job.cuda_home else '/usr/local/cuda'}/bin/nvcc"
     if job.cache_dir:
         inner.update(
             {
                 "SCCACHE_DIR": f"{CACHE}/{SCCACHE_SUBDIR}",
                 "SCCACHE_CACHE_SIZE": job.cache_size,
-                "PYTORCH_NVCC": f"sccache {CUDA if job.cuda_home else '/usr/local/cuda'}/bin/nvcc",
+                "PYTORCH_NVCC": f"sccache {nvcc}",
             }
         )
     else:
         inner["TORCH_NO_COMPILER_WRAPPER"] = "1"
+    if job.compilers is not None and job.cuda_home:
+        # the factory's nvcc and C++ wrappers (made on the host by wrapped_toolkit), as in the
+        # other runners' builds
+        create.append(f"--volume={toolkit_dir(job)}:{TOOLKIT}:ro")
+        create.append(f"--volume={job.log_path.parent.resolve()}:{LOG}:rw")
+        spec = job.inside_compilers(TOOLKIT, f"{LOG}/{job.log_path.name}.compilers.jsonl")
+        assert spec is not None
+        toolkit.environment(spec, home=Path(TOOLKIT), real=Path(CUDA),
+                            cxx_wrapper=Path(TOOLKIT) / "bin" / toolkit.CXX_NAME,
+                            nvcc_next=["sccache", nvcc] if job.cache_dir else [nvcc],
+                            extra=inner, log_path=spec["log"], cxx=inner.get("CXX", "c++"))
+        inner["PATH"] = f"{TOOLKIT}/bin:$PATH"
     env = {
         "CIBW_BUILD": build_identifier(job.python, machine),
         "CIBW_ARCHS_LINUX": machine,
@@ -124,7 +159,9 @@ def cibuildwheel_environment(
         + WHEELHOUSE
         + " "
         + " ".join(shlex.quote(r) for r in job.requirements),
-        "CIBW_BUILD_FRONTEND": "pip; args: --no-build-isolation --no-index",
+        # pypa/build, as in every runner (the wheelhouse carries it)
+        "CIBW_BUILD_FRONTEND": "build; args: --no-isolation"
+        + ("" if job.check_build_requires else " --skip-dependency-check"),
         "CIBW_BUILD_VERBOSITY": "1",  # ninja's [N/M] lines
         # the factory repairs on the host (factory.wheels.finalize), as for every runner
         "CIBW_REPAIR_WHEEL_COMMAND_LINUX": "",
@@ -224,6 +261,7 @@ class CibuildwheelRunner:
         }
 
     def run(self, job: BuildJob, *, on_line: LineCallback | None = None) -> RunResult:
+        wrapped_toolkit(job)
         env = cibuildwheel_environment(job, base=os.environ)
         job.out_dir.mkdir(parents=True, exist_ok=True)
         job.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ deps come from the host's wheelhouse, mounted read-only like the toolkit).
 Nothing outlives the factory: the container is removed in a ``finally`` (kept only with
 FACTORY_KEEP_CONTAINER=1); SIGTERM is turned into an exception so that ``finally`` runs; for
 SIGKILL, the container's stdin is attached with ``stdin_once``, so when this process dies the
-engine closes it and inside.py kills the build at once; the stopped container is labelled and
+engine closes it and the build script kills the build at once; the stopped container is labelled and
 ``cleanup_stale()`` removes it at the next run.
 """
 
@@ -31,16 +31,18 @@ from typing import Any
 from factory.build.compile_cache import inside_config
 from factory.engine import docker_client, image_exists
 from factory.environment import KEEP_CONTAINER_ENV
-from factory.errors import EngineError
+from factory.errors import EngineError, raise_interrupted
 from factory.planning import cgroup
 from factory.runners.base import (
     INSIDE,
+    INSIDE_SCRIPT_NAME,
     BuildJob,
     LineCallback,
     RunResult,
     prepare_run,
     read_report,
     result_from_report,
+    write_inside_script,
 )
 from factory.runners.oom import was_oom_killed
 from factory.toolchain.cross import base_of_cross_image, ensure_cross_image
@@ -54,11 +56,6 @@ LABEL = "factory.build.pipeline"
 OWNER_LABEL = "factory.owner"
 CELL_LABEL = "factory.matrix.cell"
 KEEP_ENV = KEEP_CONTAINER_ENV
-INSIDE_SCRIPT = Path(__file__).with_name("inside.py")
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM during a build: unwinds like Ctrl-C so the container is removed."""
 
 
 # -- who owns a container ---------------------------------------------------------------------
@@ -91,7 +88,7 @@ def cleanup_stale(client: Any | None = None) -> list[str]:
     """Remove labelled build containers whose owner process is gone; return their names.
 
     Runs at the start of every docker build, so a factory killed with SIGKILL leaves nothing
-    running for longer than until the next build (inside.py has already stopped the compilers
+    running for longer than until the next build (the build script has already stopped the compilers
     when its stdin closed; this removes the container itself).
     """
     client = client or docker_client()
@@ -153,7 +150,7 @@ class DockerRunner:
         return job.image or self.default_image
 
     def inside_job(self, job: BuildJob) -> dict[str, Any]:
-        """The job file inside.py reads: every path is an inside path."""
+        """The job file the build script reads: every path is an inside path."""
         image = self._image(job)
         return {
             "cell_id": job.cell_id,
@@ -174,6 +171,11 @@ class DockerRunner:
                 inside_config(root=INSIDE["cache"], size=job.cache_size, normalize_paths=True)
                 if job.cache_dir else None
             ),
+            "compilers": job.inside_compilers(
+                f"{INSIDE['run']}/toolkit",
+                f"{INSIDE['log']}/{job.log_path.name}.compilers.jsonl",
+            ),
+            "check_build_requires": job.check_build_requires,
             "watch_stdin": True,
             "read_cgroup": True,
             "sample_interval": 0.5,
@@ -206,7 +208,7 @@ class DockerRunner:
             "image": self._image(job),
             "command": [
                 self.python_executable or _default_python(self._image(job), job.python),
-                f"{INSIDE['run']}/inside.py",
+                f"{INSIDE['run']}/{INSIDE_SCRIPT_NAME}",
                 f"{INSIDE['run']}/job.json",
             ],
             "name": name,
@@ -269,7 +271,7 @@ class DockerRunner:
             _log.info(f"factory: removed stale build container {stale}")
         run_dir, report_path = prepare_run(job, job.venv_for(self.name))
         try:
-            shutil.copy2(INSIDE_SCRIPT, run_dir / "inside.py")
+            write_inside_script(run_dir)
             (run_dir / "job.json").write_text(json.dumps(self.inside_job(job), indent=2))
             name = f"factory-build-{_slug(job.cell_id)}-{uuid.uuid4().hex[:8]}"
             with _sigterm_as_interrupt(), self._container(job, name, run_dir) as container:
@@ -381,11 +383,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         yield
     finally:
@@ -394,8 +392,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 class _CgroupMonitor(threading.Thread):
     """The container's cgroup seen from the host, read while it exists: the engine deletes it
-    when the container stops. A fallback for inside.py's own figures, which are lost when
-    inside.py itself is the process the kernel kills."""
+    when the container stops. A fallback for the build script's own figures, which are lost when
+    the build script itself is the process the kernel kills."""
 
     def __init__(self, container_id: str) -> None:
         super().__init__(daemon=True)

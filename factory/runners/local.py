@@ -1,6 +1,6 @@
 """The local runner: the same build as the docker runner, on this host, capped by a cgroup.
 
-For GPU machines without docker (torch often installed already). The build runs inside.py
+For GPU machines without docker (torch often installed already). The build runs the build script
 under a fresh child cgroup: v2 ``memory.max`` + ``memory.swap.max=0`` + ``cpu.max`` + ``pids.max``;
 v1 the memory (``memory.limit_in_bytes`` = ``memory.memsw.limit_in_bytes``), cpu and pids
 controllers. OOM comes from the cgroup's ``oom_kill`` counter, peak from ``memory.peak`` /
@@ -37,12 +37,12 @@ from factory.runners.base import (
     prepare_run,
     read_report,
     result_from_report,
+    write_inside_script,
 )
 from factory.runners.docker import owner_alive, owner_token
 from factory.runners.oom import was_oom_killed
 from factory.toolchain.sysroot import sysroot_env
 
-INSIDE_SCRIPT = Path(__file__).with_name("inside.py")
 CGROUP_PREFIX = "factory-build-"
 CGROUP_TIP = (
     "run as root on a host with cgroups (v1 or v2), use the docker runner, or pass --uncapped"
@@ -321,6 +321,12 @@ class LocalRunner:
                 if job.cache_dir
                 else None
             ),
+            # beside the cell's build tree: the same path every run (compile-cache keys)
+            "compilers": job.inside_compilers(
+                str(job.src_dir.parent.resolve() / "toolkit"),
+                str(job.log_path.resolve()) + ".compilers.jsonl",
+            ),
+            "check_build_requires": job.check_build_requires,
             "watch_stdin": True,
             "read_cgroup": capped,
             "sample_interval": 0.5,
@@ -344,6 +350,10 @@ class LocalRunner:
             build_cgroup = Cgroup.create(
                 memory=job.memory_limit_bytes, cpus=job.cpus, pids=job.pids_limit
             )
+        # Uncapped inside an allocation (a pod, a Slurm job that may not make cgroups): the
+        # allocation's limit is the cap and its OOM counter the verdict.
+        allocation = cgroup.limiting_memory_dir() if build_cgroup is None else None
+        kills_before = cgroup.oom_kills(allocation) if allocation else None
         run_dir, report_path = prepare_run(job)
         started = time.monotonic()
         timed_out = False
@@ -357,7 +367,7 @@ class LocalRunner:
                     indent=2,
                 )
             )
-            argv = [sys.executable, str(INSIDE_SCRIPT), str(job_file)]
+            argv = [sys.executable, str(write_inside_script(run_dir)), str(job_file)]
             if build_cgroup is not None:
                 # The child joins the cgroup before exec, so nothing it starts escapes the cap.
                 joins = " && ".join(
@@ -365,7 +375,7 @@ class LocalRunner:
                 )
                 argv = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh", *argv]
             # stdin is the lifeline: when this process dies (even by SIGKILL) the pipe closes
-            # and inside.py stops the build.
+            # and the build script stops the build.
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
@@ -387,7 +397,13 @@ class LocalRunner:
             reader.join(timeout=10)
             exit_code = proc.returncode
             report = read_report(report_path)
-            oom_count = build_cgroup.oom_kills() if build_cgroup else None
+            if build_cgroup is not None:
+                oom_count = build_cgroup.oom_kills()
+            elif allocation is not None and kills_before is not None:
+                after = cgroup.oom_kills(allocation)
+                oom_count = None if after is None else after - kills_before
+            else:
+                oom_count = None
             peak = build_cgroup.peak() if build_cgroup else None
         finally:
             if build_cgroup is not None:
@@ -397,8 +413,8 @@ class LocalRunner:
             job=job,
             report=report,
             exit_code=exit_code,
-            # Uncapped there is no counter: a compiler killed by the kernel's global OOM killer
-            # shows as 137 only when it is the process we waited for.
+            # Uncapped outside any allocation there is no counter: a compiler killed by the
+            # kernel's global OOM killer shows as 137 only when it is the process we waited for.
             oom_killed=was_oom_killed(
                 exit_code=exit_code, own_cgroup=build_cgroup is not None, oom_kills=oom_count
             ),
@@ -418,7 +434,7 @@ def _pump(proc: subprocess.Popen[bytes], on_line: LineCallback | None) -> None:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Close the lifeline first (inside.py then stops its build), then make sure."""
+    """Close the lifeline first (the build script then stops its build), then make sure."""
     with contextlib.suppress(OSError):
         if proc.stdin:
             proc.stdin.close()

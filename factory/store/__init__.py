@@ -7,6 +7,8 @@ one line here. ``open_store(spec)`` picks one; every spec is parsed here and now
 
 from __future__ import annotations
 
+import os
+
 from factory.errors import StoreError
 from factory.store.base import Store, StoreObject, UrlStore, WheelEntry, file_key
 from factory.store.local import LocalStore
@@ -40,12 +42,20 @@ def open_existing_store(spec: str) -> Store:
     """``open_store`` for commands that only read or tidy a store: a local store must already
     be a directory (a typo in --store must not serve, verify or list an empty store it made)."""
     store = open_store(spec)
-    if isinstance(store, LocalStore) and not store.root.is_dir():
-        raise StoreError(
-            f"store {store.root} does not exist",
-            tip="give --store the directory that holds the published wheels "
-            "(a build with --publish makes it)",
-        )
+    if isinstance(store, LocalStore):
+        try:
+            is_dir = store.root.is_dir()
+            if is_dir:
+                with os.scandir(store.root):
+                    pass
+        except OSError as exc:  # a directory on the way, or the store itself, unreadable
+            raise StoreError(f"cannot read store {store.root}: {exc.strerror or exc}") from None
+        if not is_dir:
+            raise StoreError(
+                f"store {store.root} does not exist",
+                tip="give --store the directory that holds the published wheels "
+                "(a build with --publish makes it)",
+            )
     return store
 
 

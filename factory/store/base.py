@@ -104,6 +104,17 @@ class WheelEntry:
             raise StoreError(f"corrupt index entry: {exc}") from None
 
 
+def yank_reason(data: bytes) -> str:
+    """The reason in a ``.yank.json`` (PEP 592 allows ''). The file being there is the yank: a
+    record that does not parse still yanks, with no reason, rather than failing every page."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return ""
+    reason = doc.get("reason", "") if isinstance(doc, dict) else ""
+    return reason if isinstance(reason, str) else ""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Stray:
     """Something in the store that is not an object: a writer's temp file, or a symlink."""
@@ -146,7 +157,11 @@ class Store(Protocol):
 
     def published_content_keys(self) -> set[str]: ...
 
-    def wheels(self, project: str | None = None) -> builtins.list[WheelEntry]: ...
+    def published_wheel_names(self) -> set[str]: ...
+
+    def wheels(
+        self, project: str | None = None, *, known: dict[str, WheelEntry] | None = None
+    ) -> builtins.list[WheelEntry]: ...
 
     def strays(self) -> builtins.list[Stray]: ...
 
@@ -195,8 +210,14 @@ class StoreBase:
             o for o in self.list("") if not o.key.startswith((f"{FILES}/", f"{WHEEL_VARIANTS}/"))
         ]
 
-    def wheels(self, project: str | None = None) -> builtins.list[WheelEntry]:
-        """Every committed wheel (its entry written), with yank state, sorted by filename."""
+    def wheels(
+        self, project: str | None = None, *, known: dict[str, WheelEntry] | None = None
+    ) -> builtins.list[WheelEntry]:
+        """Every committed wheel (its entry written), with yank state, sorted by filename.
+
+        ``known`` (wheel key -> entry, from an earlier listing moments ago) saves reading the
+        entries again: an entry is written once and never changed, so one still listed is the
+        one read before. Yank records are always read: they come and go."""
         prefix = f"{FILES}/{project}/" if project else f"{FILES}/"
         entry_keys: builtins.list[str] = []
         yank_keys: builtins.list[str] = []
@@ -208,13 +229,16 @@ class StoreBase:
         yanks: dict[str, str] = {}
         for key, data in zip(yank_keys, self._read_many(yank_keys), strict=True):
             if data is not None:
-                yanks[key[: -len(YANK_SUFFIX)]] = str(json.loads(data).get("reason", ""))
-        entries = []
-        for key, data in zip(entry_keys, self._read_many(entry_keys), strict=True):
+                yanks[key[: -len(YANK_SUFFIX)]] = yank_reason(data)
+        known = known or {}
+        wheel_keys = [k[: -len(ENTRY_SUFFIX)] for k in entry_keys]
+        unknown = [k for k in wheel_keys if k not in known]
+        parsed = {k: known[k] for k in wheel_keys if k in known}
+        blobs = self._read_many([k + ENTRY_SUFFIX for k in unknown])
+        for key, data in zip(unknown, blobs, strict=True):
             if data is not None:
-                entries.append(
-                    WheelEntry.from_json(data, yanked=yanks.get(key[: -len(ENTRY_SUFFIX)]))
-                )
+                parsed[key] = WheelEntry.from_json(data)
+        entries = [dataclasses.replace(e, yanked=yanks.get(k)) for k, e in parsed.items()]
         entries.sort(key=lambda e: e.filename)
         return entries
 
@@ -227,6 +251,11 @@ class StoreBase:
             elif obj.key.endswith(ENTRY_SUFFIX):
                 entries.add(obj.key[: -len(ENTRY_SUFFIX)])
         return sorted(wheels - entries)
+
+    def published_wheel_names(self) -> set[str]:
+        """The filename of every committed wheel (its entry written)."""
+        return {o.key.rsplit("/", 1)[-1][: -len(ENTRY_SUFFIX)]
+                for o in self.list(f"{FILES}/", sizes=False) if o.key.endswith(ENTRY_SUFFIX)}
 
     def published_content_keys(self) -> set[str]:
         """The ``content_key`` of every provenance manifest whose wheel is in the store."""
@@ -246,6 +275,25 @@ class StoreBase:
             if isinstance(value, str) and value:
                 out.add(value)
         return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Published:
+    """What a store has, for "is this cell built?": the content keys of its manifests, and its
+    wheel filenames. A cell counts as built when either is there: a wheel is made per torch
+    minor (its local tag and its ``torch==MAJ.MIN.*`` pin), so the cell of a new torch patch
+    release names a wheel that is already published."""
+
+    content_keys: frozenset[str]
+    wheels: frozenset[str]
+
+    def has(self, content_key: str, wheel: str) -> bool:
+        return content_key in self.content_keys or wheel in self.wheels
+
+
+def published(store: Store) -> Published:
+    return Published(content_keys=frozenset(store.published_content_keys()),
+                     wheels=frozenset(store.published_wheel_names()))
 
 
 def parallel_reads(

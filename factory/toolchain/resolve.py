@@ -17,15 +17,12 @@ import dataclasses
 import functools
 import importlib.resources
 from pathlib import Path
-from typing import Any
 
 from packaging.version import Version
 
 from factory.errors import ConfigError, ToolchainError
 from factory.matrix.cell import Cell, parse_cuda, sm_name
 from factory.tomlread import tomllib
-
-PYTORCH_INDEX = "https://download.pytorch.org/whl/{cuda_tag}"
 
 # The CUDA component wheels that together make a CUDA_HOME able to build torch extensions.
 CUDA13_COMPONENTS = (
@@ -38,28 +35,20 @@ CUDA13_COMPONENTS = (
 
 
 @functools.cache
-def torch_cuda_table() -> dict[str, Any]:
-    text = importlib.resources.files("factory.data").joinpath("torch_cuda.toml").read_text()
-    table: dict[str, Any] = tomllib.loads(text)
-    return table
-
-
-def torch_builds(torch_minor: str) -> tuple[str | None, list[str]]:
-    """(PyPI's CUDA, all CUDA builds) for a torch minor; (None, []) when unknown."""
-    table = torch_cuda_table()["torch"]
-    entry = table.get(torch_minor)
-    if entry is None:
-        return None, []
-    return entry["pypi"], list(entry["builds"])
+def _cuda_archs() -> dict[str, str]:
+    text = importlib.resources.files("factory.data").joinpath("cuda_archs.toml").read_text()
+    table = tomllib.loads(text)["arch_min_cuda"]
+    return {str(k): str(v) for k, v in table.items()}
 
 
 def arch_min_cuda(sm: int) -> str | None:
-    found = torch_cuda_table()["arch_min_cuda"].get(str(sm))
-    return None if found is None else str(found)
+    """The lowest CUDA whose nvcc compiles code for sm_N (None: not in the table)."""
+    return _cuda_archs().get(str(sm))
 
 
-def check_cell_cuda(cell: Cell) -> None:
-    """Raise ConfigError when no torch build uses the cell's CUDA or the CUDA lacks an arch."""
+def check_cell_archs(cell: Cell) -> None:
+    """Raise ConfigError when the cell's CUDA cannot compile one of its archs. (Whether torch
+    ships that CUDA is the facts' question: ``Facts.build_for``.)"""
     cmaj, cmin = cell.cuda_tuple
     for sm in cell.archs:
         need = arch_min_cuda(sm)
@@ -68,26 +57,6 @@ def check_cell_cuda(cell: Cell) -> None:
                 f"{sm_name(sm)} needs CUDA >= {need}, but the cell asks for CUDA {cell.cuda} "
                 f"({cell.id})"
             )
-    _, builds = torch_builds(cell.torch_minor)
-    if not builds:
-        known = ", ".join(torch_cuda_table()["torch"])
-        raise ConfigError(
-            f"torch {cell.torch} is not in the torch/CUDA table (known minors: {known})"
-        )
-    if cell.cuda in builds:
-        return
-    majors = {b.split(".")[0] for b in builds}
-    if str(cmaj) not in majors:
-        raise ConfigError(
-            f"no build of torch {cell.torch_minor} uses CUDA {cmaj}.x "
-            f"(its builds: {', '.join(builds)}); torch's extension builder refuses a different "
-            "CUDA major"
-        )
-    raise ConfigError(
-        f"torch {cell.torch_minor} has no CUDA {cell.cuda} build "
-        f"(its builds: {', '.join(builds)}); "
-        "the toolkit must match torch.version.cuda"
-    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -107,19 +76,14 @@ class Toolchain:
 def resolve_toolchain(
     cell: Cell,
     *,
-    torch_indexes: dict[str, str] | None = None,
+    torch_index: str | None = None,
     prefer: tuple[str, ...] = ("pypi", "image", "system"),
     system_root: Path = Path("/usr/local"),
 ) -> Toolchain:
-    check_cell_cuda(cell)
-    pypi_cuda, _ = torch_builds(cell.torch_minor)
+    """Where nvcc and torch come from. ``torch_index``: None for PyPI's torch build, else the
+    per-CUDA index the cell's torch build is on (the facts or the lock say which)."""
+    check_cell_archs(cell)
     cmaj, cmin = cell.cuda_tuple
-    if cell.cuda == pypi_cuda:
-        torch_index = None
-    else:
-        torch_index = (torch_indexes or {}).get(cell.cuda) or PYTORCH_INDEX.format(
-            cuda_tag=cell.cuda_tag
-        )
     torch_req = f"torch=={cell.torch}" + (f"+{cell.cuda_tag}" if torch_index else "")
     for source in prefer:
         if source == "pypi" and cmaj >= 13:

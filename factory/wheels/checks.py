@@ -11,7 +11,10 @@ refuse a hostile file before an expensive one touches it:
 3. the contents: RECORD lists every file with a matching sha256 (or stronger) hash, METADATA
    is valid core metadata (``packaging.metadata``: a valid Requires-Python, single-valued
    fields given once), its name and version are the filename's, and WHEEL's tags are the
-   filename's.
+   filename's;
+4. what pip itself refuses to install (pip/_internal/utils/wheel.py, ``parse_wheel``): a
+   ``.dist-info`` directory whose canonical name does not start with the project's, and a
+   WHEEL without a ``Wheel-Version`` of dot-separated numbers or with a major version above 1.
 
 Every refusal is a ``WheelError`` with one line saying why.
 """
@@ -22,6 +25,7 @@ import dataclasses
 import re
 import stat
 import zipfile
+from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.metadata import Metadata
@@ -191,7 +195,42 @@ def check_wheel(path: Path, limits: WheelLimits = DEFAULT_LIMITS) -> VettedWheel
     try:
         with zipfile.ZipFile(path) as zf:
             metadata = zf.read(f"{info.dist_info}/METADATA")
+            wheel_file = zf.read(f"{info.dist_info}/WHEEL")
     except (zipfile.BadZipFile, OSError, KeyError) as exc:
-        raise WheelError(f"{name}: cannot read METADATA ({exc})") from None
+        raise WheelError(f"{name}: cannot read METADATA or WHEEL ({exc})") from None
     _check_metadata(info, metadata, project, version)
+    check_pip_accepts(name, project, info.dist_info, wheel_file)
     return VettedWheel(info=info, metadata=metadata)
+
+
+PIP_WHEEL_VERSION = (1, 0)  # pip's VERSION_COMPATIBLE: a higher major is refused
+
+
+def check_pip_accepts(name: str, project: str, dist_info: str, wheel_file: bytes) -> None:
+    """pip's own checks before it installs a wheel (``parse_wheel`` in pip's
+    _internal/utils/wheel.py, the same in pip 20 to 26): the ``.dist-info`` directory's
+    canonical name starts with the project's, and WHEEL's ``Wheel-Version`` is numbers whose
+    major is not above 1. A wheel failing them is on the index for nobody."""
+    if not canonicalize_name(dist_info).startswith(canonicalize_name(project)):
+        raise WheelError(
+            f"{name}: its .dist-info directory {dist_info[:80]!r} does not start with the "
+            f"project name {project!r}: pip refuses to install it"
+        )
+    try:
+        text = wheel_file.decode()
+    except UnicodeDecodeError:
+        raise WheelError(f"{name}: WHEEL is not UTF-8: pip refuses to install it") from None
+    value = HeaderParser().parsestr(text)["Wheel-Version"]
+    if value is None:
+        raise WheelError(f"{name}: WHEEL has no Wheel-Version: pip refuses to install it")
+    try:
+        wheel_version = tuple(int(part) for part in str(value).strip().split("."))
+    except ValueError:
+        raise WheelError(
+            f"{name}: invalid Wheel-Version {str(value).strip()[:40]!r}: pip refuses to install it"
+        ) from None
+    if wheel_version[0] > PIP_WHEEL_VERSION[0]:
+        raise WheelError(
+            f"{name}: Wheel-Version {str(value).strip()[:40]} is a major version pip does not "
+            f"install (it installs {PIP_WHEEL_VERSION[0]}.x)"
+        )

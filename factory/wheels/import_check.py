@@ -17,6 +17,7 @@ from pathlib import Path
 from factory.errors import VerifyError, WheelError
 from factory.matrix.settings import default_settings
 from factory.process import last_error_line, run_program
+from factory.recipes.base import SmokeTest
 from factory.toolchain.cross import (
     builder_platform,
     ensure_target_sysroot,
@@ -64,12 +65,23 @@ def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _modules(info: WheelInfo) -> list[str]:
-    modules = list(info.top_level)
+def _modules(info: WheelInfo, smoke: SmokeTest | None = None) -> list[str]:
+    """What the smoke test imports: the recipe's modules, else every top-level module."""
+    modules = list(smoke.imports if smoke and smoke.imports else info.top_level)
     # torch first, as every user does: extensions rely on it having loaded libtorch.
     if modules and info.torch_requirements() and "torch" not in modules:
         modules.insert(0, "torch")
     return modules
+
+
+def _installs(info: WheelInfo, smoke: SmokeTest | None) -> list[list[str | Path]]:
+    """The pip install arguments, one list per pip call: the wheel with its dependencies, or
+    (``with-dependencies = false``) its torch pin first, then the wheel alone."""
+    wheel = info.path.resolve()
+    if smoke is None or smoke.with_dependencies:
+        return [[wheel]]
+    pins: list[str | Path] = [str(r) for r in info.torch_requirements()]
+    return [pins, ["--no-deps", wheel]] if pins else [["--no-deps", wheel]]
 
 
 def _import_code(modules: list[str]) -> str:
@@ -86,10 +98,13 @@ def check_import(
     echo: Callable[[str], None] | None = None,
     log_path: Path | None = None,
     sysroots: Path | None = None,
+    smoke: SmokeTest | None = None,
 ) -> Check:
     """Install into a clean environment, offline, and import. A wheel for another CPU than this
     host's is installed for its platform (host pip, ``--target``) and imported by the target's
-    Python under qemu-user (``sysroots``: where the target root filesystems are kept)."""
+    Python under qemu-user (``sysroots``: where the target root filesystems are kept).
+    ``smoke`` (the recipe's): which modules, and whether the wheel's other runtime dependencies
+    are installed first (else the wheel and its torch pin only)."""
     try:
         cpus = tag_cpus(info)
     except WheelError:
@@ -97,12 +112,12 @@ def check_import(
     if len(cpus) == 1 and cpus != {builder_platform()}:
         return check_import_emulated(
             info, target=cpus.pop(), wheelhouse=wheelhouse, echo=echo, log_path=log_path,
-            sysroots=sysroots,
+            sysroots=sysroots, smoke=smoke,
         )
     python, why = _python_for(info)
     if python is None:
         return Check(name="import", ok=True, skipped=True, detail=f"skipped: {why}")
-    modules = _modules(info)
+    modules = _modules(info, smoke)
     if not modules:
         return Check(name="import", ok=False, detail="the wheel has no importable top-level module")
     t0 = time.monotonic()
@@ -128,17 +143,19 @@ def check_import(
         ]
         if wheelhouse is not None:
             argv += ["--find-links", wheelhouse]
-        argv.append(info.path.resolve())
-        proc = run_program(
-            argv,
-            error=VerifyError,
-            what="pip install",
-            env=_clean_env(),
-            echo=echo,
-            log_path=log_path,
-            check=False,
-            timeout=1800,
-        )
+        for install in _installs(info, smoke):
+            proc = run_program(
+                [*argv, *install],
+                error=VerifyError,
+                what="pip install",
+                env=_clean_env(),
+                echo=echo,
+                log_path=log_path,
+                check=False,
+                timeout=1800,
+            )
+            if proc.returncode != 0:
+                break
         if proc.returncode != 0:
             return Check(
                 name="import",
@@ -184,6 +201,7 @@ def check_import_emulated(
     echo: Callable[[str], None] | None = None,
     log_path: Path | None = None,
     sysroots: Path | None = None,
+    smoke: SmokeTest | None = None,
 ) -> Check:
     """The import check of a wheel for another CPU: host pip installs it and its deps from the
     (target's) wheelhouse for the target's platform tags into a clean directory, then the
@@ -198,7 +216,7 @@ def check_import_emulated(
         return Check(name="import", ok=False,
                      detail=f"qemu-{target} not found: the {target} import check runs under "
                      "qemu-user (apt-get install qemu-user-static)")
-    modules = _modules(info)
+    modules = _modules(info, smoke)
     if not modules:
         return Check(name="import", ok=False, detail="the wheel has no importable top-level module")
     sysroot = ensure_target_sysroot(sysroots or default_settings().sysroots_dir, target=target,
@@ -213,10 +231,12 @@ def check_import_emulated(
         ]
         if wheelhouse is not None:
             argv += ["--find-links", wheelhouse]
-        argv.append(info.path.resolve())
-        proc = run_program(argv, error=VerifyError, what=f"pip install --target ({target})",
-                           env=_clean_env(), echo=echo, log_path=log_path, check=False,
-                           timeout=1800)
+        for install in _installs(info, smoke):
+            proc = run_program([*argv, *install], error=VerifyError,
+                               what=f"pip install --target ({target})", env=_clean_env(),
+                               echo=echo, log_path=log_path, check=False, timeout=1800)
+            if proc.returncode != 0:
+                break
         if proc.returncode != 0:
             return Check(name="import", ok=False,
                          detail=f"pip install --no-index for {target} failed: "

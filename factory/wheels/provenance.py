@@ -340,6 +340,9 @@ class PublishedBuild:
     manifest: Manifest
     key: str  # the wheel's store key
     yanked: str | None  # the yank reason, None when not yanked
+    # False: the wheel and manifest are there but not its index entry: a publisher stopped
+    # before its commit ('factory index rebuild' completes it); not a build on the index yet
+    committed: bool = True
 
 
 def published_builds(store: Any, project: str | None = None) -> list[PublishedBuild]:
@@ -350,7 +353,7 @@ def published_builds(store: Any, project: str | None = None) -> list[PublishedBu
     prefix = f"{FILES}/{project}/" if project else f"{FILES}/"
     keys = {o.key for o in store.list(prefix)}
     manifest_keys = sorted(k for k in keys if k.endswith(SUFFIX) and k[: -len(SUFFIX)] in keys)
-    yanked = {e.key: e.yanked for e in store.wheels(project)}
+    entries = {e.key: e for e in store.wheels(project)}
     # StoreBase._read_many reads in parallel where a read is a network round trip (S3); one
     # manifest per wheel makes that the difference between a second and a minute.
     reader = getattr(store, "_read_many", None)
@@ -363,7 +366,8 @@ def published_builds(store: Any, project: str | None = None) -> list[PublishedBu
         out.append(PublishedBuild(
             manifest=parse_manifest(data, source=f"{store.url}/{key}"),
             key=wheel_key,
-            yanked=yanked.get(wheel_key),
+            yanked=entries[wheel_key].yanked if wheel_key in entries else None,
+            committed=wheel_key in entries,
         ))
     out.sort(key=lambda b: (b.manifest.created, b.manifest.wheel))
     return out

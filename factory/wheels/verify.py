@@ -20,6 +20,7 @@ from factory.matrix.cell import sm_names
 from factory.matrix.load import PlannedCell
 from factory.matrix.tags import parse_local, torch_pin
 from factory.recipes import default_archs_for as recipe_default_archs
+from factory.recipes import recipe_for_project
 from factory.wheels.binaries import check_archs, check_cpu, check_floor
 from factory.wheels.floor import BinaryFloor, wheel_floor
 from factory.wheels.import_check import check_import
@@ -199,6 +200,7 @@ def verify_wheel(
         if raise_on_failure:
             raise VerifyError(report.summary()) from None
         return report
+    recipe = expected.recipe if expected is not None else recipe_for_project(info.name)
     if expected is not None:
         defaults = expected.recipe.default_archs
     else:
@@ -218,7 +220,7 @@ def verify_wheel(
     if import_check:
         try:
             checks.append(check_import(info, wheelhouse=wheelhouse, echo=echo, log_path=log_path,
-                                       sysroots=sysroots))
+                                       sysroots=sysroots, smoke=recipe.smoke if recipe else None))
         except FactoryError as exc:  # venv creation, timeouts: the check failed, say why
             checks.append(Check(name="import", ok=False, detail=exc.message))
     else:

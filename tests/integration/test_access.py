@@ -270,10 +270,11 @@ def _listener() -> Iterator[int]:
 @pytest.mark.docker
 def test_a_build_container_has_no_network_and_no_host_secrets(
     base_image: str, docker_engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    no_leftover_containers: None,
+    no_leftover_containers: None, wheelhouse_cp311: Path,
 ) -> None:
     from factory.runners import BuildJob
     from factory.runners.docker import DockerRunner
+    from factory.toolchain.wheelhouse import BUILD_FRONTEND_REQUIREMENT
 
     for name in ("AWS_SECRET_ACCESS_KEY", "TWINE_PASSWORD", "GITHUB_TOKEN", "FACTORY_TEST_SECRET"):
         monkeypatch.setenv(name, SECRET)
@@ -294,12 +295,13 @@ def test_a_build_container_has_no_network_and_no_host_secrets(
         (src / "backend.py").write_text(_PROBE_BACKEND)
         job = BuildJob(
             cell_id="netprobe-0.1", python="3.11", image=base_image, src_dir=src,
-            out_dir=tmp_path / "out", wheelhouse=tmp_path / "wheelhouse", cuda_home=None,
-            requirements=(), env={"PROBE_TARGETS": f"{gateway}:{port},1.1.1.1:53,8.8.8.8:443"},
+            out_dir=tmp_path / "out", wheelhouse=wheelhouse_cp311, cuda_home=None,
+            # the build frontend (pypa/build) from the session's wheelhouse, offline
+            requirements=(BUILD_FRONTEND_REQUIREMENT,),
+            env={"PROBE_TARGETS": f"{gateway}:{port},1.1.1.1:53,8.8.8.8:443"},
             memory_limit_bytes=1 << 30, cpus=1, pids_limit=256,
             log_path=tmp_path / "logs" / "build.log", venv_dir=tmp_path / "venv", timeout=600,
         )
-        (tmp_path / "wheelhouse").mkdir()
         result = DockerRunner().run(job)
     log = result.log_path.read_text()
     assert result.exit_code == 0 and result.wheel is not None, log[-3000:]

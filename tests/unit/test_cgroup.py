@@ -59,3 +59,18 @@ def test_container_dirs_v2_systemd_and_nested(tmp_path: Path) -> None:
     nested.mkdir(parents=True)
     assert cgroup.container_dirs("def", tmp_path) == [nested]
     assert cgroup.container_dirs("none", tmp_path) == []
+
+
+def test_the_limiting_dir_is_the_nearest_one_with_a_memory_limit(tmp_path: Path) -> None:
+    """A Slurm job: the limit sits on job_N, the process in job_N/step_batch/task_0."""
+    job = tmp_path / "memory" / "slurm_n1" / "uid_0" / "job_7"
+    task = job / "step_batch" / "task_0"
+    task.mkdir(parents=True)
+    for d in (task, task.parent, job.parent, job.parent.parent, tmp_path / "memory"):
+        (d / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1: no limit
+    (job / "memory.limit_in_bytes").write_text(f"{4 << 30}\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/slurm_n1/uid_0/job_7/step_batch/task_0\n")
+    assert cgroup.limiting_memory_dir(proc, tmp_path) == job
+    (job / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert cgroup.limiting_memory_dir(proc, tmp_path) is None

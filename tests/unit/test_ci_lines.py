@@ -140,7 +140,7 @@ def test_the_access_log_is_combined_log_format() -> None:
     sends in a quoted field cannot end it."""
     import re
 
-    from factory.index.server import access_line
+    from factory.index.server_http import access_line
 
     headers = {"User-Agent": 'uv/0.13.9 "x"\nforged', "Referer": None}
     line = access_line(client="10.0.0.7", method="GET", target="/simple/flash-attn/?token=s",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from factory.cli import build_parser, main
-from factory.commands._common import metavar_for, takes_value
+from factory.commands._common import METAVAR_EXCEPTIONS, metavar_for, takes_value
 from factory.errors import CellError, exit_codes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ MATRIX = str(REPO / "matrix.toml")
 CELL = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
 VOCABULARY = {"FILE", "DIR", "STORE", "NAME", "IMAGE", "SIZE", "N", "SECONDS", "VERSION",
               "ARCH", "CPU", "URL", "HOST", "PORT", "TEXT", "EXE", "DIR|URL", "CELL", "WHEEL",
-              "SPEC", "FILENAME", "WHEEL|CELL"}
+              "SPEC", "FILENAME", "WHEEL|CELL", "CMD"}
 
 
 def _actions() -> list[tuple[str, argparse.Action]]:
@@ -71,8 +71,8 @@ def test_every_option_has_help_and_a_metavar_of_its_kind() -> None:
         want = metavar_for(command, action)
         assert want is not None, f"{where}: not in commands/_common.py's METAVARS"
         assert action.metavar == want, f"{where}: {action.metavar} where its kind is {want}"
-        if action.option_strings and (command, action.option_strings[-1]) != ("doctor",
-                                                                              "--python"):
+        if action.option_strings and (command, action.option_strings[-1]) not in \
+                METAVAR_EXCEPTIONS:
             key = action.option_strings[-1]
             assert seen.setdefault(key, action.metavar) == action.metavar, where
     for _, action in _actions():  # sizes are sizes everywhere

@@ -330,7 +330,7 @@ def test_cxx_wrapper_runs_the_builds_own_compiler_through_the_link(
 
 
 def test_direct_stats_count_objects_from_ccaches_stats_log(tmp_path: Path) -> None:
-    from factory.runners.inside import _direct_stats
+    from factory.runners.inside.cache import direct_stats as _direct_stats
 
     # records as ccache 4.7 writes them (a miss, a hit, and a call it could not cache)
     log = tmp_path / "ccache-stats.log"

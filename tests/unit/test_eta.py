@@ -11,7 +11,8 @@ import pytest
 
 from factory.matrix.cell import Cell
 from factory.planning.eta import EtaModel, model_for, replay_log, spread_of
-from factory.planning.memory_model import MemoryHistory, read_ninja_timeline
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.ninja_log import read_ninja_timeline
 from factory.planning.planner import plan_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

@@ -366,6 +366,9 @@ _FORBIDDEN = {"-h", "--help", "--version", "--debug"}
 _tokens = _text.filter(lambda t: t not in _FORBIDDEN and not t.startswith(("-h", "--h", "--v",
                                                                           "--deb")))
 _flag = st.from_regex(r"--no-such-[a-z]{1,8}", fullmatch=True)
+# not a size: "" and "auto" ask for detection, so they are not bad values of --memory
+_bad_memory = _tokens.filter(
+    lambda t: t and t.strip().lower() != "auto" and not t.strip()[:1].isdigit())
 
 
 @st.composite
@@ -382,7 +385,8 @@ def bad_command_line(draw: st.DrawFn) -> list[str]:
     if kind == "bad-value":
         return draw(st.sampled_from([
             ["plan", draw(_tokens)],
-            ["plan", "demo-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "--memory", draw(_tokens)],
+            ["plan", "demo-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "--memory",
+             draw(_bad_memory)],
             ["plan", "demo-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "--cpus", draw(_tokens)],
             ["plan", "demo-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "--cpus", "0"],
             ["plan", "demo-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "--memory",
@@ -393,8 +397,7 @@ def bad_command_line(draw: st.DrawFn) -> list[str]:
             ["yank", "demo_ext-0.1.0+cu130torch2.14-py3-none-any.whl"],  # no --reason
             ["build", draw(_tokens), "--dry-run"],
             ["build", "--dry-run"],  # neither cells nor --all
-            ["build", "--all", "--dry-run", "--memory", draw(_tokens.filter(
-                lambda t: t and t.strip().lower() != "auto" and not t.strip()[:1].isdigit()))],
+            ["build", "--all", "--dry-run", "--memory", draw(_bad_memory)],
             ["build", "--all", "--dry-run", "--cpus", draw(_tokens)],
             ["index", draw(_tokens.filter(lambda t: t not in ("rebuild", "verify")))],
             ["index", "verify", "--store", draw(st.sampled_from(["gs://x/y", "s3://", "ftp://x"]))],

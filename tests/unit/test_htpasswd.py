@@ -97,12 +97,7 @@ def test_the_cache_is_bounded(tmp_path: Path) -> None:
     assert len(creds._ok) == 3
 
 
-def test_unknown_users_do_the_work_of_a_wrong_password(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "htpasswd"
-    path.write_text(bcrypt_line("u", "pw", cost=4) + "\n" + bcrypt_line("v", "pw", cost=5) + "\n")
-    creds = Credentials(path)
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[htpasswd.HashEntry]:
     checked: list[htpasswd.HashEntry] = []
     real = htpasswd.verify
 
@@ -111,11 +106,65 @@ def test_unknown_users_do_the_work_of_a_wrong_password(
         return real(entry, password)
 
     monkeypatch.setattr(htpasswd, "verify", counting)
+    return checked
+
+
+def test_unknown_users_do_the_work_of_a_wrong_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "htpasswd"
+    path.write_text(bcrypt_line("u", "pw", cost=4) + "\n" + bcrypt_line("v", "pw", cost=4) + "\n")
+    creds = Credentials(path)
+    checked = _counting(monkeypatch)
     assert not creds.check(_basic("nobody", "pw"))
     assert not creds.check(_basic("v", "wrong"))
-    # One bcrypt check each, at the file's highest cost, against a hash no password matches.
-    assert [(e.scheme, e.cost) for e in checked] == [("bcrypt", 5), ("bcrypt", 5)]
-    assert checked[0].hashed != checked[1].hashed
+    # One bcrypt check each at the file's cost, the unknown user's against a hash no password
+    # matches.
+    assert [(e.scheme, e.cost) for e in checked] == [("bcrypt", 4), ("bcrypt", 4)]
+    assert checked[0].user == "" and checked[1].user == "v"
+
+
+def test_every_check_costs_the_same_whatever_the_mix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file mixing bcrypt costs and SHA-512: unknown, cheap and expensive users, right and
+    wrong passwords, each check runs one hash of every kind in the same order (the timing of
+    a refusal tells nothing; docs/BENCHMARKS.md measures it), and the mix is warned about."""
+    path = tmp_path / "htpasswd"
+    path.write_text(
+        bcrypt_line("cheap", "pw", cost=4) + "\n" + bcrypt_line("dear", "pw", cost=6) + "\n"
+        + f"sha:{SPEC_HASH}\n"
+    )
+    with caplog.at_level("WARNING", logger="factory.index.server"):
+        creds = Credentials(path)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "mixes 3 kinds of password hash" in warnings[0], warnings
+    assert "bcrypt cost 4 (cheap)" in warnings[0]
+    assert "SHA-512 crypt 5000 rounds (sha)" in warnings[0]
+    checked = _counting(monkeypatch)
+    kinds = []
+    for user, password, ok in [
+        ("nobody", "pw", False), ("cheap", "wrong", False), ("dear", "wrong", False),
+        ("sha", "wrong", False), ("cheap", "pw", True), ("dear", "pw", True),
+        ("sha", "Hello world!", True),
+    ]:
+        checked.clear()
+        assert creds.check(_basic(user, password)) is ok
+        kinds.append([(e.scheme, e.cost) for e in checked])
+    assert all(k == [("sha512-crypt", 5000), ("bcrypt", 4), ("bcrypt", 6)] for k in kinds), kinds
+
+
+def test_one_kind_of_hash_is_one_check_and_no_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "htpasswd"
+    path.write_text("".join(bcrypt_line(f"u{i}", "pw", cost=4) + "\n" for i in range(3)))
+    with caplog.at_level("WARNING", logger="factory.index.server"):
+        creds = Credentials(path)
+    assert not caplog.records
+    checked = _counting(monkeypatch)
+    assert not creds.check(_basic("nobody", "pw"))
+    assert len(checked) == 1
 
 
 def test_a_slow_check_does_not_hold_up_others(

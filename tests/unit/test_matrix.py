@@ -178,16 +178,21 @@ def test_sm120_with_cuda_12_6_is_refused_too() -> None:
 
 def test_a_cuda_major_no_build_of_that_torch_uses() -> None:
     text = BASE.replace('cuda = ["13.0"]', 'cuda = ["11.8"]').replace('["10.0"]', '["8.0"]')
-    assert _error(text).startswith("no build of torch 2.14 uses CUDA 11.x (its builds: 12.8, 13.0)")
+    assert _error(text).startswith(
+        "no build of torch 2.14.1 uses CUDA 11.x (its builds: 12.6 (declared), 13.0 (PyPI's), "
+        "13.2 (declared))")
 
 
 def test_a_cuda_minor_that_torch_has_no_build_for() -> None:
     text = BASE.replace('cuda = ["13.0"]', 'cuda = ["12.9"]')
-    assert _error(text).startswith("torch 2.14 has no CUDA 12.9 build")
+    assert _error(text).startswith("torch 2.14.1 has no CUDA 12.9 build")
 
 
 def test_an_unknown_torch_minor() -> None:
-    assert "not in the torch/CUDA table" in _error(BASE.replace('"2.14.1"', '"2.99.0"'))
+    assert _error(BASE.replace('"2.14.1"', '"2.99.0"')).startswith(
+        "torch 2.99.0 is not a torch release in the shipped snapshot of")
+    assert _error(BASE.replace('"2.14.1"', '"2.14.7"')).startswith(
+        "torch 2.14.7 is not a release (torch 2.14: 2.14.0, 2.14.1;")
 
 
 @pytest.mark.parametrize(

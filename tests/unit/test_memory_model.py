@@ -9,21 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from factory.matrix.cell import Cell
+from factory.environment import HISTORY_ENV
 from factory.errors import ConfigError
+from factory.matrix.cell import Cell
+from factory.planning.history_file import history_path, shipped_history_path
 from factory.planning.memory_model import (
-    HISTORY_ENV,
     INFERRED_MARGIN,
     RECENT_PEAKS,
     BuildMeasurement,
     MemoryHistory,
     ModelKey,
-    history_path,
-    object_key,
-    read_ninja_log,
-    record_build,
-    shipped_history_path,
 )
+from factory.planning.ninja_log import object_key, read_ninja_log
+from factory.planning.record import record_build
 
 GB = 10**9
 
@@ -66,19 +64,31 @@ def test_shipped_history_is_version_1_and_seeded_from_the_measurements() -> None
     h = MemoryHistory.load(shipped_history_path())
     est = h.estimate(ModelKey.for_cell(fa_cell(), 1), model_key="flash-attn")
     assert est.exact
-    # measured (factory/data/flash-attn-2.8.3.post2_sm90_h200_*): ~4.3-4.5 GB per job for one arch, 4.4 GB peak RSS for one sm_100 kernel.
+    # measured (factory/data/flash-attn-2.8.3.post2_sm90_h200_*): ~4.3-4.5 GB per job for one
+    # arch, 4.4 GB peak RSS for one sm_100 kernel.
     assert 4.3 * GB <= est.per_job_bytes <= 4.7 * GB
     two = h.estimate(ModelKey.for_cell(fa_cell(archs=(90, 100)), 2), model_key="flash-attn")
     assert two.exact and two.per_job_bytes >= 2 * 4.5 * GB
 
 
 def test_shipped_object_times_are_the_16_job_log() -> None:
-    times = MemoryHistory.load(shipped_history_path()).object_times(fa_cell())
+    times = MemoryHistory.load(shipped_history_path()).object_times(fa_cell(archs=(90,)))
     assert times is not None
     assert len(times.seconds) == 73
     assert round(sum(times.seconds.values())) == 16212
     longest = max(times.seconds, key=lambda k: times.seconds[k])
     assert longest == "csrc/flash_attn/src/flash_fwd_split_hdim64_fp16_sm80"
+
+
+def test_the_sm100_cell_has_its_own_shipped_objects() -> None:
+    # the flagship build on the 2-core builder: its 73 objects' seconds and sampled peaks, and
+    # the two real runs of these objects (that build and the H200 sm_100 run)
+    times = MemoryHistory.load(shipped_history_path()).object_times(fa_cell())
+    assert times is not None and times.archs == (100,)
+    assert len(times.seconds) == len(times.peaks) == 73
+    assert (times.max_jobs, times.cpus) == (2, 2)
+    assert max(times.peaks.values()) > 6.5 * 2**30  # flash_bwd_hdim256, as measured alone
+    assert sorted(r.max_jobs for r in times.runs) == [2, 9]
 
 
 def test_model_key_counts_archs_compiled_at_once() -> None:
@@ -336,3 +346,88 @@ def test_record_build_never_fails_the_build(tmp_path: Path) -> None:
     h = MemoryHistory.load(blocker / "h.json")
     line = record_build(_planned_ext(), FakePlan(), FakeResult(), history=h)
     assert line.startswith("memory history: not recorded")
+
+
+def _tree_with_objects(root: Path, spans: list[tuple[int, int]]) -> Path:
+    log = root / "src" / "build" / "temp.linux-x86_64-cpython-311" / ".ninja_log"
+    log.parent.mkdir(parents=True)
+    log.write_text("# ninja log v7\n" + "".join(
+        f"{a}\t{b}\t0\t/factory/src/build/temp.linux-x86_64-cpython-311/csrc/o{i}.o\th\n"
+        for i, (a, b) in enumerate(spans)))
+    return root / "src"
+
+
+def test_record_build_keeps_the_attempt_as_a_whole_run(tmp_path: Path) -> None:
+    # Four objects in 2 jobs: the run's span is ninja's first start to last end (150 s), its
+    # peak the compilers' summed RSS; both come back as the entry's recorded run.
+    tree = _tree_with_objects(tmp_path / "w", [(0, 90000), (0, 60000), (60000, 150000),
+                                               (90000, 120000)])
+    h = MemoryHistory.load(tmp_path / "h.json")
+    pc = _planned_ext()
+    line = record_build(pc, FakePlan(max_jobs=2, cpus=2), FakeResult(objects_built=4),
+                        build_tree=tree, history=h)
+    assert "the run as a whole" in line
+    times = MemoryHistory.load(tmp_path / "h.json").object_times(pc.cell)
+    assert times is not None and len(times.runs) == 1
+    run = times.runs[0]
+    assert (run.max_jobs, run.cpus, run.compile_seconds) == (2, 2, 150.0)
+    assert run.peak_bytes == 12 * GB and run.peak_of == "compilers"
+    # a second build adds a run, the first stays
+    tree2 = _tree_with_objects(tmp_path / "w2", [(0, 100000)] * 4)
+    record_build(pc, FakePlan(max_jobs=4, cpus=4), FakeResult(objects_built=4),
+                 build_tree=tree2, history=h)
+    times = MemoryHistory.load(tmp_path / "h.json").object_times(pc.cell)
+    assert times is not None and [r.max_jobs for r in times.runs] == [2, 4]
+
+
+def test_a_resumed_attempt_is_no_whole_run(tmp_path: Path) -> None:
+    # After an OOM kill the log holds both attempts' objects: 4 in the log, 1 compiled now.
+    tree = _tree_with_objects(tmp_path / "w", [(0, 90000)] * 4)
+    h = MemoryHistory.load(tmp_path / "h.json")
+    line = record_build(_planned_ext(), FakePlan(), FakeResult(objects_built=1),
+                        build_tree=tree, history=h)
+    assert "the run as a whole" not in line
+    assert "runs" not in json.loads((tmp_path / "h.json").read_text())["objects"][0]
+
+
+def test_a_run_travels_through_the_shared_records() -> None:
+    from factory.planning.memory_model import RecordedRun
+    from factory.planning.shared_history import measurement_of, record_document
+
+    run = RecordedRun(source="s", date="2026-12-01", max_jobs=2, cpus=2, compile_seconds=9.5,
+                      peak_bytes=GB, machine="m")
+    m = BuildMeasurement(cell=fa_cell(), nvcc_threads=1, max_jobs=2, peak_job_bytes=None,
+                         run=run)
+    back = measurement_of(json.loads(json.dumps(record_document(m))))
+    assert back.run == run
+    assert measurement_of(json.loads(json.dumps(record_document(
+        dataclasses.replace(m, run=None))))).run is None
+
+
+def test_only_the_logs_objects_get_a_peak(tmp_path: Path) -> None:
+    # Seen in the 32-job run: the sampler also named the link's .so and a host compile's
+    # temporary assembler file (tmp/ccXXXX.s) as objects.
+    tree = _tree_with_objects(tmp_path / "w", [(0, 1000)])
+    h = MemoryHistory.load(tmp_path / "h.json")
+    record_build(_planned_ext(), FakePlan(), FakeResult(objects_built=1, object_peak_rss_bytes={
+        "/factory/src/build/temp.linux-x86_64-cpython-311/csrc/o0.o": 3 * GB,
+        "build/lib.linux-x86_64-cpython-311/x.cpython-311-x86_64-linux-gnu.so": GB,
+        "/tmp/ccnC64oo.s": 2 * GB}), build_tree=tree, history=h)
+    entry = json.loads((tmp_path / "h.json").read_text())["objects"][0]
+    assert entry["peak_bytes"] == {"csrc/o0": 3 * GB}
+
+
+def test_peaks_through_the_compile_cache_land_on_their_objects() -> None:
+    # Seen in the flagship build with --cache: sccache ran nvcc's stages in its server, so
+    # the sampler saw cicc and ptxas with -o in sccache's temp dir, named after the source.
+    from factory.planning.record import object_peaks
+
+    objects = ["csrc/flash_attn/src/flash_bwd_hdim256_fp16_sm80", "csrc/flash_attn/flash_api"]
+    raw = {
+        "/tmp/sccache_nvccAB12cd/flash_bwd_hdim256_fp16_sm80.ptx": 7 * GB,
+        "/tmp/sccache_nvccAB12cd/flash_bwd_hdim256_fp16_sm80.cubin": 2 * GB,
+        "/tmp/sccache_nvccAB12cd/x_0.cpp1.ii": 9 * GB,  # anonymous: nobody's
+        "/f/src/build/temp.linux-x86_64-cpython-311/csrc/flash_attn/flash_api.o": GB,
+        "/tmp/cc0Uhdig.s": 9 * GB,
+    }
+    assert object_peaks(raw, objects) == {objects[0]: 7 * GB, objects[1]: GB}

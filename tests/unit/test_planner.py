@@ -14,7 +14,8 @@ from factory.errors import PlanError
 from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell, load_matrix
 from factory.planning.budget import BudgetRequest
-from factory.planning.memory_model import MemoryHistory, shipped_history_path
+from factory.planning.history_file import shipped_history_path
+from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import (
     BuildPlan,
     jobs_that_fit,
@@ -45,15 +46,27 @@ def history(tmp_path: Path) -> MemoryHistory:
     return MemoryHistory.load(tmp_path / "history.json")
 
 
+@pytest.fixture
+def per_job_history(tmp_path: Path) -> MemoryHistory:
+    """The shipped seeds without the sm_100 cell's own objects entry (the flagship build's):
+    the sm_100 cell then plans with the per-job model and sm_90's object times, as it did
+    before that build."""
+    doc = MemoryHistory.load(shipped_history_path()).as_document()
+    doc["objects"] = [e for e in doc["objects"]
+                      if not (e["package"] == "flash-attn" and e["archs"] == [100])]
+    return MemoryHistory(doc, path=None)
+
+
 def pc_of(matrix, cell_id: str) -> PlannedCell:  # type: ignore[no-untyped-def]
     return matrix.find(cell_id, outside=True)  # type: ignore[no-any-return]
 
 
-def test_acceptance_sm100_16g_16cpus_chooses_2_jobs_and_explains(matrix, history) -> None:  # type: ignore[no-untyped-def]
-    # 4.2 GiB per job over a whole build, but the backward hdim256 kernels take 6.7 GiB each and
-    # start together: 2 of them + 2 GiB headroom = 15.3 GiB; a third job would not fit.
+def test_acceptance_sm100_16g_16cpus_chooses_2_jobs_and_explains(matrix, per_job_history) -> None:  # type: ignore[no-untyped-def]
+    # The per-job model: 4.2 GiB per job over a whole build, but the backward hdim256 kernels
+    # take 6.7 GiB each and start together: 2 of them + 2 GiB headroom = 15.3 GiB; a third job
+    # would not fit.
     budget = BudgetRequest(memory=parse_size("16g"), cpus=16)
-    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=per_job_history)
     assert (plan.max_jobs, plan.nvcc_threads) == (2, 1)
     assert plan.predicted_peak_bytes <= 16 * GIB
     largest = 7159746560
@@ -64,19 +77,19 @@ def test_acceptance_sm100_16g_16cpus_chooses_2_jobs_and_explains(matrix, history
     assert "largest single object 6.7 GiB" in text and "flash_bwd_hdim256" in text
 
 
-def test_the_heaviest_objects_count_only_for_the_first_jobs(matrix, history) -> None:  # type: ignore[no-untyped-def]
+def test_the_heaviest_objects_count_only_for_the_first_jobs(matrix, per_job_history) -> None:  # type: ignore[no-untyped-def]
     budget = BudgetRequest(memory=parse_size("64g"), cpus=16)
-    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=per_job_history)
     assert plan.max_jobs == 13
     assert plan.predicted_peak_bytes == (
         2 * 7159746560 + 11 * plan.per_job_bytes + plan.headroom_bytes
     )
 
 
-def test_acceptance_2g_refuses_naming_the_memory_needed(matrix, history) -> None:  # type: ignore[no-untyped-def]
+def test_acceptance_2g_refuses_naming_the_memory_needed(matrix, per_job_history) -> None:  # type: ignore[no-untyped-def]
     budget = BudgetRequest(memory=parse_size("2g"), cpus=16)
     with pytest.raises(PlanError) as err:
-        plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
+        plan_build(pc_of(matrix, FA_SM100), budget=budget, history=per_job_history)
     msg = err.value.message
     assert "\n" not in msg
     assert "needs at least 8.7 GiB" in msg and "6.7 GiB" in msg and "2.0 GiB" in msg
@@ -141,9 +154,9 @@ def test_plan_build_without_a_budget_detects_it(matrix, history) -> None:  # typ
     assert plan.cpus >= 1 and plan.memory_budget_bytes > 0
 
 
-def test_as_dict_is_json_and_has_the_contract_keys(matrix, history) -> None:  # type: ignore[no-untyped-def]
+def test_as_dict_is_json_and_has_the_contract_keys(matrix, per_job_history) -> None:  # type: ignore[no-untyped-def]
     budget = BudgetRequest(memory=16 * GIB, cpus=16)
-    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=per_job_history)
     d = json.loads(json.dumps(plan.as_dict()))
     assert d["max_jobs"] == 2 and d["nvcc_threads"] == 1
     for k in ("memory_budget_bytes", "cpus", "per_job_bytes", "per_job_source",
@@ -157,16 +170,17 @@ def test_build_plan_is_frozen_and_keyword_only() -> None:
 
 
 def test_list_schedule_reproduces_the_reference_numbers() -> None:
-    times = MemoryHistory.load(shipped_history_path()).object_times(Cell.from_id(FA_SM100))
+    times = MemoryHistory.load(shipped_history_path()).object_times(
+        Cell.from_id("flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312"))
     assert times is not None
     alphabetical = [times.seconds[k] for k in sorted(times.seconds)]
     assert round(list_schedule(alphabetical, 16)) == 1179
     assert round(list_schedule(longest_first(times.seconds.values()), 16)) == 1084
 
 
-def test_predicted_time_uses_longest_first(matrix, history) -> None:  # type: ignore[no-untyped-def]
+def test_predicted_time_uses_longest_first(matrix, per_job_history) -> None:  # type: ignore[no-untyped-def]
     budget = BudgetRequest(memory=512 * GIB, cpus=16)
-    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=history)
+    plan = plan_build(pc_of(matrix, FA_SM100), budget=budget, history=per_job_history)
     assert plan.predicted_seconds == pytest.approx(1083.8, abs=0.1)
 
 
@@ -241,7 +255,8 @@ def test_oom_repeatedly_reaches_one_job_then_refuses(matrix, history) -> None:  
 def test_unknown_package_uses_the_star_default(history) -> None:  # type: ignore[no-untyped-def]
     cell = Cell(package="mystery", version="1.0", torch="2.14.1", cuda="13.0", archs=(100,),
                 python="3.11")
-    plan = plan_for(cell, supports_threads=False, memory_model_key="", memory=32 * GIB, cpus=64, history=history)
+    plan = plan_for(cell, supports_threads=False, memory_model_key="", memory=32 * GIB, cpus=64,
+                    history=history)
     assert "'*'" in plan.per_job_source
     assert plan.predicted_seconds is None
     assert plan.max_jobs == (32 * GIB - plan.headroom_bytes) // plan.per_job_bytes
@@ -260,14 +275,18 @@ def test_cli_plan_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
                "--cpus", "16", "--history", str(tmp_path / "h.json"), "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["version"] == 1 and out["max_jobs"] == 2 and out["nvcc_threads"] == 1
+    # the cell's own per-object peaks (the flagship build) let 3 jobs fit 16 GiB
+    assert out["version"] == 1 and out["max_jobs"] == 3 and out["nvcc_threads"] == 1
+    assert out["predicted_peak_bytes"] <= 16 * GIB
 
 
-def test_cli_plan_text_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_plan_text_and_refusal(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    history = ["--history", str(tmp_path / "h.json")]  # not the builder's own file
     assert main(["plan", FA_SM100, "--matrix", str(REPO / "matrix.toml"), "--memory", "16g",
-                 "--cpus", "16"]) == 0
-    assert "MAX_JOBS=2 NVCC_THREADS=1" in capsys.readouterr().out
-    assert main(["plan", FA_SM100, "--matrix", str(REPO / "matrix.toml"), "--memory", "2g"]) == 6
+                 "--cpus", "16", *history]) == 0
+    assert "MAX_JOBS=3 NVCC_THREADS=1" in capsys.readouterr().out
+    assert main(["plan", FA_SM100, "--matrix", str(REPO / "matrix.toml"), "--memory", "2g",
+                 *history]) == 6
     err = capsys.readouterr().err
     assert err.startswith("ERROR ") and "needs at least" in err
 
@@ -288,12 +307,12 @@ def test_oom_retry_survives_an_unwritable_history(matrix, tmp_path: Path) -> Non
     assert any("not recorded: cannot create" in r for r in retry.reasons)
 
 
-def test_a_hand_picked_plan_is_judged_by_the_same_peak_model(matrix, history) -> None:  # type: ignore[no-untyped-def]
+def test_a_hand_picked_plan_is_judged_by_the_same_peak_model(matrix, per_job_history) -> None:  # type: ignore[no-untyped-def]
     from factory.build.job import BuildOptions
     from factory.build.pipeline import _resolve_plan
 
     opts = BuildOptions(budget=BudgetRequest(memory=7 * GIB, cpus=1), max_jobs=1)
-    plan = _resolve_plan(pc_of(matrix, FA_SM100), opts, history)
+    plan = _resolve_plan(pc_of(matrix, FA_SM100), opts, per_job_history)
     assert plan.max_jobs == 1
     # the planner refuses 7 GiB (one backward hdim256 kernel + headroom is 8.7 GiB); the
     # hand-picked plan still runs, and its prediction says it does not fit

@@ -177,9 +177,10 @@ def test_docker_job_of_a_cross_build(tmp_path: Path) -> None:
 
 
 def test_inside_unpacks_the_target_and_points_the_compilers_at_it(tmp_path: Path) -> None:
-    """inside.py's cross step with a fake pip: the flags name the unpacked target's torch and
-    CUDA runtime, and -lcudart gets its unversioned link."""
-    import factory.runners.inside as inside
+    """The build script's cross step with a fake pip: the flags name the unpacked target's torch
+    and CUDA runtime, and -lcudart gets its unversioned link."""
+    from factory.runners.inside import cross as inside
+    from factory.runners.inside.log import Log
 
     target = tmp_path / "target"
     calls: list[list[str]] = []
@@ -200,12 +201,12 @@ def test_inside_unpacks_the_target_and_points_the_compilers_at_it(tmp_path: Path
         requirements=("torch==2.14.1",),
         pip_platforms=["manylinux_2_28_aarch64"],
     )
-    log = inside.Log(str(tmp_path / "log"))
+    log = Log(str(tmp_path / "log"))
     orig = inside.run_step
     inside.run_step = fake_run_step  # type: ignore[assignment]
     try:
-        code, env = inside._prepare_target(cross, "python3", log, {})
-        again, _ = inside._prepare_target(cross, "python3", log, {})  # stamped: no second install
+        code, env = inside.prepare_target(cross, "python3", log, {})
+        again, _ = inside.prepare_target(cross, "python3", log, {})  # stamped: no second install
     finally:
         inside.run_step = orig  # type: ignore[assignment]
     assert code == again == 0 and len(calls) == 1
@@ -230,7 +231,8 @@ def test_inside_names_the_cccl_headers_of_the_toolkit_torch_will_use(
 ) -> None:
     """CUDA 13's thrust/cub live in include/cccl; a cross build names that folder of the toolkit
     torch's build finds (the job's, CUDA_HOME, the nvcc on PATH), not a guessed /usr/local/cuda."""
-    import factory.runners.inside as inside
+    from factory.runners.inside import cross as inside
+    from factory.runners.inside.log import Log
 
     kit = tmp_path / "kit"
     (kit / "include" / "cccl").mkdir(parents=True)
@@ -256,8 +258,8 @@ def test_inside_names_the_cccl_headers_of_the_toolkit_torch_will_use(
         requirements=("torch==2.14.1",), pip_platforms=["manylinux_2_28_aarch64"],
     )
     monkeypatch.setattr(inside, "run_step", fake_run_step)
-    code, env = inside._prepare_target(
-        cross, "python3", inside.Log(str(tmp_path / "log")), {},
+    code, env = inside.prepare_target(
+        cross, "python3", Log(str(tmp_path / "log")), {},
         cuda_home=str(kit) if found_by == "job" else None,
     )
     assert code == 0 and f"-I{kit}/include/cccl" in env["CXXFLAGS"].split()

@@ -126,14 +126,10 @@ def test_the_sampler_writes_each_compile_jobs_start_and_end(tmp_path: Path) -> N
     process after the script) one after the other under a shell; the events name each by its
     -o."""
     import subprocess
-    import sys
     import time
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "factory" / "runners"))
-    try:
-        import inside  # the container's script: stdlib only, run as a file
-    finally:
-        sys.path.pop(0)
+    from factory.runners.inside import sampling as inside  # the container's script's sampler
+
     for name in ("nvcc", "g++-12"):  # a versioned driver: what the glibc sysroot runs
         script = tmp_path / name
         script.write_text("#!/bin/sh\nsleep 1.2\n")

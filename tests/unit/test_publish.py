@@ -98,3 +98,18 @@ def test_provenance_must_match_the_wheel(tmp_path: Path) -> None:
         publish(LocalStore(tmp_path / "s"), [wheel])
 
 
+
+
+@pytest.mark.parametrize("command", ["yank", "unyank"])
+def test_yank_and_unyank_of_a_mistyped_store_say_it_does_not_exist(
+    command: str, tmp_path: Path
+) -> None:
+    extra = ["--reason", "x"] if command == "yank" else []
+    r = subprocess.run(
+        cli(command, "--store", str(tmp_path / "no-such-store"), "demo-1.0-py3-none-any.whl",
+            *extra),
+        capture_output=True, text=True,
+    )
+    assert r.returncode == 11, r.stderr
+    assert r.stderr.startswith(f"ERROR store {tmp_path / 'no-such-store'} does not exist"), r.stderr
+    assert not (tmp_path / "no-such-store").exists()

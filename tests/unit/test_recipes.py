@@ -1,26 +1,42 @@
-"""Recipes: how each package takes its knobs, and its known fixes as data."""
+"""Recipes as data: the shipped TOML files, a matrix's own [recipes.NAME], their knobs, fixes,
+the C++ standard torch needs, and every problem in one line."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
-from factory.matrix.cell import Cell
 from factory.errors import BuildError, ConfigError
-from factory.recipes import RECIPES, get_recipe
+from factory.matrix.cell import Cell
+from factory.matrix.load import load_matrix
+from factory.recipes import RECIPES, SHIPPED_DIR, Recipe, cxx_standard, get_recipe
 
+REPO = Path(__file__).resolve().parents[2]
 FLASH = get_recipe("flash-attn")
 GENERIC = get_recipe("torch-extension")
-CXX20 = "torch >= 2.14 headers need C++20 (std::strong_ordering in intrusive_ptr.h)"
 
 
 def _cell(
-    archs: tuple[int, ...] = (100,), torch: str = "2.14.1", version: str = "2.8.3.post2"
+    archs: tuple[int, ...] = (100,), torch: str = "2.14.1", version: str = "2.8.3.post2",
+    package: str = "flash-attn",
 ) -> Cell:
     return Cell(
-        package="flash-attn", version=version, torch=torch, cuda="13.0", archs=archs, python="3.11"
+        package=package, version=version, torch=torch, cuda="13.0", archs=archs, python="3.11"
     )
+
+
+def test_every_shipped_recipe_is_a_toml_file_and_nothing_else() -> None:
+    assert set(RECIPES) == {p.stem for p in SHIPPED_DIR.glob("*.toml")}
+    assert {"flash-attn", "torch-extension", "causal-conv1d", "mamba-ssm", "torch-scatter",
+            "grouped-gemm"} <= set(RECIPES)
+    assert sorted(p.name for p in SHIPPED_DIR.glob("*.py")) == ["__init__.py", "base.py"]
+    for name, recipe in RECIPES.items():
+        assert recipe.name == name and recipe.revision and recipe.origin == "shipped"
 
 
 def test_flash_attn_env_for_sm100() -> None:
@@ -30,6 +46,7 @@ def test_flash_attn_env_for_sm100() -> None:
         "MAX_JOBS": "3",
         "NVCC_THREADS": "2",
         "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
+        "FLASH_ATTENTION_SKIP_CUDA_BUILD": "FALSE",
         "FLASH_ATTN_LOCAL_VERSION": "cu130torch2.14sm100",
         "TORCH_CUDA_ARCH_LIST": "10.0",
     }
@@ -44,63 +61,128 @@ def test_flash_attn_arch_list_is_semicolon_separated_and_sorted() -> None:
 def test_flash_attn_passes_nvcc_threads_the_generic_recipe_does_not() -> None:
     assert FLASH.supports_threads()
     assert not GENERIC.supports_threads()
+    assert not get_recipe("causal-conv1d").supports_threads()
 
 
-@pytest.mark.parametrize(
-    ("torch", "version", "applies"),
-    [
-        ("2.14.1", "2.8.3.post2", True),
-        ("2.14.0", "2.8.3", True),
-        ("2.15.0", "2.8.3.post2", True),
-        ("2.13.0", "2.8.3.post2", False),
-        ("2.10.0", "2.8.3.post2", False),
-        ("2.14.1", "2.9.0", False),  # a flash-attn that already builds with C++20
-    ],
-)
-def test_cxx20_fix_applies_for_torch_2_14_and_later(
-    torch: str, version: str, applies: bool
-) -> None:
-    reasons = [f.reason for f in FLASH.fixes_for(_cell(torch=torch, version=version))]
-    assert (CXX20 in reasons) is applies
+def test_causal_conv1d_and_mamba_force_the_build_and_take_the_local_version() -> None:
+    conv = get_recipe("causal-conv1d").env(
+        _cell(package="causal-conv1d", version="1.7.0"), max_jobs=2, nvcc_threads=1,
+        local_version="cu130torch2.14sm100")
+    assert conv == {"TORCH_CUDA_ARCH_LIST": "10.0", "MAX_JOBS": "2",
+                    "CAUSAL_CONV1D_FORCE_BUILD": "TRUE", "CAUSAL_CONV1D_SKIP_CUDA_BUILD": "FALSE",
+                    "CAUSAL_CONV1D_LOCAL_VERSION": "cu130torch2.14sm100"}
+    mamba = get_recipe("mamba-ssm")
+    assert mamba.env(_cell(package="mamba-ssm", version="2.3.2.post1"), max_jobs=1,
+                     nvcc_threads=1, local_version="x")["MAMBA_FORCE_BUILD"] == "TRUE"
+    assert mamba.smoke.imports == ("selective_scan_cuda",) and not mamba.smoke.with_dependencies
+    assert get_recipe("torch-scatter").env_vars == {"FORCE_CUDA": "1"}
+    assert get_recipe("grouped-gemm").check_build_requires is False
 
 
-def test_the_cxx20_fix_edits_the_source_once(tmp_path: Path) -> None:
-    (fix,) = FLASH.fixes_for(_cell())
-    setup = tmp_path / fix.file
-    setup.write_text(
-        'cxx = ["-O3", "-std=c++17"]\nnvcc = ["-O3", "-std=c++17", "--use_fast_math"]\n'
-    )
+def test_a_hard_coded_arch_list_is_the_supported_set() -> None:
+    conv = get_recipe("causal-conv1d")
+    with pytest.raises(ConfigError, match=r"cannot build arch\(s\) sm_86; it supports sm_75"):
+        conv.check_cell(_cell((86,), package="causal-conv1d", version="1.7.0"))
+    conv.check_cell(_cell((90, 100, 121), package="causal-conv1d", version="1.7.0"))
+
+
+@pytest.mark.parametrize(("torch", "std"), [("2.14.1", 20), ("2.13.0", 20), ("2.15.0", 20),
+                                            ("2.12.1", None), ("2.11.0", None)])
+def test_the_cxx_standard_follows_torch(torch: str, std: int | None) -> None:
+    assert cxx_standard(torch) == std
+    for recipe in (FLASH, GENERIC, get_recipe("mamba-ssm")):
+        assert recipe.compilers(_cell(torch=torch))["cxx_std"] == std
+
+
+def test_no_shipped_recipe_fixes_the_cxx_standard_by_text() -> None:
+    """One mechanism for every package (the compiler wrappers), not a text fix per recipe."""
+    for recipe in RECIPES.values():
+        assert not any("-std" in f.replace or "c++" in f.with_ for f in recipe.fixes), recipe.name
+
+
+def test_the_dry_run_lines_name_the_narrowing_the_standard_and_the_fixes() -> None:
+    conv = get_recipe("causal-conv1d")
+    lines = conv.describe(_cell(package="causal-conv1d", version="1.7.0"))
+    assert lines[0].startswith("nvcc compiles sm_100 only")
+    assert "causal-conv1d's own arch list (sm_75, sm_80" in lines[1]
+    assert lines[1].endswith("is narrowed to sm_100")
+    assert any(ln.startswith("C++20 for host and device code") for ln in lines)
+    old = conv.describe(_cell(package="causal-conv1d", version="1.7.0", torch="2.11.0"))
+    assert not any("C++" in ln for ln in old)
+    # a cell with all of flash-attn's archs narrows nothing of its own list
+    assert not any("narrowed" in ln for ln in FLASH.describe(_cell((80, 90, 100, 120))))
+
+
+def _recipe(table: str, name: str = "my-ext") -> Recipe:
+    import tomllib
+
+    return Recipe.from_table(name, tomllib.loads(textwrap.dedent(table)), where=f"[recipes.{name}]",
+                             origin="test")
+
+
+def test_a_fix_applies_by_its_when_and_edits_the_source_once(tmp_path: Path) -> None:
+    recipe = _recipe("""
+        revision = "2"
+        [[fixes]]
+        reason = "an old header"
+        file = "csrc/k.cu"
+        replace = "#include <old.h>"
+        with = "#include <new.h>"
+        when = { torch = ">=2.14", version = "<1.1" }
+    """)
+    assert [f.reason for f in recipe.fixes_for(_cell(version="1.0"))] == ["an old header"]
+    assert recipe.fixes_for(_cell(version="1.1")) == []
+    assert recipe.fixes_for(_cell(version="1.0", torch="2.13.0")) == []
+    (fix,) = recipe.fixes
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc/k.cu").write_text("#include <old.h>\nint x;\n")
     assert fix.apply(tmp_path) is True
-    assert (
-        setup.read_text()
-        == 'cxx = ["-O3", "-std=c++20"]\nnvcc = ["-O3", "-std=c++20", "--use_fast_math"]\n'
-    )
+    assert (tmp_path / "csrc/k.cu").read_text() == "#include <new.h>\nint x;\n"
     assert fix.apply(tmp_path) is False, "a resumed build tree is already fixed"
-
-
-def test_a_fix_whose_text_is_gone_is_a_build_error(tmp_path: Path) -> None:
-    (fix,) = FLASH.fixes_for(_cell())
-    (tmp_path / fix.file).write_text("nothing to replace here\n")
+    (tmp_path / "csrc/k.cu").write_text("nothing to replace here\n")
     with pytest.raises(BuildError, match="the recipe needs updating"):
         fix.apply(tmp_path)
 
 
-def test_generic_recipe_env_has_exact_archs_and_no_ptx() -> None:
-    cell = Cell(
-        package="demo", version="1.0", torch="2.14.1", cuda="13.0", archs=(90, 100), python="3.11"
-    )
-    env = GENERIC.env(cell, max_jobs=2, nvcc_threads=4, local_version="cu130torch2.14sm90.100")
-    assert env["TORCH_CUDA_ARCH_LIST"] == "9.0;10.0"
-    assert "PTX" not in env["TORCH_CUDA_ARCH_LIST"]
-    assert env["MAX_JOBS"] == "2"
-    assert "FLASH_ATTN_CUDA_ARCHS" not in env
+def test_arch_variable_spellings() -> None:
+    recipe = _recipe("""
+        revision = "1"
+        [knobs]
+        archs = "MY_ARCHS"
+        arch-format = "sm_{sm}"
+        arch-separator = ","
+        nvcc-threads = "MY_THREADS"
+    """)
+    env = recipe.env(_cell((90, 100)), max_jobs=4, nvcc_threads=2, local_version="v")
+    assert env["MY_ARCHS"] == "sm_90,sm_100" and env["MY_THREADS"] == "2"
+    assert recipe.supports_threads()
 
 
-def test_flash_attn_refuses_archs_it_does_not_build() -> None:
-    with pytest.raises(ConfigError, match="cannot build arch"):
-        FLASH.check_cell(_cell((86,)))
-    FLASH.check_cell(_cell((80, 90, 100, 120)))
-    GENERIC.check_cell(_cell((86,)))  # any arch nvcc knows
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('[knobs]\narchs = "X"', r"\[recipes.my-ext\] needs revision"),
+        ('revision = "1"\nbuild-require = ["x"]',
+         r"unknown key 'build-require' in \[recipes.my-ext\] \(did you mean 'build-requires'\?\)"),
+        ('revision = "1"\n[knobs]\nforce-build = "TRUE"', r"force-build must be 'VARIABLE=VALUE'"),
+        ('revision = "1"\n[knobs]\narchs = "MY ARCHS"', r"must be an environment variable name"),
+        ('revision = "1"\n[knobs]\narch-format = "{cc}"', r"arch-format must use \{major\}"),
+        ('revision = "1"\ndefault-archs = ["ten"]', r"default-archs: unparseable GPU arch"),
+        ('revision = "1"\n[[fixes]]\nreason = "r"\nfile = "../x"\nreplace = "a"\nwith = "b"',
+         r"file must be a path inside the source tree"),
+        ('revision = "1"\n[[fixes]]\nreason = "r"\nfile = "x"\nreplace = "a"\nwith = "b"\n'
+         'when = { torch = "2.14!" }', r"is not a version specifier"),
+        ('revision = "1"\n[[fixes]]\nreason = "r"\nfile = "x"\nreplace = "a"\nwith = "b"\n'
+         'when = { troch = ">=2" }', r"did you mean 'torch'"),
+        ('revision = "1"\n[smoke-test]\nwith-dependencies = false',
+         r"with-dependencies = false needs import"),
+        ('revision = "1"\n[smoke-test]\nimport = ["not a module"]', r"is not a module name"),
+    ],
+)
+def test_bad_recipe_tables_are_one_line_errors(table: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        _recipe(table)
+    assert "\n" not in info.value.message
 
 
 def test_unknown_recipe_gets_a_did_you_mean() -> None:
@@ -110,7 +192,80 @@ def test_unknown_recipe_gets_a_did_you_mean() -> None:
         get_recipe("flash_attn")
 
 
-def test_recipes_are_registered_under_their_names() -> None:
-    assert set(RECIPES) == {"flash-attn", "torch-extension"}
-    for name, recipe in RECIPES.items():
-        assert recipe.name == name and recipe.revision
+# -- a recipe declared only in a matrix ---------------------------------------------------
+PRIVATE_MATRIX = """
+version = 1
+[settings]
+store = "store"
+[axes]
+torch = ["2.14.1"]
+cuda = ["13.0"]
+archs = [["10.0"]]
+python = ["3.11"]
+
+[recipes.team-ext]
+revision = "3"
+about = "our private extension"
+build-requires = ["setuptools", "wheel", "ninja", "packaging"]
+memory-model = "torch-extension"
+[recipes.team-ext.knobs]
+local-version = "FACTORY_LOCAL_VERSION"
+force-build = "TEAM_EXT_FORCE_BUILD=1"
+[recipes.team-ext.env]
+TEAM_EXT_FAST_MATH = "1"
+
+[packages.factory-example-ext]
+recipe = "team-ext"
+versions = ["0.1.0"]
+source = "{source}"
+"""
+
+
+def _private_matrix(tmp_path: Path) -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(PRIVATE_MATRIX.replace("{source}", str(REPO / "tests" / "example_ext")))
+    return path
+
+
+def test_a_matrix_declares_a_recipe_of_its_own(tmp_path: Path) -> None:
+    matrix = load_matrix(_private_matrix(tmp_path))
+    (pc,) = matrix.cells
+    assert pc.recipe.name == "team-ext" and pc.recipe.origin == str(tmp_path / "matrix.toml")
+    assert pc.recipe.revision == "3"
+    assert pc.content_key == pc.cell.content_key("3", manylinux=pc.manylinux)
+    assert "team-ext" not in RECIPES  # the matrix's own, not registered for anyone else
+
+
+def test_the_dry_run_of_a_matrix_recipe_shows_its_knobs(tmp_path: Path) -> None:
+    """The bundled example built by a recipe declared only in a temporary matrix.toml: the dry
+    run (the real CLI) shows its knobs, its fixed variables and the compiler wrappers."""
+    cell = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
+    proc = subprocess.run(
+        [sys.executable, "-m", "factory", "build", cell, "--matrix", str(_private_matrix(tmp_path)),
+         "--dry-run", "--json"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (d,) = json.loads(proc.stdout)["dry_run"]
+    assert d["env"]["TEAM_EXT_FORCE_BUILD"] == "1" and d["env"]["TEAM_EXT_FAST_MATH"] == "1"
+    assert d["env"]["FACTORY_LOCAL_VERSION"] == "cu130torch2.14sm100"
+    assert d["env"]["TORCH_CUDA_ARCH_LIST"] == "10.0"
+    assert d["compilers"]["archs"] == [100] and d["compilers"]["cxx_std"] == 20
+    assert "build>=1.2" in d["requirements"]
+    assert d["runner"]["inside_job"]["compilers"]["dir"] == "/factory/run/toolkit"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('[recipes.flash-attn]\nrevision = "1"\n', r"'flash-attn' is a shipped recipe"),
+        ('[recipes.Team_Ext2]\nrevision = "1"\n', r"write the name as 'team-ext2'"),
+        ('[recipes.team-ext2]\nbuild-requires = "setuptools"\nrevision = "1"\n',
+         r"build-requires must be a list of strings"),
+    ],
+)
+def test_bad_matrix_recipes_are_one_line_errors(tmp_path: Path, extra: str, message: str) -> None:
+    path = _private_matrix(tmp_path)
+    path.write_text(path.read_text() + extra)
+    with pytest.raises(ConfigError, match=message):
+        load_matrix(path)

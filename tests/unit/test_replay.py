@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from factory.matrix.cell import Cell
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory, shipped_history_path
+from factory.planning.history_file import shipped_history_path
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory
 from factory.planning.planner import plan_after_oom, plan_for
 from factory.planning.replay import (
     PEAK_WINDOW_SECONDS,
@@ -63,12 +64,36 @@ def test_planner_replays_per_object_peaks_where_they_were_measured() -> None:
 
 
 def test_another_arch_falls_back_to_the_per_job_model() -> None:
-    sm100 = Cell(package="flash-attn", version="2.8.3.post2", torch="2.11.0", cuda="13.0",
-                 archs=(100,), python="3.12")
-    plan = plan_for(sm100, supports_threads=True, memory_model_key="flash-attn",
+    sm120 = Cell(package="flash-attn", version="2.8.3.post2", torch="2.11.0", cuda="13.0",
+                 archs=(120,), python="3.12")
+    plan = plan_for(sm120, supports_threads=True, memory_model_key="flash-attn",
                     memory=64 * GIB, cpus=16, history=shipped())
     assert not any("replay" in r for r in plan.reasons)
     assert plan.max_jobs == 13
+
+
+def test_the_flagship_cell_plans_from_its_own_sm100_data() -> None:
+    # The default matrix's flash-attn sm_100 cell, built end to end on the 2-core builder
+    # (benchmarks/results-2026-12-01-flagship): at 64 GiB / 16 CPUs its plan replays its own
+    # sampled per-object peaks and plans the jobs they let fit (the per-job model planned 13).
+    from factory.planning.planner import ObjectReplay
+
+    cell = Cell.from_id("flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311")
+    h = shipped()
+    times = h.object_times(cell)
+    assert times is not None and times.archs == (100,) and len(times.peaks) == 73
+    assert "flagship" in times.source
+    plan = plan_for(cell, supports_threads=True, memory_model_key="flash-attn",
+                    memory=64 * GIB, cpus=16, history=h)
+    assert any("per-object peaks replayed" in r and "flagship" in r for r in plan.reasons)
+    objects = ObjectReplay.of(cell, times, 1)
+    assert objects is not None
+    fit, _ = objects.jobs_that_fit(64 * GIB, headroom=h.non_compile_bytes("flash-attn"),
+                                   most=16, threads=1, archs=1, cpus=16)
+    assert plan.max_jobs == fit > 13
+    assert plan.predicted_peak_bytes <= 64 * GIB
+    # its range comes from the runs of these objects: the flagship build and the H200 run
+    assert {c.run.max_jobs for c in plan.range_runs} == {2, 9}
 
 
 def test_an_oom_raises_the_object_peaks_so_the_next_plan_is_no_bolder(tmp_path: Path) -> None:
@@ -114,7 +139,7 @@ def test_the_sampler_names_a_compile_job_by_its_output() -> None:
     import subprocess
     import sys
 
-    from factory.runners.inside import _output_of
+    from factory.runners.inside.sampling import output_of as _output_of
 
     code = "import sys; print('ready', flush=True); sys.stdin.read()"
     child = subprocess.Popen([sys.executable, "-c", code, "-o", "build/temp/x.o"],

@@ -105,14 +105,14 @@ COVERAGE_MATRIX = """
 version = 1
 [axes]
 torch = ["2.14.1"]
-cuda = ["12.8", "13.0"]
+cuda = ["12.6", "13.0"]
 archs = [["9.0"]]
 python = ["3.11", "3.12"]
 [packages.demo-ext]
 recipe = "torch-extension"
 versions = ["1.0"]
 [[exclude]]
-cuda = "12.8"
+cuda = "12.6"
 python = "3.12"
 [[include]]
 package = "demo-ext"
@@ -131,14 +131,14 @@ def test_coverage_says_built_missing_cannot_and_not_in_the_matrix(tmp_path: Path
     matrix = load_matrix(tmp_path / "matrix.toml")
     built = next(pc for pc in matrix.cells if pc.cell.id.endswith("cu130-sm90-cp311"))
     (grid,) = coverage(matrix, published={built.content_key}, readiness=lambda pc: (
-        pc.cell.cuda != "12.8", "no CUDA 12.8 image"))
-    assert grid.columns == (("12.8", (90,), "x86_64"), ("12.8", (103,), "x86_64"),
+        pc.cell.cuda != "12.6", "no CUDA 12.6 image"))
+    assert grid.columns == (("12.6", (90,), "x86_64"), ("12.6", (103,), "x86_64"),
                             ("13.0", (90,), "x86_64"), ("13.0", (103,), "x86_64"))
     status = {(col, c.python): (c.status, c.detail) for (_, col), chips in grid.chips.items()
               for c in chips}
     assert status[(2, "3.11")] == ("built", "published")
     assert status[(2, "3.12")] == ("missing", "not built yet")
-    assert status[(0, "3.11")] == ("cannot", "no toolchain here: no CUDA 12.8 image")
+    assert status[(0, "3.11")] == ("cannot", "no toolchain here: no CUDA 12.6 image")
     assert status[(0, "3.12")][0] == "absent"  # excluded
     assert status[(1, "3.11")][0] == "cannot" and "CUDA >= 12.9" in status[(1, "3.11")][1]
     assert status[(3, "3.11")][0] == "missing" and status[(3, "3.12")][0] == "absent"

@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from factory.errors import UsageError
 from factory.wheels.provenance import published_builds
-from factory.index.retention import ALREADY_YANKED, DELETE, KEEP, YANK, plan_retention
+from factory.index.retention import ALREADY_YANKED, DELETE, KEEP, LEFTOVER, YANK, plan_retention
 from factory.store import open_store
 
-from ops_builds import factory_cli, planned, publish_build, write_matrix
+from ops_builds import factory_cli, fake_build, planned, publish_build, write_matrix
 
 # Three builds of one cell: distinct filenames through distinct platform tags. Their "created"
 # order is not their filename order, so a sort by name would pick the wrong one.
@@ -111,3 +112,67 @@ def test_keep_zero_is_refused(tmp_path: Path) -> None:
         plan_retention([], keep=0, force=False)
     r = factory_cli("retain", "--store", str(tmp_path), "--keep", "0")
     assert r.returncode == 2 and r.stderr.startswith("ERROR --keep must be at least 1")
+
+
+def _leftover(root: Path, out_dir: Path, pc: Any, **kwargs: Any) -> Path:
+    """What a publisher killed before its commit leaves: the wheel, its .metadata and its
+    manifest in the store, no index entry (the order factory.index.publish writes them in)."""
+    from factory.index.publish import inspect_wheel
+    from factory.store.base import METADATA_SUFFIX, PROVENANCE_SUFFIX, file_key
+
+    wheel = fake_build(out_dir, pc, **kwargs)
+    s = open_store(str(root))
+    key = file_key("flash-attn", wheel.name)
+    s.put_new(key, wheel)
+    s.put_new(key + METADATA_SUFFIX, inspect_wheel(wheel).metadata)
+    s.put_new(key + PROVENANCE_SUFFIX, wheel.with_name(wheel.name + PROVENANCE_SUFFIX))
+    return wheel
+
+
+@pytest.mark.parametrize("created", ["2025-01-01T00:00:00+00:00", "2027-01-01T00:00:00+00:00"])
+def test_retain_over_a_killed_publishers_leftover(
+    store: tuple[Path, list[Path], Path], tmp_path: Path, created: str
+) -> None:
+    """The leftover (older or newer than the published builds) is neither yanked nor counted:
+    retention does its work on the committed builds, exits 0, and the rebuild after it
+    completes the leftover as it always did."""
+    root, wheels, _ = store
+    cells = planned(tmp_path / "matrix.toml")  # the fixture's matrix
+    left = _leftover(root, tmp_path / "left", cells[0], plat="manylinux_2_34_x86_64",
+                     created=created)
+    r = factory_cli("retain", "--store", str(root), "--keep", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    actions = {a["wheel"]: a["action"] for a in json.loads(r.stdout)["actions"]}
+    assert actions[left.name] == LEFTOVER
+    assert actions[wheels[1].name] == KEEP  # the newest committed build, whatever the leftover
+    assert actions[wheels[0].name] == actions[wheels[2].name] == YANK
+    files = root / "files" / "flash-attn"
+    assert not (files / (left.name + ".yank.json")).exists()
+    r = factory_cli("index", "verify", "--store", str(root))
+    assert r.returncode == 0 and f"files/flash-attn/{left.name}" in r.stdout, r.stdout + r.stderr
+    r = factory_cli("index", "rebuild", "--store", str(root))
+    assert r.returncode == 0, r.stderr
+    assert left.name in _page(root)
+    r = factory_cli("retain", "--store", str(root), "--keep", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    actions = {a["wheel"]: a["action"] for a in json.loads(r.stdout)["actions"]}
+    assert LEFTOVER not in actions.values()  # committed now: a build like the others
+
+
+def test_retain_changes_nothing_when_a_step_would_fail(
+    store: tuple[Path, list[Path], Path], tmp_path: Path
+) -> None:
+    """A manifest that names another file than the wheel beside it: the plan stops before the
+    first yank, with one line naming it, and the store is byte for byte as it was."""
+    root, wheels, _ = store
+    manifest = root / "files" / "flash-attn" / (wheels[2].name + ".provenance.json")
+    doc = json.loads(manifest.read_bytes())
+    doc["wheel"] = "flash_attn-9.9-cp311-cp311-linux_x86_64.whl"
+    manifest.chmod(0o644)
+    manifest.write_text(json.dumps(doc))
+    before = _snapshot(root)
+    r = factory_cli("retain", "--store", str(root), "--keep", "1")
+    assert r.returncode == 11, r.stdout + r.stderr
+    assert r.stderr.startswith("ERROR retention stopped before changing anything:"), r.stderr
+    assert "Traceback" not in r.stderr
+    assert _snapshot(root) == before

@@ -19,6 +19,7 @@ from factory.runners.cibuildwheel import (
     CibuildwheelRunner,
     cibuildwheel_environment,
     cibuildwheel_image,
+    wrapped_toolkit,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,12 +61,38 @@ def test_configuration_carries_caps_offline_install_and_excludes(tmp_path: Path)
         "pip install --no-index --find-links /factory/wheelhouse torch==2.14.1"
         in env["CIBW_BEFORE_BUILD"]
     )
-    assert "--no-build-isolation" in env["CIBW_BUILD_FRONTEND"]
+    assert env["CIBW_BUILD_FRONTEND"] == "build; args: --no-isolation"  # pypa/build
     assert "FLASH_ATTN_CUDA_ARCHS=100" in env["CIBW_ENVIRONMENT"]
     assert "CUDA_HOME=/factory/cuda" in env["CIBW_ENVIRONMENT"]
     assert "TORCH_NO_COMPILER_WRAPPER=1" in env["CIBW_ENVIRONMENT"]
     # the factory repairs on the host, as for every runner (excludes, tag, pin, glibc floor)
     assert env["CIBW_REPAIR_WHEEL_COMMAND_LINUX"] == ""
+
+
+def test_the_compiler_wrappers_reach_the_cibuildwheel_container(tmp_path: Path) -> None:
+    """The build's toolkit is made on the host with links into the toolkit as the container
+    mounts it, and nvcc and C++ go through the factory's wrappers there too."""
+    job = dataclasses.replace(_job(tmp_path), src_dir=tmp_path / "work" / "src",
+                              compilers={"archs": [100], "cxx_std": 20, "package_archs": []},
+                              check_build_requires=False)
+    real = tmp_path / "cuda"
+    (real / "bin").mkdir(parents=True)
+    (real / "include").mkdir()
+    (real / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (real / "bin" / "ptxas").write_text("#!/bin/sh\n")
+    home = wrapped_toolkit(job)
+    assert home == tmp_path / "work" / "toolkit-cibuildwheel"
+    assert os.readlink(home / "include") == "/factory/cuda/include"
+    assert os.readlink(home / "bin" / "ptxas") == "/factory/cuda/bin/ptxas"
+    assert (home / "bin" / "nvcc").read_text().startswith("#!/opt/python/cp312-cp312/bin/python")
+    env = cibuildwheel_environment(job)
+    args = shlex.split(env["CIBW_CONTAINER_ENGINE"].split("create_args:", 1)[1])
+    assert f"--volume={home}:/factory/toolkit:ro" in args
+    inner = env["CIBW_ENVIRONMENT"]
+    assert "CUDA_HOME=/factory/toolkit" in inner and "FACTORY_CELL_ARCHS=100" in inner
+    assert "FACTORY_NVCC_NEXT=/factory/cuda/bin/nvcc" in inner
+    assert "CXX=/factory/toolkit/bin/factory-c++" in inner and "FACTORY_CXX_STD=20" in inner
+    assert env["CIBW_BUILD_FRONTEND"].endswith("--skip-dependency-check")
 
 
 def test_a_factory_image_is_run_through_its_cibuildwheel_twin(tmp_path: Path) -> None:

@@ -102,6 +102,30 @@ def test_refuses_without_cgroups_unless_told_uncapped(
     assert result.cgroup_peak_bytes is None and result.oom_kill_count is None
 
 
+def test_uncapped_in_an_allocation_its_oom_counter_is_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod or a Slurm job where the runner may not make a cgroup: the allocation's own
+    counter says whether a compiler was OOM-killed (then the build retries with fewer jobs);
+    a failure without a kill there is a failure."""
+    allocation = tmp_path / "job_7"
+    allocation.mkdir()
+    counter = allocation / "memory.oom_control"
+    counter.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 4\n")
+    monkeypatch.setattr(cgroup, "limiting_memory_dir", lambda: allocation)
+    runner = get_runner("local", mode="existing", interpreter=sys.executable, uncapped=True)
+    # the kernel kills a compiler in the allocation: its counter rises by one
+    killed = probe_package(tmp_path / "a", f"""
+        open({str(counter)!r}, "w").write("oom_kill_disable 0\\nunder_oom 0\\noom_kill 5\\n")
+        raise SystemExit(1)
+        """)
+    result = runner.run(probe_job(tmp_path / "a", killed, memory=None))
+    assert result.exit_code != 0 and result.oom_killed and result.oom_kill_count == 1
+    failed = probe_package(tmp_path / "b", "raise SystemExit(1)\n")  # the counter stays at 5
+    result = runner.run(probe_job(tmp_path / "b", failed, memory=None))
+    assert result.exit_code != 0 and not result.oom_killed and result.oom_kill_count == 0
+
+
 def test_describe_shows_the_caps_and_the_mode(tmp_path: Path) -> None:
     runner = get_runner("local", mode="system-site", interpreter=sys.executable)
     job = probe_job(tmp_path, tmp_path / "src")

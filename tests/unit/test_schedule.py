@@ -16,24 +16,16 @@ import pytest
 from factory.cli import main
 from factory.errors import ConfigError
 from factory.matrix.load import PlannedCell, load_matrix
-from factory.planning.memory_model import MemoryHistory, shipped_history_path
-from factory.planning.schedule import (
-    CELL_OVERHEAD_SECONDS,
-    MAX_LANES,
-    Builder,
-    CellTimes,
-    Group,
-    Phase,
-    _lanes,
-    assign,
-    builders_from,
-    group_bound,
-    group_cells,
-    lower_bound,
-    platform_of,
-    schedule,
-    shared_span,
-)
+from factory.planning.assign import assign
+from factory.planning.bounds import group_bound, lower_bound
+from factory.planning.builders import Builder, builders_from
+from factory.planning.cell_model import CELL_OVERHEAD_SECONDS
+from factory.planning.cell_times import CellTimes, Phase, overhead, shared_span
+from factory.planning.groups import Group, group_cells, platform_of
+from factory.planning.lanes import MAX_LANES, _lanes
+from factory.planning.history_file import shipped_history_path
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.schedule import schedule
 from factory.units import GIB
 
 MATRIX = """
@@ -174,6 +166,9 @@ class FakeTimes(CellTimes):
         if jobs < 1:
             return None
         return Phase(work=work * (1 + grow * jobs), parallel=jobs, longest=longest)
+
+    def overhead(self, pc: Any) -> Phase:
+        return overhead()  # a fake cell has no recipe: the default overhead
 
 
 def instance(seed: int, n_groups: int, n_builders: int) -> tuple[
@@ -333,7 +328,7 @@ def test_the_replay_matrix_is_scheduled_within_15_percent_of_the_whole_group_bou
         assert found.group_bound_seconds <= found.makespan_seconds
         assert found.makespan_seconds <= 1.15 * found.group_bound_seconds
         # memory binds on these builders: the fluid bound is far below what any schedule does
-        assert found.group_bound_seconds > 1.3 * found.lower_bound_seconds
+        assert found.group_bound_seconds > 1.2 * found.lower_bound_seconds
 
 
 def test_a_builders_end_depends_on_its_groups_not_their_order() -> None:

@@ -22,7 +22,7 @@ from factory.matrix.tags import (
     variant_of_filename,
 )
 from factory.recipes import get_recipe
-from factory.toolchain.resolve import torch_cuda_table
+from factory.upstream.facts import shipped_snapshot
 
 FLASH = get_recipe("flash-attn")
 GENERIC = get_recipe("torch-extension")
@@ -63,13 +63,11 @@ def test_non_canonical_arch_spelling_is_refused(bad: str) -> None:
 
 
 def _all_combinations() -> list[tuple[str, str, tuple[int, ...]]]:
-    table = torch_cuda_table()["torch"]
-    combos = []
-    for minor, entry in table.items():  # type: ignore[union-attr]
-        for cuda in entry["builds"]:
-            for archs in ARCH_SETS:
-                combos.append((minor, cuda, archs))
-    return combos
+    """Every torch minor x CUDA build the shipped facts know, x the arch sets."""
+    pairs = sorted({(f"{v.major}.{v.minor}", b.cuda)
+                    for v in shipped_snapshot().torch_versions()
+                    for b in shipped_snapshot().builds_of(str(v))})
+    return [(minor, cuda, archs) for minor, cuda in pairs for archs in ARCH_SETS]
 
 
 @pytest.mark.parametrize("default_archs", [None, FLASH.default_archs])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import index_fixtures
 import pytest
-from bad_wheels import MIB, REFUSED, make_bomb
+from bad_wheels import MIB, PIP_ACCEPTED, REFUSED, make_bomb
 from index_wheels import make_wheel
 
 from factory.errors import WheelError
@@ -31,6 +31,11 @@ def test_refused(case: str, tmp_path: Path) -> None:
     with pytest.raises(WheelError):
         publish(LocalStore(store_dir), [wheel])
     assert not (store_dir / "files").exists()
+
+
+@pytest.mark.parametrize("case", sorted(PIP_ACCEPTED))
+def test_what_pip_installs_passes(case: str, tmp_path: Path) -> None:
+    check_wheel(PIP_ACCEPTED[case](tmp_path))
 
 
 def test_a_correct_wheel_passes(tmp_path: Path) -> None:

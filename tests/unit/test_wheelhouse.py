@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ def test_glibc_minor_of_wheel_names() -> None:
 def test_prepare_is_idempotent_and_records_a_manifest(
     example_cell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    example_cell = dataclasses.replace(example_cell, torch_wheel=None, torch_sha256=None)
     calls: list[tuple[str, ...]] = []
 
     def fake_download(reqs: Any, dest: Path, **kw: Any) -> list[Path]:
@@ -70,6 +72,31 @@ def test_prepare_is_idempotent_and_records_a_manifest(
     (dest / "torch-1.0-py3-none-any.whl").unlink()  # a file went missing: that set is fetched again
     wh.prepare_wheelhouse(example_cell, tmp_path)
     assert calls == [("torch==2.14.1",)]
+
+
+def test_the_torch_wheel_must_be_the_one_the_lock_names(
+    example_cell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert example_cell.torch_wheel == name and example_cell.torch_sha256  # from matrix.lock
+    served = {"bytes": b"the locked torch"}
+
+    def fake_download(reqs: Any, dest: Path, **kw: Any) -> list[Path]:
+        f = dest / (name if reqs[0].startswith("torch") else "dep-1.0-py3-none-any.whl")
+        f.write_bytes(served["bytes"])
+        return [f]
+
+    monkeypatch.setattr(wh, "download_wheels", fake_download)
+    cell = dataclasses.replace(example_cell,
+                               torch_sha256=hashlib.sha256(served["bytes"]).hexdigest())
+    dest = wh.prepare_wheelhouse(cell, tmp_path)
+    assert json.loads((dest / wh.MANIFEST).read_text())["verified"][name]
+    # the index now serves other bytes under that name
+    (dest / name).unlink()
+    served["bytes"] = b"something else"
+    with pytest.raises(BuildError, match=f"{name} in the wheelhouse has sha256 [0-9a-f]{{64}}; "
+                       "the lock pins"):
+        wh.prepare_wheelhouse(cell, tmp_path)
 
 
 # -- sdists from a PEP 503 index on loopback --------------------------------------------------

@@ -5,7 +5,9 @@ requests, secrets only through env)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +60,21 @@ def test_actionlint_does_find_mistakes(tmp_path: Path) -> None:
     assert "mem-999g" in messages and "\"nope\" is not defined" in messages
 
 
+def test_nightly_refreshes_the_lock_before_it_schedules() -> None:
+    jobs = _load("nightly.yml")["jobs"]
+    lock = jobs["lock"]
+    assert lock["permissions"] == {"contents": "write"}
+    run = " ".join(s.get("run", "") for s in lock["steps"])
+    assert "factory lock | tee lock.txt" in run and "GITHUB_STEP_SUMMARY" in run
+    assert "git add matrix.lock" in run and 'git push -q origin "HEAD:$BRANCH"' in run
+    schedule = jobs["schedule"]
+    assert schedule["needs"] == "lock"
+    checkout = schedule["steps"][0]
+    assert checkout["with"]["ref"] == "${{ needs.lock.outputs.ref || github.sha }}"
+    build_checkout = jobs["build"]["steps"][0]
+    assert build_checkout["with"]["ref"] == "${{ needs.schedule.outputs.ref }}"
+
+
 def test_nightly_schedules_missing_cells_one_job_per_builder() -> None:
     doc = _load("nightly.yml")
     assert doc["on"]["schedule"][0]["cron"] and "workflow_dispatch" in doc["on"]
@@ -80,6 +97,55 @@ def test_nightly_schedules_missing_cells_one_job_per_builder() -> None:
     assert 'factory index rebuild --store "$FACTORY_STORE"' in " ".join(s.get("run", "") for s in index["steps"])
 
 
+def _run_job(steps: list[dict[str, Any]], fake_bin: Path) -> tuple[bool, list[str]]:
+    """The job's run steps in order as a runner takes them: bash -e each (GitHub's default
+    shell), a failed step skips the later ones unless it has continue-on-error, and
+    ``if: steps.ID.outcome == 'failure'`` runs a step only when that step failed. Returns
+    whether the job failed and the name of each step that ran."""
+    outcomes: dict[str, str] = {}
+    failed, ran = False, []
+    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
+           "FACTORY_STORE": "s3://bucket/x", "KEEP": "3"}
+    for step in steps:
+        if "run" not in step:
+            continue
+        condition = str(step.get("if", ""))
+        if condition:
+            ident = condition.split("steps.", 1)[1].split(".", 1)[0]
+            if outcomes.get(ident) != "failure":
+                continue
+        elif failed:
+            continue
+        ran.append(step["name"])
+        proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True,
+                              text=True, timeout=60)
+        outcomes[step.get("id", step["name"])] = "success" if proc.returncode == 0 else "failure"
+        if proc.returncode != 0 and not step.get("continue-on-error"):
+            failed = True
+    return failed, ran
+
+
+def test_nightly_rebuilds_the_index_even_when_retention_fails(tmp_path: Path) -> None:
+    """retain fails (exit 11): the rebuild and the verify still run, and the job fails after."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "factory").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n[ "$1" = retain ] && exit 11\nexit 0\n'
+    )
+    (fake / "factory").chmod(0o755)
+    steps = _load("nightly.yml")["jobs"]["index"]["steps"]
+    failed, _ = _run_job([s for s in steps if "install" not in s.get("name", "")], fake)
+    commands = [line.split()[0:2] for line in calls.read_text().splitlines()]
+    assert commands == [["retain", "--store"], ["index", "rebuild"], ["index", "verify"],
+                        ["matrix", "--html"]]
+    assert failed, "the job must fail when retention failed"
+    calls.unlink()
+    (fake / "factory").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexit 0\n')
+    failed, _ = _run_job([s for s in steps if "install" not in s.get("name", "")], fake)
+    assert not failed and len(calls.read_text().splitlines()) == 4
+
+
 def test_builder_slots_prints_one_line_per_slot() -> None:
     doc = {"version": 1, "builders": [
         {"name": "a", "slots": [{"memory": "65536m", "cpus": 16, "cells": ["x-cp311", "x-cp312"]},
@@ -97,9 +163,14 @@ def test_request_shares_the_per_cell_group_and_has_typed_inputs() -> None:
     inputs = doc["on"]["workflow_dispatch"]["inputs"]
     assert set(inputs) == {"spec", "torch", "cuda", "arch", "python", "platform"}
     assert inputs["platform"]["options"] == ["x86_64", "aarch64"]
-    assert inputs["cuda"]["type"] == "choice" and "13.0" in inputs["cuda"]["options"]
-    assert inputs["python"]["type"] == "choice"
-    assert all(inputs[k]["type"] == "string" for k in ("spec", "torch", "arch"))
+    # the matrix's rules, not a hand list of versions: resolved by the resolve job
+    assert all(inputs[k]["type"] == "string" for k in ("spec", "torch", "cuda", "arch", "python"))
+    assert inputs["torch"]["default"] == "latest" and inputs["cuda"]["default"] == "default"
+    steps = doc["jobs"]["request"]["steps"]
+    env = next(s["env"] for s in steps if "factory request" in s.get("run", ""))
+    assert env["TORCH"] == "${{ needs.resolve.outputs.torch }}"
+    assert env["CUDA"] == "${{ needs.resolve.outputs.cuda }}"
+    assert env["PLATFORM"] == "${{ inputs.platform }}"
     group = doc["jobs"]["request"]["concurrency"]["group"]
     assert group.split("${{")[0] == "factory-publish-"
     assert group.endswith("${{ needs.resolve.outputs.cell }}")
@@ -148,13 +219,13 @@ def _request_runners() -> list[dict[str, str]]:
     from factory.matrix.load import load_matrix
 
     out = []
-    seen = set()
-    for pc in load_matrix(REPO / "matrix.toml").cells:
-        if pc.cell.package in seen:
-            continue
-        seen.add(pc.cell.package)
-        c = pc.cell
+    cells = [pc.cell for pc in load_matrix(REPO / "matrix.toml").cells]
+    for package in dict.fromkeys(c.package for c in cells):
         for platform in PLATFORMS:
+            # a cell of the matrix for that CPU (a torch build exists there), else the
+            # package's first one asked for on that CPU
+            c = next((c for c in cells if c.package == package and c.platform == platform),
+                     next(c for c in cells if c.package == package))
             r = factory_cli("request", f"{c.package}=={c.version}", "--torch", c.torch,
                             "--cuda", c.cuda, "--arch", ",".join(f"{a / 10:.1f}" for a in c.archs),
                             "--python", c.python, "--platform", platform, "--print-cell",
@@ -174,7 +245,7 @@ def test_every_runs_on_label_is_carried_by_a_builder() -> None:
     CPU), lands on a builder of .github/builders.toml that carries all its labels; a job that
     builds a cell lands only on builders that build that cell's platform."""
     from factory.ci import builder_labels
-    from factory.planning.schedule import load_builders
+    from factory.planning.builders import load_builders
 
     builders = load_builders(BUILDERS)
     # The nightly schedule of the default matrix names builders of the file...
@@ -228,7 +299,7 @@ def test_the_builders_platform_decides_the_cpu_label(tmp_path: Path) -> None:
         ("grace", "arm64"), ("x", "x64")]
     # An aarch64 cell goes to the native builder; an x86_64 one to the x86_64 builder.
     from factory.ci import runs_on
-    from factory.planning.schedule import load_builders
+    from factory.planning.builders import load_builders
 
     loaded = load_builders(builders)
     assert runs_on("factory-example-ext", "aarch64", loaded).labels() == [
@@ -243,7 +314,7 @@ def test_the_builders_platform_decides_the_cpu_label(tmp_path: Path) -> None:
 def test_actionlint_knows_exactly_the_builders_labels() -> None:
     """actionlint's self-hosted label list is the builders' (names and labels), so the lint
     and the builders cannot disagree; the test above is what checks the workflows."""
-    from factory.planning.schedule import load_builders
+    from factory.planning.builders import load_builders
 
     doc = yaml.safe_load((REPO / ".github" / "actionlint.yaml").read_text())
     builders = load_builders(BUILDERS)

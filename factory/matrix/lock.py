@@ -1,0 +1,247 @@
+"""``<matrix>.lock``: the matrix's rules resolved against the indexes, cell by cell.
+
+Every cell with what a build needs to be offline and reproducible: the exact torch, where it
+is installed from and its wheel's sha256, the package version, its sdist and sha256, the CUDA
+and the release torch's build pins; and every cell known not to build, with its reason (never
+attempted). ``factory lock`` writes it, builds and the other commands read it while it matches
+matrix.toml (``matrix`` records a digest of the matrix's rules, so a changed matrix.toml is
+noticed).
+
+The file changes only when a cell does: a refresh that finds nothing new leaves it as it was,
+byte for byte (its ``locked`` time is that of the last change).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from factory.errors import ConfigError
+from factory.tomlread import tomllib
+from factory.upstream.facts import Origin
+
+LOCK_VERSION = 1
+HEADER = (
+    "# Written by `factory lock` from matrix.toml's rules and what the indexes list; do not\n"
+    "# edit. Refresh: `factory lock`; see what a refresh would change: `factory lock --check`.\n"
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LockedCell:
+    id: str
+    package: str
+    version: str
+    sdist: str | None  # the sdist's filename (PyPI sources)
+    sha256: str | None  # the sdist's sha256
+    torch: str
+    torch_index: str  # "pypi", or the per-CUDA index torch is installed from
+    torch_wheel: str | None  # the torch wheel this cell's CPU and Python install
+    torch_sha256: str | None
+    cuda: str
+    cuda_release: str | None  # the CUDA release torch's build pins, e.g. "13.0.3"
+    archs: tuple[int, ...]
+    python: str
+    platform: str
+    manylinux: str | None = None  # set by an [[include]]; else the package's or settings'
+
+    def as_toml(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id, "package": self.package, "version": self.version,
+            "sdist": self.sdist, "sha256": self.sha256, "torch": self.torch,
+            "torch-index": self.torch_index, "torch-wheel": self.torch_wheel,
+            "torch-sha256": self.torch_sha256, "cuda": self.cuda,
+            "cuda-release": self.cuda_release, "archs": list(self.archs),
+            "python": self.python, "platform": self.platform, "manylinux": self.manylinux,
+        }
+        return {k: v for k, v in d.items() if v is not None}
+
+    @classmethod
+    def from_toml(cls, d: Mapping[str, Any]) -> LockedCell:
+        return cls(
+            id=str(d["id"]), package=str(d["package"]), version=str(d["version"]),
+            sdist=d.get("sdist"), sha256=d.get("sha256"), torch=str(d["torch"]),
+            torch_index=str(d["torch-index"]), torch_wheel=d.get("torch-wheel"),
+            torch_sha256=d.get("torch-sha256"), cuda=str(d["cuda"]),
+            cuda_release=d.get("cuda-release"), archs=tuple(int(a) for a in d["archs"]),
+            python=str(d["python"]), platform=str(d["platform"]), manylinux=d.get("manylinux"),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LockedSkip:
+    package: str
+    cell: str  # the cell id, or its values where a rule gave no CUDA ("...-cu(default)-...")
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UsedFact:
+    what: str  # "torch releases, Pythons and CPUs", "PyPI's CUDA of torch 2.14.1", ...
+    origin: Origin
+
+    def as_toml(self) -> dict[str, str]:
+        d = {"what": self.what, "source": self.origin.source, "fetched": self.origin.fetched,
+             "via": self.origin.via}
+        return {**d, "note": self.origin.note} if self.origin.note else d
+
+    @classmethod
+    def from_toml(cls, d: Mapping[str, Any]) -> UsedFact:
+        return cls(what=str(d["what"]), origin=Origin(
+            source=str(d["source"]), fetched=str(d["fetched"]), via=str(d.get("via", "get")),
+            note=str(d.get("note", ""))))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Lock:
+    matrix: str  # digest of the matrix's rules (everything but [settings])
+    locked: str  # when the cells last changed (ISO 8601 UTC)
+    facts: tuple[UsedFact, ...]  # where the cells' facts came from, when they last changed
+    cells: tuple[LockedCell, ...]
+    skips: tuple[LockedSkip, ...]
+
+    def same_cells(self, other: Lock | None) -> bool:
+        return (other is not None and self.matrix == other.matrix and self.cells == other.cells
+                and self.skips == other.skips)
+
+    def cell(self, cell_id: str) -> LockedCell | None:
+        for c in self.cells:
+            if c.id == cell_id:
+                return c
+        return None
+
+
+def lock_path(matrix_path: Path) -> Path:
+    """matrix.toml -> matrix.lock (beside it)."""
+    return matrix_path.with_suffix(".lock")
+
+
+def matrix_digest(data: Mapping[str, Any]) -> str:
+    """What the lock was resolved from: the matrix without its [settings] (paths, runner and
+    memory change no cell)."""
+    rules = {k: v for k, v in data.items() if k != "settings"}
+    blob = json.dumps(rules, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# -- the file ---------------------------------------------------------------------------------
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML form for {type(v).__name__}")
+
+
+def _table(name: str, d: Mapping[str, Any]) -> list[str]:
+    return [f"[[{name}]]", *(f"{k} = {_value(v)}" for k, v in d.items()), ""]
+
+
+def dumps(lock: Lock) -> str:
+    lines = [HEADER.rstrip("\n"), f"version = {LOCK_VERSION}", f"matrix = {_value(lock.matrix)}",
+             f"locked = {_value(lock.locked)}", ""]
+    lines.append("# Where the facts came from when the cells last changed.")
+    for fact in lock.facts:
+        lines += _table("fact", fact.as_toml())
+    for c in sorted(lock.cells, key=lambda c: c.id):
+        lines += _table("cell", c.as_toml())
+    if lock.skips:
+        lines.append("# Cells the rules give that cannot be built, and why: never attempted.")
+    for s in sorted(lock.skips, key=lambda s: s.cell):
+        lines += _table("skip", {"package": s.package, "cell": s.cell, "reason": s.reason})
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def loads(text: str, *, where: str) -> Lock:
+    try:
+        doc = tomllib.loads(text)
+        if doc.get("version") != LOCK_VERSION:
+            raise ValueError(f"lock version {doc.get('version')!r} (this factory reads "
+                             f"{LOCK_VERSION})")
+        return Lock(
+            matrix=str(doc["matrix"]), locked=str(doc["locked"]),
+            facts=tuple(UsedFact.from_toml(f) for f in doc.get("fact", [])),
+            cells=tuple(LockedCell.from_toml(c) for c in doc.get("cell", [])),
+            skips=tuple(LockedSkip(package=str(s["package"]), cell=str(s["cell"]),
+                                   reason=str(s["reason"])) for s in doc.get("skip", [])),
+        )
+    except (tomllib.TOMLDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{where} is not a readable lock: {exc}",
+                          tip="write it again with 'factory lock'") from None
+
+
+def read_lock(path: Path) -> Lock | None:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    return loads(text, where=str(path))
+
+
+def write_lock(lock: Lock, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(dumps(lock))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+# -- what a refresh changes ---------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Change:
+    kind: str  # "add" | "drop" | "change" | "skip" (newly known not to build) | "unskip"
+    cell: str
+    detail: str
+
+
+_COMPARED = ("version", "sha256", "torch", "torch_index", "torch_sha256", "cuda_release",
+             "manylinux")
+
+
+def changes(old: Lock | None, new: Lock) -> list[Change]:
+    before = {c.id: c for c in (old.cells if old else ())}
+    after = {c.id: c for c in new.cells}
+    out = []
+    for cid in sorted(after.keys() - before.keys()):
+        c = after[cid]
+        out.append(Change(kind="add", cell=cid, detail=f"torch {c.torch} ({c.torch_index}), "
+                          f"CUDA {c.cuda}" + (f", sdist sha256 {c.sha256[:12]}" if c.sha256
+                                              else "")))
+    for cid in sorted(before.keys() - after.keys()):
+        out.append(Change(kind="drop", cell=cid, detail="no longer given by the rules"))
+    for cid in sorted(before.keys() & after.keys()):
+        a, b = before[cid], after[cid]
+        diffs = [f"{k.replace('_', '-')} {getattr(a, k)} -> {getattr(b, k)}" for k in _COMPARED
+                 if getattr(a, k) != getattr(b, k)]
+        if diffs:
+            out.append(Change(kind="change", cell=cid, detail="; ".join(diffs)))
+    old_skips = {s.cell: s.reason for s in (old.skips if old else ())}
+    new_skips = {s.cell: s.reason for s in new.skips}
+    for cell in sorted(new_skips.keys() - old_skips.keys()):
+        out.append(Change(kind="skip", cell=cell, detail=new_skips[cell]))
+    for cell in sorted(old_skips.keys() - new_skips.keys()):
+        out.append(Change(kind="unskip", cell=cell, detail="no longer a cell known not to build"))
+    return out
+
+
+def change_table(found: Iterable[Change]) -> list[str]:
+    rows = list(found)
+    if not rows:
+        return []
+    width = max(len(r.cell) for r in rows)
+    return [f"{'change':7} {'cell':{width}} detail"] + [
+        f"{r.kind:7} {r.cell:{width}} {r.detail}" for r in rows]

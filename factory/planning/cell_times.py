@@ -1,0 +1,142 @@
+"""A cell's time as the schedule sees it: a compile phase and an overhead phase, and lanes of
+them sharing a builder's CPUs.
+
+A cell is a compile phase (its objects' measured CPU seconds, at most its planned jobs at once,
+never shorter than its planner's predicted span alone: factory.planning.cell_model, the one cell
+model `factory plan` uses too) and the measured per-cell overhead outside the compile (venv and
+pip, link, tag, repair, verify). A group's later cells compile
+CACHED_FRACTION of the first (docs/BENCHMARKS.md "Compile cache": a second Python version's
+compile is 10 % of the first for the bundled extension, 0-3 % for flash-attn's kernels; the
+10 % is used). Lanes side by side share the CPUs (``shared_span``): a lane that finishes, or a
+cell in its single-threaded link, leaves its CPUs to the others (oversubscribed compilers slow
+each other proportionally; replay.contention_factor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from factory.errors import PlanError
+from factory.matrix.load import PlannedCell
+from factory.planning.cell_model import CELL_OVERHEAD_SECONDS, cell_time, overhead_of
+from factory.planning.groups import Group
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.planner import plan_for
+
+CACHED_FRACTION = 0.10  # a later Python version's compile against the first's (measured)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Phase:
+    """A stretch of one cell: ``work`` CPU-seconds on at most ``parallel`` CPUs at once, and
+    never in less than ``longest`` seconds (a compile: the planner's span alone on its CPUs,
+    which is at least its longest object)."""
+
+    work: float
+    parallel: int
+    longest: float
+
+    @property
+    def cap(self) -> float:
+        return min(float(self.parallel), self.work / self.longest) if self.longest else \
+            float(self.parallel)
+
+
+def overhead(seconds: float = CELL_OVERHEAD_SECONDS) -> Phase:
+    return Phase(work=seconds, parallel=1, longest=seconds)
+
+
+class CellTimes:
+    """A cell's compile as work and parallelism at a (memory, CPUs) share; cached."""
+
+    def __init__(self, history: MemoryHistory) -> None:
+        self.history = history
+        self._memo: dict[tuple[Any, ...], Phase | None] = {}
+
+    def compile(self, pc: PlannedCell, memory: int, cpus: int) -> Phase | None:
+        """None: the planner refuses the cell at this memory."""
+        c = pc.cell
+        key = (c.package, c.version, c.cuda, c.archs, memory, cpus)
+        if key not in self._memo:
+            self._memo[key] = self._compile(pc, memory, cpus)
+        return self._memo[key]
+
+    def _compile(self, pc: PlannedCell, memory: int, cpus: int) -> Phase | None:
+        key = pc.recipe.memory_model_key or pc.recipe.name
+        try:
+            plan = plan_for(pc.cell, supports_threads=pc.recipe.supports_threads(),
+                            memory_model_key=key, memory=memory, cpus=cpus,
+                            history=self.history)
+        except PlanError:
+            return None
+        t = cell_time(pc.cell, plan, self.history, model_key=key)
+        return Phase(work=t.cpu_seconds, parallel=t.parallel, longest=t.compile_seconds)
+
+    def overhead(self, pc: PlannedCell) -> Phase:
+        """The cell's measured overhead outside the compile (cell_model.overhead_of)."""
+        return overhead(overhead_of(self.history, pc.recipe.memory_model_key
+                                    or pc.recipe.name)[0])
+
+    def phases(self, g: Group, memory: int, cpus: int) -> list[Phase] | None:
+        """The group's cells in order: the first compiles everything, the later ones
+        CACHED_FRACTION of it; each adds the overhead."""
+        first = self.compile(g.cells[0], memory, cpus)
+        if first is None:
+            return None
+        cached = dataclasses.replace(first, work=first.work * CACHED_FRACTION,
+                                     longest=first.longest * CACHED_FRACTION)
+        out = [first, self.overhead(g.cells[0])]
+        for pc in g.cells[1:]:
+            out += [cached, self.overhead(pc)]
+        return out
+
+    def work(self, g: Group, memory: int, cpus: int) -> float | None:
+        phases = self.phases(g, memory, cpus)
+        return None if phases is None else sum(p.work for p in phases)
+
+
+def shared_span(cpus: int, lanes: Sequence[Sequence[Phase]],
+                phase_ends: list[list[float]] | None = None) -> list[float]:
+    """When each lane ends, with the lanes running side by side on ``cpus`` CPUs.
+
+    The CPUs are shared out evenly among the running phases, none getting more than its cap
+    (what oversubscribed compilers do: a finished cell's CPUs go to the others). Returns the
+    end time of each lane; ``phase_ends`` (given empty) gets each lane's phase end times."""
+    if phase_ends is not None:
+        phase_ends[:] = [[] for _ in lanes]
+    pos = [0] * len(lanes)
+    done = [0.0] * len(lanes)  # work done of the current phase
+    ends = [0.0] * len(lanes)
+    now = 0.0
+    while True:
+        active = [i for i, lane in enumerate(lanes) if pos[i] < len(lane)]
+        if not active:
+            return ends
+        # water-fill the CPUs
+        rate: dict[int, float] = {}
+        left, todo = float(cpus), sorted(active, key=lambda i: lanes[i][pos[i]].cap)
+        while todo:
+            share = left / len(todo)
+            i = todo[0]
+            cap = lanes[i][pos[i]].cap
+            if cap <= share:
+                rate[i] = cap
+                left -= cap
+                todo.pop(0)
+            else:
+                for j in todo:
+                    rate[j] = share
+                todo = []
+        step = min((lanes[i][pos[i]].work - done[i]) / rate[i] for i in active)
+        now += step
+        for i in active:
+            done[i] += rate[i] * step
+            if done[i] >= lanes[i][pos[i]].work - 1e-6:
+                if phase_ends is not None:
+                    phase_ends[i].append(now)
+                pos[i] += 1
+                done[i] = 0.0
+                if pos[i] == len(lanes[i]):
+                    ends[i] = now

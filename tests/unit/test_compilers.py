@@ -1,0 +1,202 @@
+"""The factory's compiler wrappers (factory/runners/inside/compilers.py, toolkit.py): nvcc compiles
+exactly the cell's archs whatever a package hard-codes, and the C++ standard follows torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from factory.runners.inside import toolkit
+from factory.runners.inside.build import compiler_summary
+from factory.runners.inside.compilers import Refused, narrow, raise_std
+from factory.runners.inside.log import Log
+from factory.wheels.binaries import find_cuobjdump
+
+# causal-conv1d 1.7.0's setup.py with CUDA 13: nine -gencode pairs, no variable to change them
+CAUSAL_CONV1D = [t for a in (75, 80, 87, 90, 100, 120, 103, 110, 121)
+                 for t in ("-gencode", f"arch=compute_{a},code=sm_{a}")]
+
+
+def test_a_hard_coded_list_is_narrowed_to_the_cells_arch_in_place() -> None:
+    argv = ["-c", "k.cu", "-o", "k.o", "-O3", *CAUSAL_CONV1D, "--threads", "4"]
+    new, record = narrow(argv, [100])
+    assert new == ["-c", "k.cu", "-o", "k.o", "-O3", "-gencode=arch=compute_100,code=sm_100",
+                   "--threads", "4"]
+    assert record["asked"] == [75, 80, 87, 90, 100, 103, 110, 120, 121]
+    assert record["compiled"] == [100] and 100 not in record["dropped"]
+
+
+def test_a_call_that_already_compiles_the_cells_archs_is_left_as_it_is() -> None:
+    for argv in (["-c", "k.cu", "-gencode=arch=compute_100,code=sm_100"],
+                 ["-c", "k.cu", "-arch=sm_90"],  # nvcc's shorthand: SASS and PTX of 90
+                 ["--version"], ["-E", "k.cu"]):
+        assert narrow(argv, [90, 100] if "-arch=sm_90" not in argv else [90]) == (argv, {})
+
+
+@pytest.mark.parametrize(
+    ("argv", "archs", "kept"),
+    [
+        # every spelling of a target
+        (["-c", "k.cu", "--generate-code=arch=compute_90,code=sm_90",
+          "--generate-code", "arch=compute_100,code=sm_100"], [100],
+         ["-gencode=arch=compute_100,code=sm_100"]),
+        # a code list: the cell's SASS and PTX stay, the rest go
+        (["-c", "k.cu", "-gencode=arch=compute_90a,code=[sm_90a,compute_90a]",
+          '-gencode=arch=compute_120,code="sm_120,compute_120"'], [90],
+         ["-gencode=arch=compute_90a,code=[sm_90a,compute_90a]"]),
+        # -arch/-code
+        (["-c", "k.cu", "-arch=compute_80", "-code=sm_80,sm_90,sm_100"], [90, 100],
+         ["-gencode=arch=compute_80,code=[sm_90,sm_100]"]),
+        # 'all' and 'native' depend on nvcc and the machine: the cell's archs instead
+        (["-c", "k.cu", "-arch=all"], [100], ["-gencode=arch=compute_100,code=sm_100"]),
+    ],
+)
+def test_target_spellings(argv: list[str], archs: list[int], kept: list[str]) -> None:
+    new, record = narrow(argv, archs)
+    assert [a for a in new if "arch" in a or a.startswith("-code")] == kept
+    assert new[:2] == ["-c", "k.cu"]
+
+
+def test_a_compile_that_names_no_arch_gets_the_cells() -> None:
+    new, record = narrow(["-c", "k.cu", "-o", "k.o"], [90, 100])
+    assert new[-2:] == ["-gencode=arch=compute_90,code=sm_90",
+                        "-gencode=arch=compute_100,code=sm_100"]
+    assert record == {"asked": [], "compiled": [90, 100], "injected": True}
+
+
+@pytest.mark.parametrize("argv", [
+    ["-c", "csrc/k.cu", "-gencode", "arch=compute_80,code=sm_80"],
+    ["-c", "csrc/k.cu", "-gencode=arch=compute_100,code=compute_100"],  # PTX only: no SASS
+])
+def test_a_compile_with_none_of_the_cells_archs_is_refused_in_one_line(argv: list[str]) -> None:
+    with pytest.raises(Refused) as info:
+        narrow(argv, [100])
+    message = str(info.value)
+    assert "\n" not in message and "csrc/k.cu" in message and "sm_100" in message
+
+
+@pytest.mark.parametrize(
+    ("argv", "nvcc", "want", "changed"),
+    [
+        (["-c", "k.cu", "-std=c++17"], True, ["-c", "k.cu", "-std=c++20"], True),
+        (["-c", "k.cu", "-std", "c++14"], True, ["-c", "k.cu", "-std", "c++20"], True),
+        (["-c", "k.cu"], True, ["-c", "k.cu", "-std=c++20"], True),  # nvcc's default is 17
+        (["-c", "k.cu", "-Xcompiler", "-std=gnu++17"], True,
+         ["-c", "k.cu", "-Xcompiler", "-std=gnu++20", "-std=c++20"], True),
+        (["-c", "k.cu", "-std=c++20"], True, ["-c", "k.cu", "-std=c++20"], False),
+        (["-c", "x.cpp", "-std=gnu++17", "-O3"], False, ["-c", "x.cpp", "-std=gnu++20", "-O3"],
+         True),
+        (["-c", "x.c", "-std=c11"], False, ["-c", "x.c", "-std=c11"], False),  # C stays C
+        (["-c", "x.cpp"], False, ["-c", "x.cpp"], False),  # torch adds its own -std there
+    ],
+)
+def test_the_cxx_standard_is_raised_never_lowered(
+    argv: list[str], nvcc: bool, want: list[str], changed: bool
+) -> None:
+    new, what = raise_std(argv, 20, nvcc=nvcc)
+    assert new == want and bool(what) is changed
+    assert raise_std(argv, None, nvcc=nvcc) == (argv, "")  # torch < 2.13: as the package pins
+
+
+# -- the wrapper in front of the real nvcc --------------------------------------------------
+KERNEL = "__global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }\n"
+
+
+def _real_toolkit() -> Path:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("needs nvcc")
+    return Path(nvcc).resolve().parent.parent
+
+
+def _cuobjdump() -> str:
+    return str(find_cuobjdump())  # the factory's own (a dependency: nvidia-cuda-cuobjdump)
+
+
+def _wrapped(tmp_path: Path, archs: list[int]) -> tuple[Path, dict[str, str]]:
+    """The build's toolkit as the build script makes it, and the variables it sets."""
+    real = _real_toolkit()
+    spec = {"archs": archs, "cxx_std": 20, "dir": str(tmp_path / "toolkit"),
+            "log": str(tmp_path / "compilers.jsonl")}
+    home, cxx = toolkit.install(spec, real=real, python=sys.executable,
+                                log=Log(str(tmp_path / "build.log")))
+    extra: dict[str, str] = {}
+    toolkit.environment(spec, home=home, cxx_wrapper=cxx, real=real, nvcc_next=[],
+                        extra=extra, log_path=spec["log"])
+    env = {**os.environ, **extra, "PATH": f"{home / 'bin'}:{os.environ['PATH']}"}
+    return home, env
+
+
+def test_the_wrapped_toolkit_compiles_only_the_cells_arch_with_real_nvcc(tmp_path: Path) -> None:
+    """A setup.py that hard-codes four -gencode targets, as causal-conv1d's does, compiled
+    through the build's CUDA_HOME: the object holds SASS for the cell's one arch only."""
+    home, env = _wrapped(tmp_path, [100])
+    (tmp_path / "k.cu").write_text(KERNEL)
+    four = [t for a in (80, 90, 100, 120) for t in ("-gencode", f"arch=compute_{a},code=sm_{a}")]
+    proc = subprocess.run([str(home / "bin" / "nvcc"), "-c", "k.cu", "-o", "k.o",
+                           "-std=c++17", *four], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    elf = subprocess.run([_cuobjdump(), "--list-elf", str(tmp_path / "k.o")],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert "sm_100" in elf and not any(f"sm_{a}" in elf for a in (80, 90, 120)), elf
+    (rec,) = [json.loads(ln) for ln in (tmp_path / "compilers.jsonl").read_text().splitlines()]
+    assert rec["asked"] == [80, 90, 100, 120] and rec["compiled"] == [100]
+    assert rec["std"] == "-std=c++17 -> -std=c++20"
+    summary = compiler_summary(str(tmp_path / "compilers.jsonl"))
+    assert summary["narrowed"] == 1 and summary["compiled_archs"] == [100]
+    # everything else of the toolkit is the real one, through links
+    assert (home / "include").resolve() == (_real_toolkit() / "include").resolve()
+    assert subprocess.run(["nvcc", "--version"], env=env, capture_output=True,
+                          timeout=60).returncode == 0
+
+
+def test_the_wrapper_refuses_a_compile_with_none_of_the_cells_archs(tmp_path: Path) -> None:
+    home, env = _wrapped(tmp_path, [100])
+    (tmp_path / "k.cu").write_text(KERNEL)
+    proc = subprocess.run([str(home / "bin" / "nvcc"), "-c", "k.cu", "-o", "k.o",
+                           "-gencode", "arch=compute_80,code=sm_80",
+                           "-gencode", "arch=compute_90,code=sm_90"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and not (tmp_path / "k.o").exists()
+    assert proc.stderr.strip().splitlines() == [
+        "factory: nvcc would compile none of the cell's archs (sm_100) for k.cu: "
+        "the package asks for sm_80, sm_90"]
+    assert compiler_summary(str(tmp_path / "compilers.jsonl"))["refused"].startswith(
+        "nvcc would compile none")
+
+
+def test_the_host_wrapper_raises_a_pinned_standard(tmp_path: Path) -> None:
+    home, env = _wrapped(tmp_path, [100])
+    (tmp_path / "x.cpp").write_text(
+        "#include <compare>\nauto c = (1 <=> 2);\n"  # C++20 only
+        "#if __cplusplus < 202002L\n#error not C++20\n#endif\n")
+    proc = subprocess.run([env["CXX"], "-std=c++17", "-c", "x.cpp", "-o", "x.o"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert env["FACTORY_CXX_NEXT"] in ("c++", os.environ.get("CXX", "c++"))
+
+
+def test_no_toolkit_means_no_wrappers_not_a_crash(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job whose toolkit has no nvcc (a CPU-only build in an image without CUDA) builds with
+    its compilers as they are, and says so."""
+    from factory.runners.inside.build import Build
+
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    (tmp_path / "kit").mkdir()
+    build = Build({"log": str(tmp_path / "build.log"), "report": str(tmp_path / "r.json"),
+                   "cuda_home": str(tmp_path / "kit"), "env": {"CXX": "g++"},
+                   "compilers": {"archs": [100], "cxx_std": 20, "dir": str(tmp_path / "tk"),
+                                 "log": str(tmp_path / "c.jsonl")}})
+    extra = build.environment(sys.executable, [], {})
+    assert extra is not None and extra["CXX"] == "g++" and "FACTORY_CELL_ARCHS" not in extra
+    assert not (tmp_path / "tk").exists()
+    assert "the compiler wrappers are off" in (tmp_path / "build.log").read_text()
