@@ -12,9 +12,9 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-from factory.errors import FactoryError
+from factory.errors import CellError, FactoryError
 from factory.matrix.cell import Cell, parse_cuda, parse_python
 from factory.matrix.load import Matrix, PlannedCell, plan_cell
 from factory.matrix.package import PackageSpec
@@ -48,22 +48,52 @@ def _sorted_versions(values: set[str]) -> list[str]:
     return sorted(values, key=Version)
 
 
+def _exact(values: Sequence[object], parse: Callable[[str], object]) -> list[str]:
+    """The axis values that name one version; a rule ('latest:2', 'default', '>=12.8',
+    'torch') is resolved in the matrix's cells, which the grid reads too."""
+    out = []
+    for v in values:
+        try:
+            parse(str(v))
+        except (CellError, InvalidVersion, ValueError):
+            continue
+        out.append(str(v))
+    return out
+
+
+def _skipped_cells(matrix: Matrix) -> dict[Cell, str]:
+    """The cells the matrix names but cannot build (a rule's pick with no such build), with
+    the reason; a skip without a whole cell id (no CUDA at all) has no square."""
+    out = {}
+    for skip in matrix.skipped:
+        try:
+            out[Cell.from_id(skip.cell)] = skip.reason
+        except CellError:
+            continue
+    return out
+
+
 def coverage(matrix: Matrix, *, published: set[str],
              readiness: Callable[[PlannedCell], tuple[bool, str]]) -> list[Grid]:
     """One grid per package version. ``published``: the store's content keys; ``readiness``:
     planned cell -> (buildable here, why not)."""
     by_cell = {pc.cell: pc for pc in matrix.cells}
+    skipped = _skipped_cells(matrix)
     grids = []
     for pkg in sorted(matrix.packages.values(), key=lambda p: p.name):
-        mine = [pc.cell for pc in matrix.cells if pc.cell.package == pkg.name]
-        for version in sorted({*pkg.versions, *(c.version for c in mine)}, key=Version):
+        mine = [c for c in [*by_cell, *skipped] if c.package == pkg.name]
+        for version in sorted({*_exact(pkg.versions, Version), *(c.version for c in mine)},
+                              key=Version):
             cells = [c for c in mine if c.version == version]
-            torches = _sorted_versions({*map(str, pkg.axes["torch"]), *(c.torch for c in cells)})
-            pythons = sorted({*(f"3.{parse_python(str(p))[1]}" for p in pkg.axes["python"]),
+            torches = _sorted_versions({*_exact(pkg.axes["torch"], Version),
+                                        *(c.torch for c in cells)})
+            pythons = sorted({*(f"3.{parse_python(p)[1]}" for p in _exact(pkg.axes["python"],
+                                                                          parse_python)),
                               *(c.python for c in cells)}, key=lambda p: int(p.split(".")[1]))
             # every CUDA x arch set x CPU seen on the axes or in a cell: the squares where
             # nothing can be built show, with why
-            cudas = {f"{parse_cuda(cu)[0]}.{parse_cuda(cu)[1]}" for cu in pkg.axes["cuda"]}
+            cudas = {f"{parse_cuda(cu)[0]}.{parse_cuda(cu)[1]}"
+                     for cu in _exact(pkg.axes["cuda"], parse_cuda)}
             arch_sets = {tuple(sorted(a)) for a in pkg.axes["archs"]}
             platforms = {str(p) for p in pkg.axes["platform"]}
             for c in cells:
@@ -79,7 +109,9 @@ def coverage(matrix: Matrix, *, published: set[str],
                 for python in pythons:
                     cell = Cell(package=pkg.name, version=version, torch=torch, cuda=cuda,
                                 archs=archs, python=python, platform=platform)
-                    row.append(_chip(cell, by_cell.get(cell), pkg, matrix, published, readiness))
+                    row.append(Chip(python=python, status="cannot", detail=skipped[cell],
+                                    cell_id=cell.id) if cell in skipped else
+                               _chip(cell, by_cell.get(cell), pkg, matrix, published, readiness))
                 chips[(torch, i)] = tuple(row)
             grids.append(Grid(package=pkg.name, version=version, rows=tuple(torches),
                               columns=tuple(columns), chips=chips))

@@ -147,3 +147,18 @@ def test_coverage_says_built_missing_cannot_and_not_in_the_matrix(tmp_path: Path
     assert len(chips) == 8
     assert {c.get("class") for c in chips} == {"chip built", "chip missing", "chip cannot",
                                                "chip absent"}
+
+
+def test_coverage_of_a_matrix_with_tracking_rules_shows_its_cells_and_skips() -> None:
+    """The repo's matrix.toml names rules ('latest:2', 'default', 'torch'): the grid is made
+    from the cells they resolve to, and a skipped cell is a 'cannot' square with its reason."""
+    from factory.matrix.load import load_matrix
+    from factory.reports.coverage import coverage
+
+    matrix = load_matrix(Path(__file__).resolve().parents[2] / "matrix.toml")
+    grids = coverage(matrix, published=set(), readiness=lambda pc: (True, ""))
+    chips = {c.cell_id: c for g in grids for row in g.chips.values() for c in row}
+    assert all(chips[pc.cell.id].status == "missing" for pc in matrix.cells)
+    for skip in matrix.skipped:
+        if skip.cell in chips:
+            assert chips[skip.cell].status == "cannot" and chips[skip.cell].detail == skip.reason
