@@ -12,7 +12,7 @@ compilers run under its server, not under ninja, and this tree sees only thin cl
 with TORCH_NO_COMPILER_WRAPPER=1 when measuring (and never record object times from a build
 that hit a compiler cache: they are not compile times).
 
-Builds run by the factory are sampled by its own sampler (factory/runners/inside.py), which
+Builds run by the factory are sampled by its own sampler (factory/runners/inside/sampling.py), which
 reports the compilers' summed RSS and the concurrent jobs; this one reports the largest single
 job, which is what a hand measurement records into the memory model.
 """

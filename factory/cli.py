@@ -5,16 +5,20 @@ here, once."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from factory import __version__, logger
+from factory import __version__, actions, logger
 from factory.commands import (
     build,
     cache,
+    completion,
     doctor,
     facts,
     image,
@@ -35,8 +39,9 @@ from factory.commands import (
     work,
     yank,
 )
-from factory.environment import DEBUG_ENV, ENVIRONMENT, env_value
-from factory.errors import FactoryError, Interrupted, UsageError, raise_interrupted
+from factory.commands._common import apply_metavars
+from factory.environment import DEBUG_ENV, ENVIRONMENT, VERBOSE_ENV, env_value
+from factory.errors import FactoryError, Interrupted, UsageError, exit_codes, raise_interrupted
 
 
 class Command(Protocol):
@@ -76,6 +81,7 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "cache": (cache, "the shared compile cache: stats, clear, pull and push (the remote one)"),
     "rebuild-check": (rebuild_check, "rebuild a published cell from source and compare it with "
                       "the published wheel"),
+    "completion": (completion, "print the shell completion script: bash or zsh"),
 }
 
 
@@ -84,23 +90,48 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command takes, before or after its name (``factory -v build`` and
+    ``factory build -v``). A subcommand's copy leaves the value alone unless given there."""
+    default: object = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help="show a traceback when something fails (also FACTORY_DEBUG=1)")
+    parser.add_argument("-v", "--verbose", action="store_true", default=default,
+                        help="stream the output of the commands the factory runs")
+
+
+def exit_code_table() -> str:
+    return "exit codes:\n" + "\n".join(f"  {code:>3}  {what}" for code, what in exit_codes())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="factory",
         description="Prebuilt CUDA wheels from a build matrix, served from a private index: "
         "matrix -> cell -> plan -> build -> wheel -> verify -> publish -> index.",
-        epilog=environment_help(),
+        epilog=exit_code_table() + "\n\n" + environment_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"factory {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    parser.add_argument("-v", "--verbose", action="store_true", help="stream subprocess output")
+    parser.add_argument("--version", action="version", version=f"factory {__version__}",
+                        help="print the factory's version and exit")
+    _global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (command, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         command.configure(p)
-        p.set_defaults(_run=command.run)
+        _global_options(p, top=False)
+        for nested in _subparsers(p):
+            _global_options(nested, top=False)
+        p.set_defaults(_run=command.run, _root=parser)
+    apply_metavars(parser)
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """A command's own subcommands ('factory index rebuild', 'factory image base', ...)."""
+    return [nested for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for nested in action.choices.values()]
 
 
 def environment_help() -> str:
@@ -117,6 +148,27 @@ def _one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
+@contextlib.contextmanager
+def _verbose(on: bool) -> Iterator[None]:
+    """-v for the command's length: factory.process streams by FACTORY_VERBOSE."""
+    before = os.environ.get(VERBOSE_ENV)
+    if on:
+        os.environ[VERBOSE_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(VERBOSE_ENV, None)
+        else:
+            os.environ[VERBOSE_ENV] = before
+
+
+def _error_json(exc: FactoryError) -> dict[str, object]:
+    return {"version": 1, "error": {
+        "exit_code": exc.exit_code, "type": type(exc).__name__, "message": exc.message,
+        "lines": list(exc.lines), "tip": exc.tip}}
+
+
 def _sigterm_unwinds() -> None:
     """SIGTERM raises Interrupted, so a build stopped by its engine (Slurm, Kubernetes, a
     cancelled CI job) releases its lease and removes its cgroup or container on the way out:
@@ -129,20 +181,31 @@ def _sigterm_unwinds() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or env_value(DEBUG_ENV) == "1"
+    wants_json = "--json" in argv  # also when the arguments themselves are what failed
     logger.configure()
     _sigterm_unwinds()
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "command", None):
             raise UsageError("no command given", tip="factory --help lists the commands")
-        return int(args._run(args) or 0)
+        with _verbose(args.verbose):
+            return int(args._run(args) or 0)
     except FactoryError as exc:
-        if debug:
+        # a usage error is no bug: one line even with --debug
+        if debug and not isinstance(exc, UsageError):
             raise
+        if wants_json:
+            json.dump(_error_json(exc), sys.stdout, indent=2)
+            sys.stdout.write("\n")
         for line in exc.lines:
             print(f"ERROR {_one_line(line)}", file=sys.stderr)
         if exc.tip:
             print(f"TIP {exc.tip}", file=sys.stderr)
+        if actions.on_actions():
+            command = next((a for a in argv if a in COMMANDS), None)
+            print(actions.error_annotation("\n".join(exc.lines),
+                                           title=f"factory {command}" if command else "factory"),
+                  file=sys.stderr)
         return exc.exit_code
     except Interrupted as exc:
         print(f"ERROR terminated ({exc})", file=sys.stderr)

@@ -15,6 +15,7 @@ HISTORY_ENV = "FACTORY_MEMORY_HISTORY"
 INDEX_URL_ENV = "FACTORY_INDEX_URL"
 S3_ENDPOINT_ENV = "FACTORY_S3_ENDPOINT_URL"
 DEBUG_ENV = "FACTORY_DEBUG"
+VERBOSE_ENV = "FACTORY_VERBOSE"
 KEEP_CONTAINER_ENV = "FACTORY_KEEP_CONTAINER"
 FACTS_ENV = "FACTORY_FACTS"
 
@@ -37,6 +38,7 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar(INDEX_URL_ENV, "the index hosts install from (doctor --index, request --index-url)"),
     EnvVar(S3_ENDPOINT_ENV, "an S3-compatible endpoint for s3:// stores (unset: AWS)"),
     EnvVar(DEBUG_ENV, "1: show tracebacks (--debug)"),
+    EnvVar(VERBOSE_ENV, "1: stream subprocess output (-v)"),
     EnvVar(KEEP_CONTAINER_ENV, "1: keep a build's container for inspection"),
     EnvVar(FACTS_ENV, "snapshot: resolve against the shipped snapshot of the indexes, not the "
            "work dir's cache"),

@@ -141,3 +141,27 @@ def raise_interrupted(signum: int, frame: object) -> None:
     """The SIGTERM handler that turns the signal into Interrupted."""
     raise Interrupted(f"signal {signum}")
 
+
+# Exit codes the CLI uses that no error class carries.
+OTHER_EXIT_CODES = {0: "success", 70: "internal error (a bug: run with --debug for a traceback)",
+                    130: "interrupted (Ctrl-C)",
+                    Interrupted.exit_code: "terminated (SIGTERM: scancel, a pod or CI job stopped)"}
+DOCTOR_NO_FIT = ("factory doctor: the index has no wheel that fits this host; factory request "
+                 "--check: the wheel is not published")
+
+
+def exit_codes() -> list[tuple[int, str]]:
+    """Every exit code and what it means: one per error class (its docstring's first line),
+    the CLI's own, and the doctor's 'nothing fits'; in code order. The --help epilog and the
+    README's table are made from this."""
+    found: dict[int, str] = dict(OTHER_EXIT_CODES)
+    stack: list[type[FactoryError]] = [FactoryError]
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        first = (cls.__doc__ or cls.__name__).strip().split("\n\n")[0]  # its first paragraph
+        doc = " ".join(first.split()).rstrip(".").replace("``", "")
+        if cls is FactoryError:
+            doc = f"an error of no class below; {DOCTOR_NO_FIT}"
+        found.setdefault(cls.exit_code, doc)
+    return sorted(found.items())

@@ -1,33 +1,75 @@
 """Progress the way people and CI read it: a bar with ETA on a terminal, plain step lines with
-timings in CI, and a summary at the end.
+timings in CI (a progress line at most every 30 s), and a summary at the end.
 
 Library modules log through stdlib ``logging`` (``logging.getLogger(__name__)``, all below the
 ``factory`` logger) and lay their lines out themselves: a step with its time, an indented
 detail, an echoed command, a subprocess's own output. The command line installs the one
 handler (``configure``) that writes those lines to stderr as they are; without it (the library
-used on its own) INFO records go where the application's logging sends them."""
+used on its own) INFO records go where the application's logging sends them.
+
+While a cell is built (``cell_lines``), every line outside a terminal starts with the cell's
+short id, so the lines of builds running side by side in one CI job can be told apart; on
+GitHub Actions the cell's lines fold into one group (factory.actions)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
-import re
 import sys
 import threading
 import time
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import TextIO
+
+from factory import actions
 
 ROOT = "factory"
 # extra={"end": ""} keeps the line open: a progress bar redrawn with "\r", or a subprocess's
 # line that brings its own newline.
 OPEN_LINE = {"end": ""}
+# extra={"bare": True}: a line written as it is, never prefixed (a workflow command)
+BARE = {"bare": True}
+# extra={"access": True}: a request log line that carries its own time (Combined Log Format):
+# no timestamp in front of it
+ACCESS = {"access": True, "bare": True}
+CI_INTERVAL = 30.0  # at most one progress line this often outside a terminal
+TTY_INTERVAL = 1.0  # a redrawn bar this often on a terminal
+DETAIL_INDENT = " " * 11  # a detail line sits under its step's text ("[  12.3s] ")
 
-_NINJA_RE = re.compile(r"^\[(\d+)/(\d+)\]")
+_CELL: contextvars.ContextVar[str | None] = contextvars.ContextVar("factory_cell", default=None)
 
 
 def _interactive(stream: TextIO) -> bool:
     return stream.isatty() and os.environ.get("CI", "").lower() not in ("1", "true")
+
+
+def current_cell() -> str | None:
+    """The short id of the cell whose build is writing (``cell_lines``), if any."""
+    return _CELL.get()
+
+
+@contextlib.contextmanager
+def cell_lines(short_id: str, title: str | None = None) -> Iterator[None]:
+    """Lines written inside name the cell (outside a terminal); on GitHub Actions they fold into
+    one group titled ``title`` (the full cell id)."""
+    token = _CELL.set(short_id)
+    group = actions.groups_enabled()
+    log = logging.getLogger(ROOT)
+    if group:
+        log.info(actions.group_start(title or short_id), extra=BARE)
+    try:
+        yield
+    finally:
+        if group:
+            log.info(actions.group_end(), extra=BARE)
+        _CELL.reset(token)
+
+
+def _prefixed(text: str, cell: str) -> str:
+    return "".join(f"[{cell}] {line}" if line.strip() else line
+                   for line in text.splitlines(keepends=True))
 
 
 class LineHandler(logging.Handler):
@@ -49,7 +91,11 @@ class LineHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             stream = self.stream
-            stream.write(self.format(record) + getattr(record, "end", "\n"))
+            text = record.getMessage() if getattr(record, "access", False) else self.format(record)
+            cell = _CELL.get()
+            if cell and not getattr(record, "bare", False) and not _interactive(stream):
+                text = _prefixed(text, cell)
+            stream.write(text + getattr(record, "end", "\n"))
             stream.flush()
         except Exception:
             self.handleError(record)
@@ -101,64 +147,64 @@ class Log:
         self.logger.info(f"[{elapsed:7.1f}s] {text}")
 
     def detail(self, text: str) -> None:
-        self.logger.info(f"           {text}")
+        self.logger.info(f"{DETAIL_INDENT}{text}")
+
+    def error(self, text: str, *, title: str | None = None) -> None:
+        """A step line that says something failed; on GitHub Actions also an annotation."""
+        self.step(text)
+        if actions.on_actions():
+            self.logger.info(actions.error_annotation(text, title=title), extra=BARE)
 
 
-class NinjaProgress:
-    """Follows a build log and reports ninja's [N/M] lines: a bar with ETA on a terminal,
-    a plain line every 10 % (and at the end) otherwise."""
+class Ticker:
+    """Calls ``render`` in a thread and shows what it returns: a line redrawn every second on a
+    terminal, a plain line at most every ``CI_INTERVAL`` seconds elsewhere, and the last one
+    when it stops. ``render`` returns None while there is nothing to say yet. The thread
+    carries the caller's context (the cell its lines name)."""
 
-    def __init__(self, log_path: Path, log: Log, label: str) -> None:
-        self.log_path = log_path
+    def __init__(self, log: Log, render: Callable[[], str | None], *,
+                 ci_interval: float = CI_INTERVAL) -> None:
         self.log = log
-        self.label = label
+        self.render = render
+        self.ci_interval = ci_interval
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._follow, daemon=True)
-        self._t0 = time.monotonic()
-        self._last_decile = -1
-        self.done = 0
-        self.total = 0
+        self._context = contextvars.copy_context()
+        self._thread = threading.Thread(target=self._context.run, args=(self._run,),
+                                        daemon=True)
+        self._open = False  # a redrawn line is on the terminal
+        self._last_line = 0.0
+        self._last_text: str | None = None
 
-    def __enter__(self) -> NinjaProgress:
+    def __enter__(self) -> Ticker:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
-        if self.log.interactive and self.total:
-            self.log.logger.info("")
+        self._thread.join(timeout=10)
+        self._context.run(self._show, True)
 
-    def _follow(self) -> None:
-        pos = 0
-        while not self._stop.is_set():
-            try:
-                with self.log_path.open("rb") as fh:
-                    fh.seek(pos)
-                    chunk = fh.read()
-                    pos = fh.tell()
-            except FileNotFoundError:
-                chunk = b""
-            for line in chunk.decode(errors="replace").splitlines():
-                m = _NINJA_RE.match(line.strip())
-                if m:
-                    self.update(int(m.group(1)), int(m.group(2)))
-            self._stop.wait(0.5)
+    def _run(self) -> None:
+        interactive = self.log.interactive
+        while not self._stop.wait(TTY_INTERVAL if interactive else 0.5):
+            self._show(False)
 
-    def update(self, done: int, total: int) -> None:
-        self.done, self.total = done, total
-        elapsed = time.monotonic() - self._t0
-        eta = elapsed / done * (total - done) if done else 0.0
+    def _show(self, final: bool) -> None:
+        try:
+            text = self.render()
+        except Exception as exc:  # a progress line must never stop a build
+            text = f"(progress unavailable: {type(exc).__name__}: {exc})"
         if self.log.interactive:
-            width = 30
-            filled = int(width * done / max(total, 1))
-            bar = "#" * filled + "-" * (width - filled)
-            self.log.logger.info(
-                f"\r  {self.label} [{bar}] {done}/{total} {elapsed:5.0f}s ETA {eta:5.0f}s",
-                extra=OPEN_LINE,
-            )
+            if text is not None:
+                pad = max(0, len(self._last_text or "") - len(text))
+                self.log.logger.info(f"\r{DETAIL_INDENT}{text}{' ' * pad}", extra=OPEN_LINE)
+                self._open, self._last_text = True, text
+            if final and self._open:
+                self.log.logger.info("")
+                self._open = False
             return
-        decile = done * 10 // max(total, 1)
-        if decile != self._last_decile or done == total:
-            self._last_decile = decile
-            self.log.detail(f"{self.label}: {done}/{total} objects, {elapsed:.0f}s, ETA {eta:.0f}s")
+        now = time.monotonic()
+        due = now - self._last_line >= self.ci_interval
+        if text is not None and (due or final) and text != self._last_text:
+            self.log.detail(text)
+            self._last_line, self._last_text = now, text

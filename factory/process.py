@@ -9,9 +9,11 @@ class the caller names (BuildError by default): the CLI maps both to one line an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -21,8 +23,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from factory.environment import VERBOSE_ENV, env_value
 from factory.errors import BuildError, EngineError, FactoryError
-from factory.logger import OPEN_LINE
+from factory.logger import OPEN_LINE, Log, Ticker
+from factory.units import format_duration, format_size
 
 _log = logging.getLogger(__name__)
 
@@ -47,7 +51,7 @@ class CommandResult:
 
 def verbose() -> bool:
     """Stream subprocess output as it comes (the CLI's -v sets FACTORY_VERBOSE=1)."""
-    return os.environ.get("FACTORY_VERBOSE") == "1"
+    return env_value(VERBOSE_ENV) == "1"
 
 
 def env_bin_dir() -> Path:
@@ -103,6 +107,60 @@ def short_command(args: Sequence[str | os.PathLike[str]]) -> str:
     return shlex.join(words)
 
 
+_PIP_PROGRESS = re.compile(r"^Progress (\d+) of (\d+)$")
+_DOWNLOADING = re.compile(r"Downloading (\S+)")
+
+
+def path_size(path: Path) -> int:
+    """Bytes of a file, or of the files under a directory (0 when it is not there yet)."""
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return 0
+
+
+class CommandProgress:
+    """What a long command is doing, for a progress line while it runs: the time, what
+    ``watch`` has grown by (a download dir, a root filesystem, an archive), the file pip is
+    fetching and how far (``--progress-bar raw``: 'Progress N of M'), else its last line."""
+
+    def __init__(self, what: str, watch: Path | None = None) -> None:
+        self.what = what
+        self.watch = watch
+        self.t0 = time.monotonic()
+        self.base = path_size(watch) if watch else 0
+        self.last = ""
+        self.file = ""
+        self.fetched: tuple[int, int] | None = None
+
+    def line(self, text: str) -> bool:
+        """Note one output line; True for pip's raw progress (kept out of the log)."""
+        text = text.strip()
+        m = _PIP_PROGRESS.match(text)
+        if m:
+            self.fetched = (int(m.group(1)), int(m.group(2)))
+            return True
+        if text:
+            self.last = text
+            found = _DOWNLOADING.search(text)
+            if found:
+                self.file, self.fetched = found.group(1).rsplit("/", 1)[-1], None
+        return False
+
+    def render(self) -> str:
+        parts = [f"{self.what}: {format_duration(time.monotonic() - self.t0)}"]
+        if self.watch is not None:
+            parts.append(f"{format_size(max(0, path_size(self.watch) - self.base))} written")
+        if self.file and self.fetched and self.fetched[1]:
+            done, total = self.fetched
+            parts.append(f"{self.file} {format_size(done)} of {format_size(total)}")
+        elif self.last:
+            parts.append(self.last[:100])
+        return ", ".join(parts)
+
+
 def run_command(
     args: Sequence[str | os.PathLike[str]],
     *,
@@ -115,12 +173,16 @@ def run_command(
     timeout: float | None = None,
     error: type[FactoryError] = BuildError,
     what: str | None = None,
+    progress: bool = False,
+    watch: Path | None = None,
 ) -> CommandResult:
     """Run one command to completion.
 
     ``env`` replaces the environment when given (callers start from ``os.environ`` on purpose).
     The full output goes to ``log_path`` when given; on failure (``check``) it is printed in full
-    to stderr and ``error`` is raised with one line naming the step and the log.
+    to stderr and ``error`` is raised with one line naming the step and the log. With
+    ``progress`` (a long download or image build), a progress line while it runs
+    (``CommandProgress``; ``watch``: the path whose growth it shows).
     """
     argv = [str(a) for a in args]
     # The command's own PATH first, then our environment's bin dir: a venv that is not activated
@@ -158,14 +220,19 @@ def run_command(
         watchdog = threading.Timer(timeout, proc.kill) if timeout else None
         if watchdog:
             watchdog.start()
+        shown = CommandProgress(what or Path(argv[0]).name, watch) if progress else None
+        ticker = Ticker(Log(name=__name__), shown.render) if shown and not stream else None
         try:
-            for line in proc.stdout:
-                chunks.append(line)
-                if log:
-                    log.write(line)
-                if stream:
-                    _log.info(line, extra=OPEN_LINE)
-            returncode = proc.wait()
+            with ticker or contextlib.nullcontext():
+                for line in proc.stdout:
+                    if shown is not None and shown.line(line):
+                        continue
+                    chunks.append(line)
+                    if log:
+                        log.write(line)
+                    if stream:
+                        _log.info(line, extra=OPEN_LINE)
+                returncode = proc.wait()
         except BaseException:
             proc.kill()
             proc.wait()

@@ -1,4 +1,5 @@
-"""Sizes in bytes: one parser and one formatter, binary units throughout.
+"""Sizes in bytes: one parser and one formatter, binary units throughout; and durations in
+the one short spelling progress lines use (``format_duration``).
 
 Sizes use binary multiples like docker's --memory does ("16g" is 16 GiB), so a size passed to
 `factory plan` means the same as the same size passed to the container, and a compile cache
@@ -50,3 +51,13 @@ def format_size(n: int | float) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.1f} {unit}"
     return f"{int(value)} B"
+
+
+def format_duration(seconds: float) -> str:
+    """42 s -> '42s', 342 s -> '5m42s', 5400 s -> '1h30m'."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

@@ -206,6 +206,29 @@ def write_tiny_cuda_ext(root: Path, *, torch_headers: bool) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """A real headless Chromium (Debian's, with its chromedriver: no browser download), shared
+    by the browser tests of the finder, the reports and the coverage page."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not chromium or not driver:
+        pytest.skip("chromium and chromedriver not installed (docker/setup-host.sh installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1100,900", "--hide-scrollbars"):
+        options.add_argument(arg)
+    chrome = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
 @pytest.fixture(autouse=True)
 def _facts_from_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
     """Matrices resolve against the shipped snapshot, never against whatever this machine's

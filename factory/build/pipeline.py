@@ -38,15 +38,18 @@ from factory.build.job import (
     target_wheelhouse,
 )
 from factory.build.lease import LEASE_TTL_SECONDS, Hold, hold_cell
+from factory.build.progress import attempt_picture, progress_for
 from factory.errors import BuildError, FactoryError, OOMError, PlanError, StoreError, VerifyError
 from factory.index.publish import publish
-from factory.logger import Log, NinjaProgress
+from factory.logger import Log, cell_lines
 from factory.matrix.cell import sm_names
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory
 from factory.planning.planner import BuildPlan, plan_after_oom, plan_build, predicted_peak
 from factory.planning.record import record_build
 from factory.planning.shared_history import BadRecord, merge_into, push
+from factory.reports.build_report import AttemptPicture, build_report_html
+from factory.reports.page import write_page
 from factory.runners import RunnerKind, get_runner, runner_kind
 from factory.runners.base import Runner, RunResult
 from factory.store import Store, open_store
@@ -181,8 +184,14 @@ def _already_published(pc: PlannedCell, run: BuildRun) -> bool:
 
 def build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                run: BuildRun | None = None) -> BuildOutcome:
-    """One cell through the stages; ``run``: the run's runner and stores (else this cell's)."""
-    run = run or open_run(matrix, opts)
+    """One cell through the stages; ``run``: the run's runner and stores (else this cell's).
+    Its lines name it by its short id (on GitHub Actions they fold into one group)."""
+    with cell_lines(matrix.short_id(pc.cell), pc.cell.id):
+        return _build_cell(matrix, pc, opts, log, run or open_run(matrix, opts))
+
+
+def _build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
+                run: BuildRun) -> BuildOutcome:
     t0 = time.monotonic()
     log.step(f"cell {pc.cell.id}")
     if not opts.dry_run and _already_published(pc, run):
@@ -323,6 +332,7 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, run: BuildRun, log: Log, *,
     record)."""
     opts = run.opts
     attempts: list[AttemptRecord] = []
+    pictures: list[AttemptPicture] = []  # the build report's attempts
     for attempt in range(1, opts.attempts + 1):
         job = make_job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home,
                        attempt=attempt, opts=opts, sysroot=sysroot, epoch=epoch)
@@ -330,9 +340,14 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, run: BuildRun, log: Log, *,
         job.out_dir.mkdir(parents=True)
         log.step(f"attempt {attempt}: MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads} "
                  f"memory cap {format_size(plan.memory_budget_bytes)}, log {job.log_path}")
-        with NinjaProgress(job.log_path, log, pc.cell.package):
+        with progress_for(pc, plan, job, log, history=history, tree=src) as progress:
             result = run.runner.run(job)
         attempts.append(_attempt_record(attempt, plan, result, job.log_path))
+        pictures.append(attempt_picture(attempt, plan, result, job, progress, tree=src))
+        report = write_page(work / "logs" / f"{opts.run_stamp}-report.html",
+                            build_report_html(cell_id=pc.cell.id, attempts=pictures,
+                                              wheel=pc.wheel))
+        log.detail(f"report: {report}")
         if job.cache_dir is not None:
             stats = stats_from_report(result.report)
             log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")

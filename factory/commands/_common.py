@@ -10,8 +10,10 @@ from typing import Any
 
 from factory.environment import MATRIX_ENV, STORE_ENV, env_value
 from factory.errors import UsageError
-from factory.matrix.load import Matrix, default_matrix_path, load_matrix, matrix_path
+from factory.matrix.load import Matrix, load_matrix
+from factory.matrix.paths import default_matrix_path, matrix_path
 from factory.matrix.settings import DEFAULT_STORE, default_settings
+from factory.runners import RUNNERS
 from factory.store import URL_FORMS
 from factory.units import parse_size
 from factory.wheels.checks import DEFAULT_LIMITS
@@ -22,6 +24,13 @@ def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
         "--matrix", type=Path, default=None,
         help=f"matrix file (default: ${MATRIX_ENV}, else ./matrix.toml)",
     )
+
+
+def add_runner_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--runner", choices=tuple(RUNNERS), default=None,
+        help="where the build runs: a docker container, a cgroup on this host (local), or "
+        "cibuildwheel (default: the matrix's settings.runner)")
 
 
 def add_store_arg(parser: argparse.ArgumentParser) -> None:
@@ -92,3 +101,54 @@ def wheel_limits_from_args(args: argparse.Namespace) -> Any:
             raise UsageError(f"--max-ratio must be at least 1, not {args.max_ratio}")
         limits = dataclasses.replace(limits, max_ratio=args.max_ratio)
     return limits
+
+
+# One metavar per kind of value, the same for an option in every command that takes it (a
+# size is SIZE whether it caps a build's memory or an upload). ``apply_metavars`` gives them to
+# the options that name none; tests/unit/test_cli.py holds every option to this table.
+METAVARS = {
+    "--matrix": "FILE", "--builders": "FILE", "--html": "FILE", "--htpasswd": "FILE",
+    "--history": "FILE", "--nvidia-smi-output": "FILE", "--tarball": "FILE",
+    "--tls-cert": "FILE", "--tls-key": "FILE", "--cert": "FILE",
+    "--out": "DIR", "--work-dir": "DIR", "--root": "DIR", "--wheelhouse": "DIR",
+    "--store": "STORE", "--package": "NAME", "--suite": "NAME", "--name": "IMAGE",
+    "--base": "IMAGE", "--memory": "SIZE", "--max-unpacked": "SIZE", "--max-upload": "SIZE",
+    "--cpus": "N", "--max-jobs": "N", "--nvcc-threads": "N", "--attempts": "N", "--keep": "N",
+    "--max-connections": "N", "--workers": "N", "--max-ratio": "N", "--temp-grace": "SECONDS",
+    "--torch": "VERSION", "--cuda": "VERSION", "--python": "VERSION", "--arch": "ARCH",
+    "--platform": "CPU", "--machine": "CPU", "--index": "URL", "--index-url": "URL",
+    "--host": "HOST", "--port": "PORT", "--reason": "TEXT", "--interpreter": "EXE",
+    "--from": "DIR|URL", "--timeout": "SECONDS", "--replay": "DIR", "--record": "DIR",
+    "--lease-ttl": "SECONDS", "--poll": "SECONDS", "--log-dir": "DIR", "--chdir": "DIR",
+    "--workdir": "DIR", "--secret": "NAME", "--factory": "CMD", "--job-matrix": "FILE",
+    "--build-arg": "TEXT", "--sbatch-option": "TEXT", "--partition": "NAME", "--account": "NAME",
+    "--image": "IMAGE", "--namespace": "NAME",
+}
+# where one option name takes another kind of value in one command
+METAVAR_EXCEPTIONS = {("doctor", "--python"): "EXE", ("facts", "--out"): "FILE"}
+POSITIONAL_METAVARS = {"cells": "CELL", "cell": "CELL", "wheels": "WHEEL", "spec": "SPEC",
+                       "filename": "FILENAME", "target": "WHEEL|CELL", "cuda": "VERSION"}
+
+
+def metavar_for(command: str, action: argparse.Action) -> str | None:
+    """The table's metavar for an option (or positional) of ``command``; None: not listed."""
+    if not action.option_strings:
+        return POSITIONAL_METAVARS.get(action.dest)
+    long = next((o for o in action.option_strings if o.startswith("--")), "")
+    return METAVAR_EXCEPTIONS.get((command, long), METAVARS.get(long))
+
+
+def takes_value(action: argparse.Action) -> bool:
+    return action.nargs != 0 and action.choices is None and not isinstance(
+        action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction))
+
+
+def apply_metavars(parser: argparse.ArgumentParser, command: str = "") -> None:
+    """Give every option that takes a value and names no metavar the table's."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, nested in action.choices.items():
+                apply_metavars(nested, command or name)
+            continue
+        if takes_value(action) and action.metavar is None:
+            action.metavar = metavar_for(command, action)

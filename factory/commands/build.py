@@ -9,11 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from factory import actions
 from factory.build.job import BuildOptions
 from factory.build.pipeline import build_cells
 from factory.build.readiness import ReadinessChecker
 from factory.commands._common import (
     add_matrix_arg,
+    add_runner_arg,
     add_store_arg,
     matrix_from_args,
     store_from_args,
@@ -23,6 +25,7 @@ from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
 from factory.planning.budget import requested_budget
 from factory.runners import RUNNERS, runner_kind
+from factory.units import format_duration, format_size
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_matrix_arg(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan, container settings and environment")
-    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
+    add_runner_arg(parser)
     parser.add_argument("--memory", default=None,
                         help="memory cap for the build, e.g. 16g (default: detected)")
     parser.add_argument("--cpus", type=int, default=None,
@@ -57,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="local runner: a fresh venv from the wheelhouse (default), a venv that sees the "
         "interpreter's packages (a preinstalled torch), or the interpreter as it is",
     )
-    parser.add_argument("--interpreter", default=None, metavar="PYTHON",
+    parser.add_argument("--interpreter", default=None, metavar="EXE",
                         help="local runner: the Python to build with (default: python3.X on PATH)")
     parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
                         help="fix MAX_JOBS instead of planning it (to reproduce a hand-picked "
@@ -133,10 +136,15 @@ def run(args: argparse.Namespace) -> int:
             outcomes.extend(build_cells([pc], matrix=matrix, opts=opts, log=log))
         except FactoryError as exc:
             if len(cells) == 1:
+                if actions.on_actions():  # the job's summary says so too
+                    actions.append_summary(summary_markdown(
+                        [], [(pc.cell.id, exc)], published=args.publish))
                 raise
             failures.append((pc.cell.id, exc))
-            log.step(f"FAILED {pc.cell.id}: {exc.message}")
+            log.error(f"FAILED {pc.cell.id}: {exc.message}", title=pc.cell.id)
     summarize(log, outcomes, failures, published_to=store if args.publish else None)
+    if actions.on_actions():
+        actions.append_summary(summary_markdown(outcomes, failures, published=args.publish))
     if args.json:
         json.dump({"version": 1, "outcomes": outcomes_json(outcomes)}, sys.stdout, indent=2)
         print()
@@ -167,6 +175,24 @@ def summarize(log: Log, outcomes: list[Any], failures: list[tuple[str, FactoryEr
 def outcomes_json(outcomes: list[Any]) -> list[dict[str, Any]]:
     return [{"cell": o.cell_id, "status": o.status, "wheel": str(o.wheel) if o.wheel else None,
              "attempts": list(o.attempts), "seconds": round(o.seconds, 1)} for o in outcomes]
+
+
+def summary_markdown(outcomes: list[Any], failures: list[tuple[str, FactoryError]], *,
+                     published: bool) -> str:
+    """The job's step summary for these builds: one table row per cell."""
+    rows: list[list[object]] = []
+    for o in outcomes:
+        attempts = len(o.attempts)
+        hits = o.attempts[-1].get("cache_hits") if attempts else None
+        cache = f"{hits}/{o.attempts[-1].get('cache_misses')}" if hits is not None else ""
+        status = "published" if published and o.status == "built" else o.status
+        rows.append([f"`{o.cell_id}`", status, format_duration(o.seconds), attempts or "",
+                     cache, f"`{o.wheel.name}`" if o.wheel else o.detail])
+    rows += [[f"`{cell}`", "**failed**", "", "", "", exc.message] for cell, exc in failures]
+    head = f"### factory build: {len(outcomes)} done, {len(failures)} failed\n\n"
+    return head + actions.markdown_table(
+        ["cell", "status", "time", "attempts", "cache hits/misses", "wheel"], rows,
+        align="llrrrl")
 
 
 def _buildable(cells: list[Any], ready: dict[str, Any], *, skip: bool, log: Log) -> list[Any]:
@@ -207,7 +233,8 @@ def _print_dry_run(d: dict[str, object]) -> None:
     print(f"cell         {d['cell']}")
     print(f"wheel        {d['wheel']}")
     print(f"plan         MAX_JOBS={plan['max_jobs']} NVCC_THREADS={plan['nvcc_threads']} "
-          f"(predicted peak {plan['predicted_peak_bytes']} of {plan['memory_budget_bytes']} bytes)")
+          f"(predicted peak {format_size(plan['predicted_peak_bytes'])} of "
+          f"{format_size(plan['memory_budget_bytes'])})")
     ready = d["toolchain_ready"]
     assert isinstance(ready, dict)
     print(f"toolchain    {ready['state']}: {ready['detail']}"
@@ -222,7 +249,7 @@ def _print_dry_run(d: dict[str, object]) -> None:
         if key in ("runner", "inside_job"):
             continue
         if not isinstance(value, dict):
-            print(f"  {key} = {value}")
+            print(f"  {key} = {_value(key, value)}")
             continue
         print(key)
         for k, v in value.items():
@@ -231,7 +258,7 @@ def _print_dry_run(d: dict[str, object]) -> None:
                 for host, bind in v.items():
                     print(f"    {bind.get('bind')} <- {host} ({bind.get('mode')})")
             else:
-                print(f"  {k} = {v}")
+                print(f"  {k} = {_value(k, v)}")
     print("environment")
     env = d["env"]
     assert isinstance(env, dict)
@@ -242,3 +269,11 @@ def _print_dry_run(d: dict[str, object]) -> None:
         print("compilers    (the factory's nvcc and C++ wrappers, every compile)")
         for line in compilers["applies"]:
             print(f"  {line}")
+
+
+def _value(key: str, value: object) -> str:
+    """A setting as the runner takes it; a memory size also in binary units."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1 << 20 and (
+            "mem" in key or key.endswith("_bytes")):
+        return f"{value} ({format_size(value)})"
+    return str(value)

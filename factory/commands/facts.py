@@ -17,7 +17,8 @@ from packaging.version import Version
 
 from factory.commands._common import add_matrix_arg, matrix_from_args, print_json
 from factory.errors import UsageError
-from factory.matrix.load import load_matrix, matrix_path
+from factory.matrix.load import load_matrix
+from factory.matrix.paths import matrix_path
 from factory.matrix.refresh import read_indexes
 from factory.upstream.facts import SNAPSHOT, Facts, age
 from factory.upstream.snapshot import make_snapshot
@@ -27,15 +28,17 @@ SHIPPED = Path(__file__).resolve().parents[1] / "data" / SNAPSHOT
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=("show", "refresh", "snapshot"),
-                        default="show")
+                        default="show",
+                        help="show the facts at hand (default), refresh them from the indexes, "
+                        "or remake the shipped snapshot")
     add_matrix_arg(parser)
-    parser.add_argument("--torch", action="append", default=None, metavar="MINOR",
+    parser.add_argument("--torch", action="append", default=None, metavar="VERSION",
                         help="show: only these torch minors (e.g. 2.14)")
     parser.add_argument("--replay", type=Path, default=None, metavar="DIR",
                         help="snapshot: from the responses recorded in DIR only")
     parser.add_argument("--record", type=Path, default=None, metavar="DIR",
                         help="snapshot: ask the indexes, re-record DIR, then make the snapshot")
-    parser.add_argument("--out", type=Path, default=None, metavar="PATH",
+    parser.add_argument("--out", type=Path, default=None, metavar="FILE",
                         help=f"snapshot: where to write it (default: the shipped {SNAPSHOT})")
     parser.add_argument("--json", action="store_true", help="show: machine-readable output")
 

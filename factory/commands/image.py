@@ -11,7 +11,8 @@ from typing import Any
 
 from factory.errors import UsageError
 from factory.matrix.cell import parse_platform
-from factory.matrix.load import Matrix, default_matrix_path, load_matrix
+from factory.matrix.load import Matrix, load_matrix
+from factory.matrix.paths import default_matrix_path
 from factory.matrix.settings import Settings, default_settings, sysroots_beside
 from factory.toolchain.images import (
     DEFAULT_BASE_IMAGE,
@@ -56,7 +57,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "cuda", help="make the CUDA X.Y builder images (factory-cuda:X.Y-py<Python>) from NVIDIA's "
         "redistributable archives: the toolchain of CUDA 12.x cells",
     )
-    cuda.add_argument("cuda", metavar="X.Y", help="the CUDA version, e.g. 12.8")
+    cuda.add_argument("cuda", metavar="VERSION", help="the CUDA version, e.g. 12.8")
     cuda.add_argument(
         "--from", dest="source", default=None, metavar="DIR|URL",
         help="a local mirror of NVIDIA's redist tree (redistrib_X.Y.Z.json + archives), for "
@@ -65,7 +66,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     cuda.add_argument("--base", default=None, help="the image to add the toolkit to "
                       "(default: the matrix's builder image for the Python); it must have "
                       "python<X.Y>")
-    cuda.add_argument("--python", default=None, metavar="X.Y",
+    cuda.add_argument("--python", default=None, metavar="VERSION",
                       help="the Python the image builds cells of (default: one image per "
                       "Python of the matrix's CUDA X.Y cells)")
     cuda.add_argument("--name", default=None,

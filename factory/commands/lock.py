@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 from factory.commands._common import add_matrix_arg, print_json
-from factory.matrix.load import matrix_path
 from factory.matrix.lock import change_table
+from factory.matrix.paths import matrix_path
 from factory.matrix.refresh import refresh_lock
 
 

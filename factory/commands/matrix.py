@@ -1,14 +1,17 @@
 """factory matrix [--matrix PATH] [--json] [--missing --store STORE] [--package P] [--summary]
+[--html [FILE]]
 
 A short summary first (cells per package, how many can be built here and why not, how many are
 known not to build), then where each fact the cells rest on came from and how old it is, then
-every cell, then the cells known not to build with their reasons.
+every cell, then the cells known not to build with their reasons. With --html, the coverage grid
+as a page instead.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections import Counter, defaultdict
+from pathlib import Path
 
 from factory.build.readiness import Readiness, ReadinessChecker
 from factory.commands._common import (
@@ -18,9 +21,14 @@ from factory.commands._common import (
     print_json,
     store_from_args,
 )
+from factory.errors import StoreError
+from factory.index.pages import COVERAGE_KEY
+from factory.index.writer import cas_write
 from factory.matrix.expand import Skipped
 from factory.matrix.load import Matrix, PlannedCell
 from factory.matrix.refresh import facts_used
+from factory.reports.coverage import coverage, coverage_html
+from factory.reports.page import write_page
 from factory.store import open_existing_store, open_store
 from factory.store.base import published
 from factory.upstream.facts import age
@@ -29,6 +37,10 @@ from factory.upstream.facts import age
 def configure(parser: argparse.ArgumentParser) -> None:
     add_matrix_arg(parser)
     add_selection_args(parser)
+    parser.add_argument(
+        "--html", nargs="?", const="", default=None, metavar="FILE",
+        help="write the coverage grid (built, missing, cannot build) as a page: to FILE, or "
+        "without FILE into the store's index tree as coverage/index.html")
     parser.add_argument("--summary", action="store_true",
                         help="only the summary and the facts, not every cell")
 
@@ -57,6 +69,8 @@ def selected_cells(args: argparse.Namespace, matrix: Matrix | None = None) -> li
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.html is not None:
+        return write_coverage(args)
     matrix = matrix_from_args(args)
     cells = selected_cells(args, matrix)
     checker = ReadinessChecker(matrix.settings)
@@ -103,6 +117,36 @@ def run(args: argparse.Namespace) -> int:
     missing = sum(not r.buildable for r in ready.values())
     print(f"{len(cells)} cell(s)" + (f", {missing} without a toolchain here" if missing else "")
           + (f"; {len(skipped)} known not to build" if skipped else ""))
+    return 0
+
+
+def write_coverage(args: argparse.Namespace) -> int:
+    """The coverage page: the whole matrix (or --package) against the store."""
+    matrix = matrix_from_args(args)
+    spec = store_from_args(args)
+    try:
+        have = open_existing_store(spec).published_content_keys()
+    except StoreError:
+        if not args.html:
+            raise  # the page goes into that store: it must exist
+        have = set()  # nothing published yet: everything is missing
+    checker = ReadinessChecker(matrix.settings)
+
+    def readiness(pc: PlannedCell) -> tuple[bool, str]:
+        r = checker.check(pc)
+        return r.buildable, r.line()
+
+    grids = coverage(matrix, published=have, readiness=readiness)
+    if args.package:
+        wanted = {matrix.package(p).name for p in args.package}
+        grids = [g for g in grids if g.package in wanted]
+    text = coverage_html(grids, store=spec, matrix=str(matrix.path or "matrix.toml"))
+    if args.html:
+        path = write_page(Path(args.html), text)
+        print(f"coverage page: {path}")
+        return 0
+    cas_write(open_store(spec), [COVERAGE_KEY], lambda: {COVERAGE_KEY: text.encode()})
+    print(f"coverage page: {spec.rstrip('/')}/{COVERAGE_KEY}")
     return 0
 
 

@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpus", type=int, default=None, metavar="N",
                         help="CPU budget (default: the matrix's cpus setting, else this cgroup's "
                         "quota and CPU affinity)")
-    parser.add_argument("--history", default=None, metavar="PATH",
+    parser.add_argument("--history", default=None, metavar="FILE",
                         help=f"memory history file (default: ${HISTORY_ENV}, else the matrix's "
                         "memory-history setting, layered over the shipped defaults)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

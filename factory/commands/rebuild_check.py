@@ -16,6 +16,7 @@ from factory.build.job import BuildOptions
 from factory.build.pipeline import build_cell
 from factory.commands._common import (
     add_matrix_arg,
+    add_runner_arg,
     add_store_arg,
     matrix_from_args,
     store_from_args,
@@ -23,7 +24,6 @@ from factory.commands._common import (
 from factory.errors import CellError, VerifyError
 from factory.logger import Log
 from factory.planning.budget import requested_budget
-from factory.runners import RUNNERS
 from factory.store import file_key, open_existing_store
 from factory.wheels.compare import compare_wheels
 
@@ -32,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cell", metavar="CELL", help="a published cell id")
     add_matrix_arg(parser)
     add_store_arg(parser)
-    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None)
+    add_runner_arg(parser)
     parser.add_argument("--memory", default=None, help="memory cap for the build, e.g. 16g")
     parser.add_argument("--cpus", type=int, default=None, help="CPUs for the build")
     parser.add_argument("--keep", action="store_true", help="keep the rebuild's tree and wheel")
@@ -40,7 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     matrix = matrix_from_args(args)
-    pc = matrix.find(args.cell)
+    pc = matrix.find(args.cell, outside=True)
     store = open_existing_store(store_from_args(args))
     published = store.read(file_key(pc.cell.package, pc.wheel))
     if published is None:

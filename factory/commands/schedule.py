@@ -1,9 +1,10 @@
 """factory schedule --builders FILE | --memory SIZE --cpus N [--emit actions|slurm|kubernetes
---out DIR] [--missing --store STORE] [--package P] [--json]
+--out DIR] [--missing --store STORE] [--package P] [--json | --markdown] [--html FILE]
 
 With ``--builders``: the groups assigned to static builders (what nightly.yml runs on
-self-hosted Actions runners). With ``--memory``/``--cpus`` (the largest allocation a job may
-ask for): the work model itself, the groups longest first with what each needs, and with
+self-hosted Actions runners), also as Markdown tables (a CI job's step summary) or a page of
+the lanes. With ``--memory``/``--cpus`` (the largest allocation a job may ask for): the work
+model itself, the groups longest first with what each needs, and with
 ``--emit slurm|kubernetes`` one job per group written to ``--out`` (``--submit`` / ``--apply``
 hands them to the engine).
 """
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from factory import actions
 from factory.build.pipeline import load_history
 from factory.commands._common import add_matrix_arg, matrix_from_args, print_json, store_from_args
 from factory.commands.matrix import add_selection_args, selected_cells
@@ -24,7 +26,9 @@ from factory.errors import UsageError
 from factory.planning.builders import load_builders
 from factory.planning.schedule import schedule
 from factory.planning.work import Work, plan_work
-from factory.units import parse_size
+from factory.reports.lanes import lanes_html
+from factory.reports.page import write_page
+from factory.units import format_duration, format_size, parse_size
 
 ENGINES = ("actions", "slurm", "kubernetes")
 
@@ -46,35 +50,44 @@ def configure(parser: argparse.ArgumentParser) -> None:
     jobs = parser.add_argument_group("what the jobs run (slurm, kubernetes)")
     jobs.add_argument("--factory", default="factory", metavar="CMD",
                       help="how a node starts the factory (default: factory)")
-    jobs.add_argument("--job-matrix", default=None, metavar="PATH",
+    jobs.add_argument("--job-matrix", default=None, metavar="FILE",
                       help="the matrix as a job sees it (default: this matrix's absolute path "
                       "for slurm, matrix.toml in --workdir for kubernetes)")
     jobs.add_argument("--no-cache", action="store_true",
                       help="build without the compile cache")
     jobs.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS",
                       help="the cells' lease time to live in the jobs' builds")
-    jobs.add_argument("--build-arg", action="append", default=[], metavar="ARG",
+    jobs.add_argument("--build-arg", action="append", default=[], metavar="TEXT",
                       help="one more argument for the jobs' factory build (repeatable)")
     slurm = parser.add_argument_group("slurm")
     slurm.add_argument("--submit", action="store_true",
                        help="sbatch the groups not queued yet (longest first)")
-    slurm.add_argument("--partition", default=None)
-    slurm.add_argument("--account", default=None)
-    slurm.add_argument("--sbatch-option", action="append", default=[], metavar="OPT",
+    slurm.add_argument("--partition", default=None, metavar="NAME",
+                       help="the jobs' partition (sbatch --partition)")
+    slurm.add_argument("--account", default=None, metavar="NAME",
+                       help="the account the jobs are charged to (sbatch --account)")
+    slurm.add_argument("--sbatch-option", action="append", default=[], metavar="TEXT",
                        help="one more #SBATCH option, e.g. --qos=low (repeatable)")
     slurm.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
                        help="the jobs' --output directory (default: OUT/logs)")
     slurm.add_argument("--chdir", type=Path, default=None, metavar="DIR",
                        help="the jobs' working directory (default: the current one)")
+    parser.add_argument("--markdown", action="store_true",
+                        help="with --builders: the schedule as Markdown tables (a CI job's step "
+                        "summary)")
+    parser.add_argument("--html", metavar="FILE", type=Path, default=None,
+                        help="with --builders: also write the lanes (builders, slots, cells over "
+                        "time) as a page")
     k8s = parser.add_argument_group("kubernetes")
     k8s.add_argument("--apply", action="store_true", help="kubectl apply the manifests")
-    k8s.add_argument("--image", default=None, help="the pods' image (the factory and this "
-                     "checkout in --workdir)")
+    k8s.add_argument("--image", default=None, metavar="IMAGE",
+                     help="the pods' image (the factory and this checkout in --workdir)")
     k8s.add_argument("--workdir", default="/srv/factory", metavar="DIR",
                      help="the checkout in the image (default /srv/factory)")
     k8s.add_argument("--secret", default="factory-store", metavar="NAME",
                      help="the Secret with the store's credentials (default factory-store)")
-    k8s.add_argument("--namespace", default=None)
+    k8s.add_argument("--namespace", default=None, metavar="NAME",
+                     help="the namespace of the Jobs (default: kubectl's current one)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,6 +106,9 @@ def _check(args: argparse.Namespace) -> None:
                          "group), not both")
     if args.builders is None and (args.memory is None or args.cpus is None):
         raise UsageError("give --builders FILE, or --memory SIZE and --cpus N (the largest job)")
+    if (args.markdown or args.html is not None) and args.builders is None:
+        raise UsageError("--markdown and --html show the static builders' lanes: give "
+                         "--builders FILE")
     if args.emit == "actions" and args.builders is None:
         raise UsageError("--emit actions assigns static builders: give --builders FILE")
     if args.emit in ("slurm", "kubernetes") and args.builders is not None:
@@ -122,12 +138,42 @@ def _static(args: argparse.Namespace) -> int:
         _write_json(path, found.as_dict())
         print(f"wrote {path}: {len(found.as_dict()['include'])} builder job(s)")
         return 0
+    if args.html is not None:
+        path = write_page(args.html, lanes_html(found.as_dict()))
+        if not (args.json or args.markdown):
+            print(f"lanes page: {path}")
     if args.json:
         print_json(found.as_dict())
+        return 0
+    if args.markdown:
+        print(schedule_markdown(found.as_dict()), end="")
         return 0
     for line in found.lines():
         print(line)
     return 0
+
+
+def schedule_markdown(doc: dict[str, Any]) -> str:
+    """``factory schedule --json`` as Markdown: one row per slot, then the makespan."""
+    rows = []
+    for b in doc["builders"]:
+        for slot in b["slots"]:
+            if slot["cells"]:
+                rows.append([b["name"], slot["slot"], format_size(slot["memory_bytes"]),
+                             slot["cpus"], len(slot["cells"]),
+                             format_duration(slot["predicted_seconds"]),
+                             " ".join(f"`{c}`" for c in slot["cells"])])
+    out = [f"### factory schedule: {sum(r[4] for r in rows)} cell(s) on "
+           f"{len({r[0] for r in rows})} builder(s)\n",
+           actions.markdown_table(["builder", "slot", "memory", "CPUs", "cells", "predicted",
+                                   "cells in build order"], rows, align="lrrrrrl"),
+           f"Predicted makespan **{format_duration(doc['makespan_seconds'])}** (lower bounds: "
+           f"whole groups {format_duration(doc['group_bound_seconds'])}, fluid "
+           f"{format_duration(doc['lower_bound_seconds'])}).\n"]
+    if doc.get("unplaced"):
+        out.append("\nNo builder has the platform or the memory for: "
+                   + ", ".join(f"`{c}`" for c in doc["unplaced"]) + "\n")
+    return "\n".join(out)
 
 
 def _work(args: argparse.Namespace) -> int:

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from factory.commands._common import print_json
 from factory.errors import ConfigError, FactoryError, VerifyError
-from factory.matrix.load import Matrix, PlannedCell, default_matrix_path, load_matrix
+from factory.matrix.load import Matrix, PlannedCell, load_matrix
+from factory.matrix.paths import default_matrix_path
 from factory.matrix.tags import platform_of_plat
 from factory.toolchain.wheelhouse import wheelhouse_dir
+from factory.wheels.reader import require_file
 from factory.wheels.report import WheelReport
 from factory.wheels.verify import verify_wheel
 
@@ -75,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     planned: dict[str, PlannedCell] = {pc.wheel: pc for pc in matrix.cells} if matrix else {}
     reports: list[WheelReport] = []
     echo = (lambda line: print(f"    {line}", file=sys.stderr)) if args.verbose else None
+    for wheel in args.wheels:
+        require_file(wheel)  # a missing file is one line, before any check runs
     for wheel in args.wheels:
         if not args.json:
             print(f"verify {wheel.name}", flush=True)

@@ -25,7 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     matrix = matrix_from_args(args)
-    pc = matrix.find(args.cell)
+    pc = matrix.find(args.cell, outside=True)
     root = args.root
     if root is None:
         root = matrix.settings.wheelhouse

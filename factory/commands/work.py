@@ -37,7 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", default=None, metavar="CPU",
                         help="this worker's CPU (default: this machine's, e.g. x86_64)")
     parser.add_argument("--package", action="append", default=None, help="only these packages")
-    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None)
+    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None,
+                        help="where the builds run: a docker container, a cgroup on this host "
+                        "(local), or cibuildwheel (default: the matrix's settings.runner)")
     parser.add_argument("--uncapped", action="store_true",
                         help="local runner: no cgroup of its own (the allocation is the cap)")
     parser.add_argument("--cache", action="store_true", help="use the compile cache (sccache)")

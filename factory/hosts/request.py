@@ -25,6 +25,7 @@ from factory.hosts.choose import Choice
 from factory.hosts.index_reader import IndexAccess
 from factory.hosts.snippets import pip_command
 from factory.matrix.cell import DEFAULT_PLATFORM, Cell, parse_arch_list
+from factory.matrix.gpus import sm_of
 from factory.matrix.load import Matrix, PlannedCell
 from factory.planning.budget import BudgetRequest
 from factory.runners import runner_kind
@@ -65,11 +66,18 @@ def parse_spec(spec: str) -> tuple[str, str]:
 def request_cell(spec: str, *, torch: str, cuda: str, archs: Sequence[str], python: str,
                  platform: str = DEFAULT_PLATFORM) -> Cell:
     package, version = parse_spec(spec)
-    sms = {sm for a in archs for sm in parse_arch_list(str(a))}
+    # each value a compute capability list ('9.0;10.0') or a GPU's name ('B200', 'RTX PRO 6000')
+    sms: set[int] = set()
+    for a in archs:
+        for part in str(a).split(","):
+            named = sm_of(part)
+            sms.update((named,) if named is not None else parse_arch_list(part))
     if not sms:
         raise UsageError("--arch needs at least one GPU arch, e.g. --arch 10.0")
-    return Cell(package=package, version=version, torch=torch, cuda=cuda,
+    cell = Cell(package=package, version=version, torch=torch, cuda=cuda,
                 archs=tuple(sorted(sms)), python=python, platform=platform)
+    cell.check_plausible()
+    return cell
 
 
 def index_url_for(store_spec: str, index_url: str | None) -> str:
@@ -141,6 +149,22 @@ def check_buildable_here(pc: PlannedCell, runner: str) -> None:
 
 
 BuildFn = Callable[..., Any]
+# 'factory request --check' (or a declined build): the cell is not published; like the
+# doctor's "nothing fits", no error
+NOT_PUBLISHED_EXIT = 1
+
+
+def look_up(cell: Cell, *, matrix: Matrix, store_spec: str,
+            index_url: str | None) -> tuple[PlannedCell, RequestResult | None]:
+    """The cell as planned, and its published build's install line (None: not published)."""
+    url = index_url_for(store_spec, index_url)  # before any work: an S3 store needs --index-url
+    pc = matrix.find(cell.id, outside=True)
+    found = find_published(open_store(store_spec), pc)
+    if found is None:
+        return pc, None
+    return pc, RequestResult(cell_id=pc.cell.id, content_key=pc.content_key,
+                             wheel=found.manifest.wheel, variant=pc.variant, built=False,
+                             install=install_line(url, pc.variant, found.manifest.wheel))
 
 
 def request(
@@ -154,16 +178,18 @@ def request(
     out_dir: Path | None,
     build: BuildFn | None = None,
     log: Any = None,
-) -> RequestResult:
-    url = index_url_for(store_spec, index_url)  # before any work: an S3 store needs --index-url
-    pc = matrix.find(cell.id)
-    store = open_store(store_spec)
-    found = find_published(store, pc)
-    if found is not None:
-        return RequestResult(cell_id=pc.cell.id, content_key=pc.content_key,
-                             wheel=found.manifest.wheel, variant=pc.variant, built=False,
-                             install=install_line(url, pc.variant, found.manifest.wheel))
+    confirm: Callable[[PlannedCell], bool] | None = None,
+) -> RequestResult | None:
+    """The published build's install line, else build and publish the cell first: after
+    ``confirm`` says yes (None: without asking). None when it says no."""
+    pc, published = look_up(cell, matrix=matrix, store_spec=store_spec, index_url=index_url)
+    if published is not None:
+        return published
     check_buildable_here(pc, runner)
+    if confirm is not None and not confirm(pc):
+        return None
+    store = open_store(store_spec)
+    url = index_url_for(store_spec, index_url)
     if build is None:
         build = build_cells
     opts = BuildOptions(runner=runner, budget=budget, out_dir=out_dir or Path("dist"),

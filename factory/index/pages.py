@@ -11,7 +11,6 @@ relative, so the same tree works from the embedded server, from S3 behind a CDN,
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import html
 import json
@@ -20,12 +19,8 @@ from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
-from factory.matrix.cell import sm_names
 from factory.matrix.tags import (
-    glibc_floor,
-    local_tag_of_filename,
     variant_of_filename,
-    wheel_platform,
 )
 from factory.store.base import FILES, WheelEntry
 
@@ -52,6 +47,10 @@ def root_page_keys(variant: str | None) -> tuple[str, str]:
 
 TOP_KEYS = ("index.json", "index.html")
 FINDER_KEY = "finder/index.html"  # the page people browse: every wheel, filter by typing
+# the matrix against the store (factory matrix --html): not derived from the store alone, so
+# an index rebuild keeps it as it is
+COVERAGE_KEY = "coverage/index.html"
+BROWSED_PAGES = (FINDER_KEY, COVERAGE_KEY)  # served at /finder/ and /coverage/
 
 
 @functools.lru_cache(maxsize=65536)
@@ -185,171 +184,3 @@ def top_variants(data: bytes | None) -> set[str]:
         return {str(v) for v in json.loads(data)["variants"]}
     except (ValueError, KeyError, TypeError):
         return set()
-
-
-# -- the finder: one static page people browse ---------------------------------------------
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FinderRow:
-    project: str
-    filename: str
-    size: int
-    uploaded: str  # ISO 8601
-    yanked: bool
-
-
-def finder_rows_from_entries(entries: Iterable[WheelEntry]) -> list[FinderRow]:
-    return [
-        FinderRow(
-            project=e.project,
-            filename=e.filename,
-            size=e.size,
-            uploaded=e.uploaded,
-            yanked=e.yanked is not None,
-        )
-        for e in entries
-    ]
-
-
-def finder_rows_from_page(data: bytes | None) -> list[FinderRow]:
-    """Rows from a combined PEP 691 project page (one read per project, not per wheel)."""
-    if not data:
-        return []
-    try:
-        doc = json.loads(data)
-        return [
-            FinderRow(
-                project=str(doc["name"]),
-                filename=str(f["filename"]),
-                size=int(f["size"]),
-                uploaded=str(f["upload-time"]),
-                yanked=bool(f["yanked"]),
-            )
-            for f in doc["files"]
-        ]
-    except (ValueError, KeyError, TypeError):
-        return []
-
-
-def _finder_cells(row: FinderRow) -> dict[str, str]:
-    from packaging.utils import parse_wheel_filename
-
-    _, version, _, tags = parse_wheel_filename(row.filename)
-    lt = local_tag_of_filename(row.filename)
-    variant = _current_variant(row.filename)
-    pythons = sorted({t.interpreter for t in tags})
-    platforms = sorted({t.platform for t in tags})
-    return {
-        "package": row.project,
-        "version": str(version),
-        "torch": lt.torch_minor if lt else "",
-        "cuda": lt.cuda if lt else "",
-        "arch": (sm_names(lt.archs, sep="+") if lt.archs else "default") if lt else "",
-        "python": " ".join(pythons),
-        "platform": wheel_platform(platforms) if "any" not in platforms else "any",
-        "glibc": glibc_floor(platforms) or "",
-        "size": f"{row.size / 1e6:.1f} MB" if row.size >= 100_000 else f"{row.size / 1e3:.1f} kB",
-        "date": row.uploaded[:10],
-        "path": simple_root(variant),
-        "requirement": f"{row.project}=={version}",
-    }
-
-
-_FINDER_COLUMNS = (
-    "package",
-    "version",
-    "torch",
-    "cuda",
-    "arch",
-    "python",
-    "platform",
-    "glibc",
-    "size",
-    "date",
-)
-_FINDER_HEAD = (
-    "Package",
-    "Version",
-    "torch",
-    "CUDA",
-    "Arch",
-    "Python",
-    "Platform",
-    "glibc &ge;",
-    "Size",
-    "Date",
-    "Install",
-)
-# Fills in the index URL (the page works from any host) and filters rows by typed words. Over
-# plain http by host name pip needs --trusted-host (as factory doctor prints it), and says why.
-_FINDER_SCRIPT = """
-const base = new URL("../", document.location.href);
-const root = base.href;
-const loopback = base.hostname === "localhost" || /^127[.]/.test(base.hostname)
-  || base.hostname === "[::1]";
-const trust = base.protocol === "http:" && !loopback ? "--trusted-host " + base.host + " " : "";
-document.getElementById("trust").hidden = !trust;
-for (const code of document.querySelectorAll("code[data-path]")) {
-  code.textContent = "pip install " + trust + "--extra-index-url " + root + code.dataset.path
-    + " " + JSON.stringify(code.dataset.requirement);
-}
-const rows = Array.from(document.querySelectorAll("#wheels tbody tr"));
-const filter = document.getElementById("filter");
-const count = document.getElementById("count");
-function apply() {
-  const words = filter.value.toLowerCase().split(/\\s+/).filter(w => w);
-  let shown = 0;
-  for (const row of rows) {
-    const text = row.textContent.toLowerCase();
-    const ok = words.every(w => text.includes(w));
-    row.hidden = !ok;
-    if (ok) shown++;
-  }
-  count.textContent = shown + " of " + rows.length + " wheels";
-}
-filter.addEventListener("input", apply);
-apply();
-"""
-
-
-def finder_html(rows: Iterable[FinderRow]) -> bytes:
-    """Every live wheel, one row each, newest first; filter by typing (static: S3 serves it)."""
-    live = sorted(
-        (r for r in rows if not r.yanked), key=lambda r: (r.project, r.uploaded, r.filename)
-    )
-    body = [
-        "<h1>Wheels</h1>",
-        '<p><label for="filter">Filter</label> '
-        '<input id="filter" type="search" placeholder="e.g. flash-attn 2.14 cu130 sm_100 cp312" '
-        'autofocus> <output id="count" for="filter"></output></p>',
-        '<p id="trust" hidden>Plain http by host name: pip uses an http index only on localhost '
-        "or 127.x unless told to trust it (<code>--trusted-host</code>); https needs none of "
-        "this.</p>",
-        '<table id="wheels">',
-        "<thead><tr>" + "".join(f"<th>{h}</th>" for h in _FINDER_HEAD) + "</tr></thead>",
-        "<tbody>",
-    ]
-    for row in live:
-        cells = _finder_cells(row)
-        tds = "".join(f"<td>{html.escape(cells[c])}</td>" for c in _FINDER_COLUMNS)
-        install = (
-            f'<code data-path="{html.escape(cells["path"], quote=True)}" '
-            f'data-requirement="{html.escape(cells["requirement"], quote=True)}">'
-            f"pip install --extra-index-url ../{html.escape(cells['path'])} "
-            f"&quot;{html.escape(cells['requirement'])}&quot;</code>"
-        )
-        body.append(
-            f'<tr title="{html.escape(row.filename, quote=True)}">{tds}<td>{install}</td></tr>'
-        )
-    body += ["</tbody>", "</table>", f"<script>{_FINDER_SCRIPT}</script>"]
-    head = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        "<title>Wheels</title>",
-        "<style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}"
-        "tbody tr:nth-child(even){background:#f4f4f4}code{font-size:90%}</style>",
-        "</head>",
-        "<body>",
-    ]
-    return "\n".join([*head, *body, "</body>", "</html>", ""]).encode()

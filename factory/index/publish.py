@@ -34,6 +34,7 @@ from factory.store.base import (
     file_key,
 )
 from factory.wheels.checks import DEFAULT_LIMITS, WheelLimits, check_filename, check_wheel
+from factory.wheels.reader import require_file
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -180,13 +181,7 @@ def publish(
     """Add wheels to the store, then rewrite only the index pages they appear on."""
     checked = []
     for path in wheels:
-        path = Path(path)
-        try:
-            is_file = path.is_file()
-        except OSError as exc:  # a name longer than the filesystem allows, a loop of links
-            raise WheelError(f"{str(path)[:120]}: {exc.strerror}") from None
-        if not is_file:
-            raise WheelError(f"{str(path)[:120]}: no such file")
+        path = require_file(Path(path))
         info = inspect_wheel(path, limits=limits)
         checked.append((path, info, _read_provenance(path, info)))
     published: list[str] = []

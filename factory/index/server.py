@@ -46,7 +46,7 @@ from factory.index.server_http import (
     PageCache,
     file_validators,
     head,
-    log_line,
+    log_access,
     negotiate,
     not_modified,
     page_answer,
@@ -276,11 +276,13 @@ class IndexServer(ThreadingHTTPServer):
             raise
 
     def _answered(
-        self, client: str, method: str, target: str, response: bytes, body: bytes = b""
+        self, client: str, method: str, target: str, response: bytes, body: bytes = b"",
+        headers: Headers | None = None,
     ) -> Answer:
         status = int(response[9:12])
         self.stats.add(requests=1, bytes_sent=len(body))
-        log_line(client, method, target, status)
+        log_access(client=client, method=method, target=target, version="HTTP/1.1",
+                   status=status, size=len(body), headers=headers)
         return Answer(head=response, body=body)
 
     def answer(self, method: str, target: str, headers: Headers, client: str) -> Answer | None:
@@ -297,12 +299,14 @@ class IndexServer(ThreadingHTTPServer):
             status, body, extra = page_answer(page, where.vary, headers)
             if status == HTTPStatus.NOT_MODIFIED:
                 extra.pop("Content-Encoding", None)
-                return self._answered(client, method, target, head(status, extra))
+                return self._answered(client, method, target, head(status, extra),
+                                      headers=headers)
             response = head(
                 status, {"Content-Type": where.ctype, "Content-Length": str(len(body)), **extra}
             )
             return self._answered(
-                client, method, target, response, b"" if method == "HEAD" else body
+                client, method, target, response, b"" if method == "HEAD" else body,
+                headers=headers,
             )
         if where.kind != "file":
             return None
@@ -345,7 +349,8 @@ class IndexServer(ThreadingHTTPServer):
         if not isinstance(content, bytes) and not sending:
             content.close()
         self.stats.add(requests=1, bytes_sent=size if sending else 0)
-        log_line(client, method, target, status)
+        log_access(client=client, method=method, target=target, version="HTTP/1.1",
+                   status=int(status), size=size if sending else 0, headers=headers)
         response = head(status, fields)
         if not sending:
             return Answer(head=response)

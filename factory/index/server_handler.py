@@ -32,7 +32,9 @@ from factory.index.publish import publish
 from factory.index.server_http import (
     SERVER_NAME,
     PageCache,
+    basic_user,
     file_validators,
+    log_access,
     not_modified,
     page_answer,
     parse_range,
@@ -149,15 +151,21 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib signature)
         pass  # the stdlib line would include the raw request line; see log_request
 
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword.lower() == "content-length":
+            self._content_length: str | None = value  # the access log's bytes
+        super().send_header(keyword, value)
+
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         # Also called for requests that never got a path (a malformed line): one line each.
-        path = getattr(self, "path", None)
-        try:
-            shown = urlsplit(path).path[:200] if path else "-"  # no query: it may hold a token
-        except ValueError:
-            shown = "-"
         command = getattr(self, "command", None) or "-"
-        log.info('%s "%s %s" %s', self.client_address[0], command[:20], shown, code)
+        if size == "-":
+            size = "0" if command == "HEAD" else getattr(self, "_content_length", None) or "-"
+        log_access(client=self.client_address[0], method=command,
+                   target=getattr(self, "path", None) or "",
+                   version=getattr(self, "request_version", "") or "HTTP/1.0",
+                   status=int(code) if str(code).isdigit() else code, size=size,
+                   headers=getattr(self, "headers", None), user=getattr(self, "_user", None))
 
     # -- the request line and the connection (malformed input gets a 4xx, never a traceback) --
     default_request_version = "HTTP/1.0"  # so that a refused HTTP/0.9 line gets a status line
@@ -274,6 +282,7 @@ class Handler(BaseHTTPRequestHandler):
     def _authorized(self) -> bool:
         creds = self.server.credentials
         if creds is not None and creds.check(self.headers.get("Authorization")):
+            self._user = basic_user(self.headers.get("Authorization"))
             return True
         self.server.stats.add(auth_failures=1)
         if self.headers.get("Authorization"):

@@ -8,6 +8,8 @@ answer alike because both call these.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import email.utils
 import gzip
@@ -25,6 +27,7 @@ from urllib.parse import urlsplit
 from factory.errors import StoreError
 from factory.index.pages import HTML_TYPE, JSON_TYPE
 from factory.index.server_loop import header_lines
+from factory.logger import ACCESS
 from factory.store.base import FILE_CACHE_CONTROL, PAGE_CACHE_CONTROL
 from factory.store.local import LocalStore
 
@@ -266,6 +269,54 @@ def _date_now() -> str:
     return _date_cache[1]
 
 
-def log_line(client: str, command: str, target: str, code: int) -> None:
-    """The handler's log_request line (no query: it may hold a token)."""
-    log.info('%s "%s %s" %s', client, command, urlsplit(target).path[:200], code)
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _quoted(value: str | None) -> str:
+    """A quoted field of the access log: '-' when absent; quotes, backslashes and what is not
+    printable escaped (as Apache does), so a client cannot forge a line."""
+    if not value:
+        return "-"
+    out = []
+    for ch in value[:400]:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch.isprintable() and ord(ch) < 0x7F:
+            out.append(ch)
+        else:
+            out.append("".join(f"\\x{b:02x}" for b in ch.encode("utf-8", "replace")))
+    return "".join(out)
+
+
+def access_line(*, client: str, method: str, target: str, version: str, status: int | str,
+                size: int | str, headers: Any, user: str | None = None,
+                now: float | None = None) -> str:
+    """One request in Combined Log Format (what log analysers and fail2ban read):
+    ``host - user [day/Mon/year:H:M:S +0000] "METHOD /path VERSION" status bytes "referer"
+    "user-agent"``. The path only: a query may hold a token."""
+    t = time.gmtime(time.time() if now is None else now)
+    when = (f"{t.tm_mday:02d}/{_MONTHS[t.tm_mon - 1]}/{t.tm_year}:{t.tm_hour:02d}:"
+            f"{t.tm_min:02d}:{t.tm_sec:02d} +0000")
+    try:
+        path = urlsplit(target).path[:200] if target else "-"
+    except ValueError:
+        path = "-"
+    request = f"{method[:20] or '-'} {_quoted(path)} {version or 'HTTP/1.0'}"
+    return (f"{client} - {_quoted(user) if user else '-'} [{when}] \"{request}\" {status} "
+            f"{size if size not in ('', None) else '-'} "
+            f"\"{_quoted(headers.get('Referer') if headers else None)}\" "
+            f"\"{_quoted(headers.get('User-Agent') if headers else None)}\"")
+
+
+def basic_user(header: str | None) -> str | None:
+    """The user name of a Basic Authorization header (already checked), for the access log."""
+    try:
+        decoded = base64.b64decode((header or "")[6:], validate=True)
+        return decoded.partition(b":")[0].decode() or None
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+
+
+def log_access(**fields: Any) -> None:
+    """One access-log line (``access_line``), marked as such for the logger."""
+    log.info(access_line(**fields), extra=ACCESS)

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from packaging.utils import canonicalize_name
 
-from factory.index.pages import FINDER_KEY, HTML_TYPE, JSON_TYPE
+from factory.index.pages import BROWSED_PAGES, HTML_TYPE, JSON_TYPE
 from factory.index.server_http import negotiate
 from factory.matrix.tags import VARIANT_RE
 from factory.store.base import WHEEL_VARIANTS
@@ -47,10 +47,12 @@ def route(target: str, accept: str | None) -> Route:
     query = parse_qs(split.query)
     if parts and parts[-1] in {"index.html", "index.json"}:
         return _page_file_route(parts)
-    if parts[:1] == [FINDER_KEY.split("/")[0]]:
-        if parts != FINDER_KEY.split("/")[:1] + [""]:
-            return Route(kind="redirect", key="/" + FINDER_KEY.rsplit("/", 1)[0] + "/")
-        return _page_route(FINDER_KEY.removesuffix(".html"), {"format": ["text/html"]}, accept)
+    for browsed in BROWSED_PAGES:  # /finder/, /coverage/
+        top = browsed.split("/")[0]
+        if parts[:1] == [top]:
+            if parts != [top, ""]:
+                return Route(kind="redirect", key=f"/{top}/")
+            return _page_route(browsed.removesuffix(".html"), {"format": ["text/html"]}, accept)
     if parts and (VARIANT_RE.match(parts[0]) or parts[0] == WHEEL_VARIANTS):
         prefix, parts = parts[0] + "/", parts[1:]
         if prefix == f"{WHEEL_VARIANTS}/":

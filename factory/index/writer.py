@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from factory.errors import ConflictError
-from factory.index import pages
+from factory.index import finder, pages
 from factory.store.base import Store, WheelEntry
 
 _MAX_ATTEMPTS = 200
@@ -117,8 +117,8 @@ def _finder_renderer(store: Store) -> Render:
         # From the combined project pages just written: one read per project, not per wheel.
         projects = sorted(pages.root_projects(store.read(pages.root_page_keys(None)[0])))
         datas = store.read_many([pages.project_page_keys(p, None)[0] for p in projects])
-        rows = [r for data in datas for r in pages.finder_rows_from_page(data)]
-        return {pages.FINDER_KEY: pages.finder_html(rows)}
+        rows = [r for data in datas for r in finder.finder_rows_from_page(data)]
+        return {pages.FINDER_KEY: finder.finder_html(rows)}
 
     return render
 
@@ -187,7 +187,7 @@ def rebuild_pages(store: Store) -> RebuildReport:
             lost_race.append(key)
     removed = 0
     for key in existing:
-        if key not in wanted and _is_page(key):
+        if key not in wanted and _is_page(key) and key != pages.COVERAGE_KEY:
             store.delete(key)
             removed += 1
     if written or removed or lost_race:
@@ -242,7 +242,7 @@ def _render_all(entries: list[WheelEntry]) -> tuple[dict[str, bytes], tuple[int,
         wanted[html_key] = pages.root_html(names)
     wanted[pages.TOP_KEYS[0]] = pages.top_json(variant_projects)
     wanted[pages.TOP_KEYS[1]] = pages.top_html(variant_projects)
-    wanted[pages.FINDER_KEY] = pages.finder_html(pages.finder_rows_from_entries(entries))
+    wanted[pages.FINDER_KEY] = finder.finder_html(finder.finder_rows_from_entries(entries))
     return wanted, (len(by_project), len(variant_projects))
 
 

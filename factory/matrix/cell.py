@@ -26,6 +26,14 @@ _PLATFORM_ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64"}
 
 _ARCH_RE = re.compile(r"^(?:sm_?)?(\d{1,3})(?:\.(\d))?$")
 
+# What a cell id may name (``check_plausible``): the Pythons torch has been built for, the CUDA
+# majors of torch's builds, and the compute capabilities NVIDIA's GPUs have
+# (factory/data/gpus.toml's products are all among them).
+PYTHON_MINORS = range(8, 16)
+CUDA_MAJORS = range(11, 14)
+KNOWN_SMS = frozenset({50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103,
+                       110, 120, 121})
+
 
 def parse_arch(text: str) -> int:
     """'10.0' / '100' / 'sm_100' / 'sm100' -> 100; '9.0' -> 90; '8.6' -> 86."""
@@ -188,6 +196,16 @@ class Cell:
             f"{suffix}"
         )
 
+    @property
+    def short_id(self) -> str:
+        """'flash-attn@cu130-torch2.14-sm100-cp311': the package at its variant and Python, what
+        the lines of its build start with; the package version and torch patch left out
+        (``Matrix.short_id`` puts them back where two of a matrix's cells would read alike)."""
+        archs = "+".join(f"sm{a}" for a in self.archs)
+        suffix = "" if self.platform == DEFAULT_PLATFORM else f"-{self.platform}"
+        return (f"{self.package}@{self.cuda_tag}-torch{self.torch_minor}-{archs}-"
+                f"{self.python_tag}{suffix}")
+
     @classmethod
     def from_id(cls, cell_id: str) -> Cell:
         m = re.fullmatch(
@@ -203,7 +221,7 @@ class Cell:
                 "(aarch64 cells end in -aarch64); 'factory matrix' lists them",
             )
         cu = m.group("cu")
-        return cls(
+        cell = cls(
             package=m.group("pkg"),
             version=m.group("ver"),
             torch=m.group("torch"),
@@ -212,6 +230,28 @@ class Cell:
             python=f"3.{m.group('py')}",
             platform=m.group("plat") or DEFAULT_PLATFORM,
         )
+        try:
+            cell.check_plausible()
+        except CellError as exc:
+            raise CellError(f"cell id {cell_id!r}: {exc.message}") from None
+        return cell
+
+    def check_plausible(self) -> None:
+        """Refuse what no build can be (CellError): a Python torch was never built for
+        ('cp31' is 3.1), a CUDA that does not exist ('cu13' reads as 1.3), an sm no GPU has."""
+        py = int(self.python.split(".")[1])
+        if py not in PYTHON_MINORS:
+            raise CellError(f"Python {self.python} is not one a wheel is built for here (3."
+                            f"{PYTHON_MINORS[0]} to 3.{PYTHON_MINORS[-1]}: cp311, cp312, ...)")
+        major, minor = self.cuda_tuple
+        if major not in CUDA_MAJORS or minor > 9:
+            raise CellError(f"CUDA {self.cuda} does not exist for torch (CUDA "
+                            f"{CUDA_MAJORS[0]}.x to {CUDA_MAJORS[-1]}.x: cu126, cu128, cu130, "
+                            "...)")
+        unknown = [a for a in self.archs if a not in KNOWN_SMS]
+        if unknown:
+            raise CellError(f"sm_{unknown[0]} is no GPU's compute capability (e.g. sm_90 H100, "
+                            "sm_100 B200, sm_120 RTX PRO 6000)")
 
     def content_key(self, recipe_revision: str, *, manylinux: str | None = None) -> str:
         """``manylinux``: the promised glibc floor ("2_28"); a wheel for another floor is

@@ -17,7 +17,6 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from factory.environment import MATRIX_ENV, env_value
 from factory.errors import CellError, ConfigError, ConfigErrors
 from factory.matrix.cell import (
     DEFAULT_PLATFORM,
@@ -120,8 +119,32 @@ class Matrix:
     def lock_file(self) -> Path | None:
         return lock_path(self.path) if self.path else None
 
-    def find(self, cell_id: str) -> PlannedCell:
-        want = Cell.from_id(cell_id)
+    def short_id(self, cell: Cell) -> str:
+        """The cell's short id (``Cell.short_id``), with the package version and the full torch
+        version where another cell of this matrix has the same short id."""
+        short = cell.short_id
+        same = [pc.cell for pc in self.cells if pc.cell.short_id == short and pc.cell != cell]
+        if not same:
+            return short
+        return short.replace("@", f"-{cell.version}@", 1).replace(
+            f"-torch{cell.torch_minor}-", f"-torch{cell.torch}-", 1)
+
+    def nearest(self, cell_id: str) -> str | None:
+        """The matrix's cell id that reads most like ``cell_id`` (a typo's fix)."""
+        ids = [pc.cell.id for pc in self.cells]
+        close = difflib.get_close_matches(cell_id.strip().lower(), ids, n=1, cutoff=0.0)
+        return close[0] if close else None
+
+    def find(self, cell_id: str, *, outside: bool = False) -> PlannedCell:
+        """The matrix's cell of this id; with ``outside`` (a one-off request, a rebuild of a
+        published one-off) also a cell the matrix does not list, if its package is known and
+        the version exists. Else one line naming the matrix's nearest cell."""
+        nearest = self.nearest(cell_id)
+        hint = f"; the nearest matrix cell is {nearest}" if nearest else ""
+        try:
+            want = Cell.from_id(cell_id)
+        except CellError as exc:
+            raise CellError(exc.message + hint, tip=exc.tip) from None
         for pc in self.cells:
             if pc.cell == want:
                 return pc
@@ -129,6 +152,11 @@ class Matrix:
             if skip.cell == want.id:
                 where = "" if want.id in skip.reason else f" ({want.id})"
                 raise ConfigError(f"{skip.reason}{where}")
+        if not outside:
+            where = f" {self.path}" if self.path else ""
+            raise CellError(f"{want.id} is not a cell of the matrix{where}{hint}",
+                            tip="'factory matrix' lists its cells; 'factory request' builds a "
+                            "cell outside it")
         # A cell outside the matrix is fine (one-off requests) if its package is known and the
         # version exists.
         pkg = self.package(want.package)
@@ -546,29 +574,3 @@ def _included_cell(rule: Mapping[str, Any], where: str,
     )
     return pkg, cell
 
-
-def default_matrix_path() -> Path | None:
-    """$FACTORY_MATRIX, else matrix.toml in the current directory, else the checkout's own when
-    the package runs from one (an editable install called from elsewhere); None when there is
-    none, as for an installed wheel outside a checkout."""
-    named = env_value(MATRIX_ENV)
-    if named:
-        return Path(named)
-    here = Path("matrix.toml")
-    if here.exists():
-        return here
-    checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "matrix.toml").is_file() and (checkout / "pyproject.toml").is_file():
-        return checkout / "matrix.toml"
-    return None
-
-
-def matrix_path(explicit: Path | None = None) -> Path:
-    """--matrix, else ``default_matrix_path()``; one line (ConfigError) when there is none."""
-    path = explicit or default_matrix_path()
-    if path is None:
-        raise ConfigError(
-            f"no matrix.toml in {Path.cwd()}",
-            tip=f"run in the directory that holds it, or pass --matrix FILE or set {MATRIX_ENV}",
-        )
-    return path

@@ -97,12 +97,15 @@ class CellTimes:
         return None if phases is None else sum(p.work for p in phases)
 
 
-def shared_span(cpus: int, lanes: Sequence[Sequence[Phase]]) -> list[float]:
+def shared_span(cpus: int, lanes: Sequence[Sequence[Phase]],
+                phase_ends: list[list[float]] | None = None) -> list[float]:
     """When each lane ends, with the lanes running side by side on ``cpus`` CPUs.
 
     The CPUs are shared out evenly among the running phases, none getting more than its cap
     (what oversubscribed compilers do: a finished cell's CPUs go to the others). Returns the
-    end time of each lane."""
+    end time of each lane; ``phase_ends`` (given empty) gets each lane's phase end times."""
+    if phase_ends is not None:
+        phase_ends[:] = [[] for _ in lanes]
     pos = [0] * len(lanes)
     done = [0.0] * len(lanes)  # work done of the current phase
     ends = [0.0] * len(lanes)
@@ -131,6 +134,8 @@ def shared_span(cpus: int, lanes: Sequence[Sequence[Phase]]) -> list[float]:
         for i in active:
             done[i] += rate[i] * step
             if done[i] >= lanes[i][pos[i]].work - 1e-6:
+                if phase_ends is not None:
+                    phase_ends[i].append(now)
                 pos[i] += 1
                 done[i] = 0.0
                 if pos[i] == len(lanes[i]):

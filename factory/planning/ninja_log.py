@@ -72,3 +72,11 @@ def compile_span(entries: list[LoggedObject]) -> float:
     if not entries:
         return 0.0
     return max(o.end for o in entries) - min(o.start for o in entries)
+
+
+def read_ninja_timeline(path: Path) -> list[LoggedObject]:
+    """``read_entries`` with its times counted from the log's first start (the progress's ETA
+    replay and the build report's timeline)."""
+    entries = read_entries(path)
+    t0 = min((o.start for o in entries), default=0.0)
+    return [dataclasses.replace(o, start=o.start - t0, end=o.end - t0) for o in entries]

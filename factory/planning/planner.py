@@ -158,15 +158,23 @@ def jobs_that_fit(memory: int, *, per_job: int, largest: int, headroom: int) -> 
     return HEAVY_JOBS + (free - HEAVY_JOBS * largest) // per_job
 
 
+def object_seconds(times: ObjectTimes, *, archs: int, jobs: int, threads: int, cpus: int
+                   ) -> dict[str, float]:
+    """Each object's predicted seconds in a build of ``jobs`` x ``threads`` on ``cpus``: its
+    time alone (the measured contention divided out), scaled to the archs and threads, times
+    this build's contention (objects slow down as more CPUs compile: replay.contention_factor).
+    What the plan's compile time replays, and what the ETA during the build starts from."""
+    base = dataclasses.replace(times, seconds=times.alone())
+    slowdown = contention_factor(jobs * min(threads, archs), cpus)
+    return {k: v * slowdown for k, v in base.scaled(archs, threads).items()}
+
+
 def _predict(times: ObjectTimes | None, archs: int, jobs: int, threads: int, cpus: int
              ) -> float | None:
     if times is None:
         return None
-    base = dataclasses.replace(times, seconds=times.alone())
-    scaled = base.scaled(archs, threads)
-    # Objects slow down as more CPUs compile (replay.contention_factor).
-    slowdown = contention_factor(jobs * min(threads, archs), cpus)
-    return list_schedule(longest_first(scaled.values()), jobs) * slowdown
+    seconds = object_seconds(times, archs=archs, jobs=jobs, threads=threads, cpus=cpus)
+    return list_schedule(longest_first(seconds.values()), jobs)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

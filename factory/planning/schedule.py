@@ -17,7 +17,7 @@ from factory.matrix.load import PlannedCell
 from factory.planning.assign import EXACT_SPANS, assign
 from factory.planning.bounds import group_bound, lower_bound
 from factory.planning.builders import Builder
-from factory.planning.cell_times import CellTimes
+from factory.planning.cell_times import CellTimes, shared_span
 from factory.planning.groups import group_cells
 from factory.planning.lanes import _lanes
 from factory.planning.memory_model import MemoryHistory
@@ -35,6 +35,7 @@ class Slot:
     groups: tuple[str, ...]
     cells: tuple[str, ...]  # in build order
     seconds: float
+    cell_ends: tuple[float, ...] = ()  # when each cell ends (predicted), for the lanes picture
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -53,6 +54,7 @@ class Schedule:
                 "memory": f"{s.memory_bytes // 2**20}m",
                 "cells": list(s.cells), "groups": list(s.groups),
                 "predicted_seconds": round(s.seconds, 1),
+                "cell_ends_seconds": [round(t, 1) for t in s.cell_ends],
             })
         return {
             "version": SCHEDULE_VERSION,
@@ -93,11 +95,15 @@ def schedule(cells: Iterable[PlannedCell], builders: Sequence[Builder], *,
         if found is None:
             continue
         k, lanes, lane_ends = found
+        phase_ends: list[list[float]] = []
+        phases = {g.key: times.phases(g, b.memory_bytes // k, b.cpus) for g in given[b.name]}
+        shared_span(b.cpus, [[p for g in lane for p in phases[g.key] or ()] for lane in lanes],
+                    phase_ends)
         for i, (lane, end) in enumerate(zip(lanes, lane_ends, strict=True)):
             out.append(Slot(builder=b.name, index=i, memory_bytes=b.memory_bytes // k,
                             cpus=b.cpus, groups=tuple(g.name for g in lane),
                             cells=tuple(pc.cell.id for g in lane for pc in g.cells),
-                            seconds=end))
+                            seconds=end, cell_ends=tuple(phase_ends[i][1::2])))
     fluid = lower_bound(groups, builders, times)
     return Schedule(
         slots=tuple(out), makespan_seconds=max((s.seconds for s in out), default=0.0),

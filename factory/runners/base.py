@@ -217,7 +217,15 @@ def prepare_run(job: BuildJob, *extra_dirs: Path) -> tuple[Path, Path]:
     run_dir = Path(tempfile.mkdtemp(prefix=".factory-run-", dir=job.log_path.parent))
     report_path = job.log_path.with_name(job.log_path.name + ".report.json")
     report_path.unlink(missing_ok=True)
+    events_path(job.log_path).unlink(missing_ok=True)
     return run_dir, report_path
+
+
+def events_path(log_path: Path) -> Path:
+    """The sampler's events beside a build log (runners/inside/sampling.py writes
+    ``<log>.events.jsonl``): one JSON line per compile job started or ended, and memory
+    samples."""
+    return log_path.with_name(log_path.name + ".events.jsonl")
 
 
 def read_report(path: Path) -> dict[str, Any]:

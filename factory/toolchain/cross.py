@@ -31,7 +31,7 @@ from typing import Any
 from factory.engine import docker_client
 from factory.errors import EngineError
 from factory.matrix.cell import DEFAULT_PLATFORM, PLATFORMS, Cell, parse_platform
-from factory.toolchain.images import DEBIAN_MIRROR, debootstrap_foreign
+from factory.toolchain.images import DEBIAN_MIRROR, debootstrap_foreign, image_progress
 from factory.toolchain.python_image import SUITE_PYTHONS
 
 
@@ -146,7 +146,8 @@ def ensure_cross_image(base: str, *, target: str, python: str, client: Any | Non
     except APIError as exc:
         raise EngineError(f"cannot start {base} to make {name}: {exc.explanation or exc}") from None
     try:
-        status = container.wait()
+        with image_progress(f"making {name}", container):
+            status = container.wait()
         if int(status.get("StatusCode", 1)) != 0:
             tail = container.logs().decode(errors="replace").strip().splitlines()[-1:]
             raise EngineError(

@@ -15,7 +15,9 @@ from typing import Any
 
 from factory.engine import docker_client
 from factory.errors import EngineError
+from factory.logger import Log, Ticker
 from factory.process import find_program, run_command
+from factory.units import format_duration, format_size
 
 _log = logging.getLogger(__name__)
 
@@ -115,20 +117,42 @@ def ensure_base_image(
     start = time.monotonic()
     from docker.errors import APIError
 
+    size = format_size(tarball.stat().st_size)
     try:
-        client.api.import_image_from_file(
-            str(tarball),
-            repository=repo,
-            tag=tag,
-            changes=["ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]',
-                     f"LABEL {PACKAGES_LABEL}={packages_key()}"],
-        )
+        with image_progress(f"docker import of {size}"):
+            client.api.import_image_from_file(
+                str(tarball),
+                repository=repo,
+                tag=tag,
+                changes=["ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]',
+                         f"LABEL {PACKAGES_LABEL}={packages_key()}"],
+            )
     except APIError as exc:
         raise EngineError(f"docker import of {tarball} failed: {exc.explanation or exc}") from None
     if image_state(client, name) != "current":
         raise EngineError(f"docker import reported success but image {name} is missing")
     _log.info(f"  imported in {time.monotonic() - start:.0f} s")
     return name
+
+
+def image_progress(what: str, container: Any = None) -> Ticker:
+    """The progress line of a long image step (a container that builds CPython, installs the
+    cross compilers, a docker build, an import): the time, and the container's last output
+    line when there is a container."""
+    start = time.monotonic()
+
+    def render() -> str:
+        line = f"{what}: {format_duration(time.monotonic() - start)}"
+        if container is not None:
+            try:
+                last = container.logs(tail=1).decode(errors="replace").strip()
+            except Exception:  # the engine's answer is only decoration here
+                last = ""
+            if last:
+                line += f", {last[:100]}"
+        return line
+
+    return Ticker(Log(name=__name__), render)
 
 
 def debootstrap(root: Path, *, suite: str, packages: tuple[str, ...], mirror: str,
@@ -149,6 +173,8 @@ def debootstrap(root: Path, *, suite: str, packages: tuple[str, ...], mirror: st
         log_path=log,
         error=EngineError,
         what="debootstrap",
+        progress=True,
+        watch=root,
     )
     for junk in (root / "var/cache/apt/archives", root / "var/lib/apt/lists"):
         for item in junk.glob("*"):
@@ -171,6 +197,8 @@ def debootstrap_foreign(root: Path, *, suite: str, arch: str, packages: tuple[st
         log_path=log,
         error=EngineError,
         what=f"debootstrap --foreign --arch={arch}",
+        progress=True,
+        watch=root,
     )
     for deb in sorted((root / "var/cache/apt/archives").glob("*.deb")):
         run_command(["dpkg-deb", "-x", deb, root], log_path=log, error=EngineError, echo=False,
@@ -190,6 +218,8 @@ def _debootstrap_tarball(tarball: Path, *, suite: str, mirror: str) -> None:
             log_path=log,
             error=EngineError,
             what="tar of the root filesystem",
+            progress=True,
+            watch=partial,
         )
         os.replace(partial, tarball)
     finally:

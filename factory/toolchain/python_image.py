@@ -19,7 +19,12 @@ import time
 
 from factory.engine import docker_client
 from factory.errors import EngineError, ToolchainError
-from factory.toolchain.images import DEBIAN_MIRROR, ensure_base_image, image_state
+from factory.toolchain.images import (
+    DEBIAN_MIRROR,
+    ensure_base_image,
+    image_progress,
+    image_state,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -151,9 +156,9 @@ def build_python_image(base: str, name: str, *, python: str) -> str:
     container = client.containers.create(base, ["bash", "-c", script], user="0:0")
     try:
         container.start()
-        status = container.wait(
-            timeout=3 * 3600
-        )  # minutes of compiling; the client default is 120 s
+        with image_progress(f"building CPython {python}", container):
+            # minutes of compiling; the client default is 120 s
+            status = container.wait(timeout=3 * 3600)
         if int(status.get("StatusCode", 1)) != 0:
             tail = container.logs(tail=40).decode(errors="replace")
             raise EngineError(f"building CPython {python} for {name} failed", tip=tail.strip())

@@ -32,6 +32,7 @@ from factory.engine import docker_client
 from factory.errors import ToolchainError
 from factory.tarsafe import extract
 from factory.toolchain.cross import CPU_PLATFORMS, builder_platform
+from factory.toolchain.images import image_progress
 from factory.toolchain.toolkit import HEADER_EXTRAS, STAMP
 
 _log = logging.getLogger(__name__)
@@ -228,9 +229,10 @@ def make_cuda_image(home: Path, cuda: str, *, base: str, name: str) -> str:
         shutil.copytree(home, context / "cuda", symlinks=True)
         (context / "Dockerfile").write_text(image_dockerfile(cuda, base=base))
         try:
-            client.images.build(
-                path=str(context), tag=name, rm=True, pull=False, network_mode="none"
-            )
+            with image_progress(f"docker build of {name}"):
+                client.images.build(
+                    path=str(context), tag=name, rm=True, pull=False, network_mode="none"
+                )
         except (APIError, BuildError) as exc:
             raise ToolchainError(f"building image {name} from {base} failed: {exc}") from None
     return name

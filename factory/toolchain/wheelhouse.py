@@ -8,11 +8,13 @@ complete there, so a second call with the same requirements does not touch the n
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -101,6 +103,14 @@ def _write_json_atomic(path: Path, data: object) -> None:
 _SAVED = re.compile(r"(?:Saved|File was already downloaded)\s+(\S+\.whl)")
 
 
+@functools.cache
+def _pip_has_raw_progress() -> bool:
+    """Whether this pip takes ``--progress-bar raw`` (newer pips; asked, not assumed)."""
+    probe = subprocess.run([sys.executable, "-m", "pip", "download", "--progress-bar", "raw",
+                            "--help"], capture_output=True, timeout=60, check=False)
+    return probe.returncode == 0
+
+
 def download_wheels(
     requirements: Sequence[str],
     dest: Path,
@@ -145,9 +155,11 @@ def download_wheels(
         args += ["--extra-index-url", extra]
     if no_deps:
         args.append("--no-deps")
+    if _pip_has_raw_progress():
+        args += ["--progress-bar", "raw"]  # 'Progress N of M' lines: the progress line's bytes
     args += list(requirements)
     dest.mkdir(parents=True, exist_ok=True)
-    result = run_command(args, log_path=log_path, what="pip download")
+    result = run_command(args, log_path=log_path, what="pip download", progress=True, watch=dest)
     files = [Path(m.group(1)) for m in _SAVED.finditer(result.output)]
     return [f if f.is_absolute() else (dest / f.name) for f in files]
 

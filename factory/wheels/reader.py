@@ -51,6 +51,17 @@ def parse_filename(filename: str) -> WheelName:
     return WheelName(distribution=canonicalize_name(dist), version=version, tags=tags)
 
 
+def require_file(path: Path) -> Path:
+    """``path`` when it is a file; else the one-line WheelError a missing input gets."""
+    try:
+        is_file = path.is_file()
+    except OSError as exc:  # a name longer than the filesystem allows, a loop of links
+        raise WheelError(f"{str(path)[:120]}: {exc.strerror}") from None
+    if not is_file:
+        raise WheelError(f"{str(path)[:120]}: no such file")
+    return path
+
+
 def open_wheel(source: Path | bytes, name: str) -> zipfile.ZipFile:
     """The wheel's archive, from a file or from bytes; ``name`` is its filename for errors."""
     try:

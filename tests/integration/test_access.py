@@ -134,7 +134,9 @@ def test_no_credential_in_the_log_of_factory_serve(store_dir: Path, htpasswd: Pa
     finally:
         proc.terminate()
         _, log = proc.communicate(timeout=30)
-    assert '"POST /"' in log and '"GET /simple/"' in log  # the requests are in the log ...
+    # the requests are in the log (Combined Log Format, the uploader named) ...
+    assert ' - uploader [' in log and '"POST / HTTP/1.1" 200' in log
+    assert '"GET /simple/ HTTP/1.1" 200' in log
     for secret in (SECRET, SECRET_B64):
         assert secret not in log  # ... no credential is
 

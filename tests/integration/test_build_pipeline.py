@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import html5lib
 import pytest
-
 from conftest import EXAMPLE_CELL, REPO, cache_root, write_example_matrix
+
+from factory.matrix.cell import Cell
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -77,10 +79,31 @@ def test_planner_builds_where_a_fixed_max_jobs_is_oom_killed_and_an_oom_resumes(
     attempts = _manifest(tmp_path / "planned")["attempts"]
     assert len(attempts) == 1 and not attempts[0]["oom_killed"]
     assert attempts[0]["max_jobs"] == plan["max_jobs"]
+    # Progress from the sampler: every object's start and end, named by its -o; and every line
+    # of the cell's build names the cell (CI is set: no terminal).
+    events = [json.loads(line) for line in
+              Path(attempts[0]["log"] + ".events.jsonl").read_text().splitlines()]
+    started = {e["start"] for e in events if str(e.get("start", "")).endswith(".o")}
+    ended = {e["end"] for e in events if str(e.get("end", "")).endswith(".o")}
+    assert len(started) == 5 and started == ended  # four kernels and the bindings
+    assert any("rss" in e for e in events)
+    short = Cell.from_id(EXAMPLE_CELL).short_id
+    lines = planned.stderr.splitlines()
+    cell_lines = lines[:next(i for i, ln in enumerate(lines) if ln.endswith("] summary"))]
+    assert cell_lines and all(ln.startswith(f"[{short}] ") for ln in cell_lines if ln.strip())
+    assert any(" compiling, " in ln and "/5 objects" in ln for ln in cell_lines)
+    # ... and the build report beside the logs draws those objects and the memory samples
+    work = cache_root() / "work-pipeline-test" / EXAMPLE_CELL
+    (report,) = [p for p in (work / "logs").glob("*-report.html")
+                 if p.name.split("-report")[0] in attempts[0]["log"]]
+    page = html5lib.parse(report.read_text(), namespaceHTMLElements=False)
+    svg = "{http://www.w3.org/2000/svg}"
+    assert len(page.findall(f".//{svg}rect[@class='object']")) == 5
+    assert page.find(f".//{svg}polyline[@class='rss']") is not None
+    assert page.find(f".//{svg}line[@class='memory-cap']") is not None
 
     # 3. A real OOM kill after two objects (fault injection inside the container), from a
     #    clean tree: the retry runs with fewer jobs and compiles only what was left.
-    work = cache_root() / "work-pipeline-test" / EXAMPLE_CELL
     for build_dir in (work / "src").glob("build"):
         shutil.rmtree(build_dir)
     resumed = _factory("build", EXAMPLE_CELL, "--matrix", matrix, "--memory", "6g",
@@ -92,6 +115,19 @@ def test_planner_builds_where_a_fixed_max_jobs_is_oom_killed_and_an_oom_resumes(
             in resumed.stderr)
     assert first["oom_killed"] and first["max_jobs"] >= 2
     assert second["max_jobs"] < first["max_jobs"] and not second["oom_killed"]
+    # the retry's progress counts the first attempt's objects as done, and the report draws
+    # both attempts
+    lines = resumed.stderr.splitlines()
+    retry = lines[next(i for i, ln in enumerate(lines) if "attempt 2: MAX_JOBS" in ln):]
+    progress = next(ln for ln in retry if "/5 objects" in ln)
+    done = int(progress.split("/5 objects")[0].rsplit(" ", 1)[-1])
+    assert done >= first["objects_built"] >= 2, progress
+    stamp = Path(second["log"]).name.split("-attempt")[0]
+    both = html5lib.parse((work / "logs" / f"{stamp}-report.html").read_text(),
+                          namespaceHTMLElements=False)
+    sections = [s.get("id") for s in both.iter("section")]
+    assert sections == ["attempt-1", "attempt-2"]
+    assert "OOM-killed" in "".join(both.find(".//table").itertext())
     total_objects = 5  # four kernels and the bindings
     assert second["objects_total"] is not None and second["objects_total"] < total_objects
     # ninja logs every finished object once per compile: none was compiled twice

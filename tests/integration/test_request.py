@@ -54,6 +54,9 @@ def test_request_end_to_end_with_the_bundled_extension(tmp_path: Path) -> None:
     args = ["request", "factory-example-ext==0.1.0", "--torch", "2.14.1", "--cuda", "13.0",
             "--arch", "10.0", "--python", "3.11", "--store", str(store),
             "--out", str(tmp_path / "dist"), "--matrix", str(_isolated_matrix(tmp_path))]
+    looked = factory_cli(*args, "--check", timeout=300)  # only looks: nothing is built
+    assert looked.returncode == 1 and "not published" in looked.stderr
+    args.append("--yes")  # no terminal to ask on
     first = factory_cli(*args, timeout=3000)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "built and published" in first.stderr

@@ -89,14 +89,13 @@ def test_a_version_that_does_not_exist_fails_the_dry_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", simple_index)
-    rc, lines = _cli(
-        capsys,
-        "build",
-        "flash-attn-9.9.9-torch2.14.1-cu130-sm100-cp311",
-        "--dry-run",
-        "--matrix",
-        str(matrix),
-    )
+    # a cell outside the matrix is refused by build; a one-off request checks the sdist
+    rc, lines = _cli(capsys, "build", "flash-attn-9.9.9-torch2.14.1-cu130-sm100-cp311",
+                     "--dry-run", "--matrix", str(matrix))
+    assert rc == CellError.exit_code and "is not a cell of the matrix" in _one_error(lines)
+    rc, lines = _cli(capsys, "request", "flash-attn==9.9.9", "--torch", "2.14.1", "--cuda",
+                     "13.0", "--arch", "10.0", "--python", "3.11", "--print-cell",
+                     "--matrix", str(matrix))
     assert rc == CellError.exit_code
     line = _one_error(lines)
     assert (
@@ -115,9 +114,8 @@ def test_a_local_source_is_built_only_as_its_matrix_versions(
         .replace("flash-attn", "my-ext")
         .replace("2.8.3.post2", "0.1.0")
     )
-    rc, lines = _cli(
-        capsys, "plan", "my-ext-0.2.0-torch2.14.1-cu130-sm100-cp311", "--matrix", str(path)
-    )
+    rc, lines = _cli(capsys, "request", "my-ext==0.2.0", "--torch", "2.14.1", "--cuda", "13.0",
+                     "--arch", "10.0", "--python", "3.11", "--print-cell", "--matrix", str(path))
     assert rc == CellError.exit_code and "my-ext 0.2.0 is not in the matrix" in _one_error(lines)
 
 

@@ -16,10 +16,11 @@ FACTORY = REPO / "factory"
 ARCHITECTURE = REPO / "docs" / "ARCHITECTURE.md"
 
 # The stages in the order the data flows; the bottom layer under them, commands on top.
-BOTTOM = {"errors", "logger", "process", "units", "engine", "links", "store", "data",
+BOTTOM = {"errors", "logger", "actions", "process", "units", "engine", "links", "store", "data",
           "environment", "tomlread", "tarsafe"}
-STAGES = {"upstream": 1, "matrix": 2, "recipes": 2, "toolchain": 3, "planning": 4, "build": 5,
-          "runners": 5, "wheels": 6, "index": 7, "hosts": 8, "engines": 8}
+# reports (the pictures) beside planning: it draws matrix and planning data; build uses it
+STAGES = {"upstream": 1, "matrix": 2, "recipes": 2, "toolchain": 3, "planning": 4, "reports": 4,
+          "build": 5, "runners": 5, "wheels": 6, "index": 7, "hosts": 8, "engines": 8}
 TOP = {"commands", "cli", "__main__", "ci"}
 # The imports that climb, each named in ARCHITECTURE.md's "Exceptions that remain": importer ->
 # the modules it may import from a stage to its right.
@@ -32,6 +33,10 @@ CLIMBS = {
         "factory.toolchain.resolve", "factory.toolchain.sdist", "factory.runners",
     },
     "factory.matrix.settings": {"factory.runners"},
+    "factory.index.finder": {
+        "factory.hosts.choose", "factory.hosts.index_reader", "factory.hosts.probe",
+        "factory.hosts.snippets",
+    },
 }
 # At most this many imports of factory modules inside functions, each for a module that pulls in
 # an optional heavy dependency, with a comment saying so on its line.

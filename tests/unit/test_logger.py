@@ -8,13 +8,12 @@ import logging
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from factory import logger
 from factory.cli import main
-from factory.logger import OPEN_LINE, LineHandler, Log, NinjaProgress, configure
+from factory.logger import OPEN_LINE, LineHandler, Log, Ticker, configure
 from factory.process import run_command
 
 
@@ -58,26 +57,69 @@ def test_echo_and_verbose_output_go_through_the_handler(
     assert err.splitlines()[0].startswith("+ ") and err.endswith("from the child\n")
 
 
-def test_progress_is_a_bar_on_a_terminal_and_deciles_in_ci(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
 
+
+def test_a_ticker_redraws_one_line_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CI", raising=False)
     tty = Tty()
-    with NinjaProgress(tmp_path / "none.log", Log(stream=tty), "ext") as bar:
-        bar.update(1, 4)
-        bar.update(4, 4)
-    assert tty.getvalue().startswith("\r  ext [") and tty.getvalue().endswith("ETA     0s\n")
-    assert tty.getvalue().count("\n") == 1  # one line, redrawn, closed at the end
+    said = iter(["first", "second, longer"])
+    with Ticker(Log(stream=tty), lambda: next(said, "last")):
+        pass
+    text = tty.getvalue()
+    assert text.startswith("\r") and text.endswith("\n") and text.count("\n") == 1
+    assert text.rstrip("\n").split("\r")[-1].strip() in ("first", "second, longer", "last")
 
-    ci = io.StringIO()
-    with NinjaProgress(tmp_path / "none.log", Log(stream=ci), "ext") as plain:
-        plain.update(1, 4)
-        plain.update(4, 4)
-    assert [line.split(",")[0] for line in ci.getvalue().splitlines()] == [
-        "           ext: 1/4 objects", "           ext: 4/4 objects"]
+
+def test_a_ticker_writes_a_line_at_most_every_30_s_outside_a_terminal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(logger.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    ticker = Ticker(Log(stream=out), lambda: f"at {clock[0]:.0f}")
+    for _ in range(3):  # shown, then 10 s and 29 s later: not yet
+        ticker._show(False)
+        clock[0] += 10 if clock[0] < 1010 else 19
+    clock[0] = 1031
+    ticker._show(False)  # 31 s after the first line
+    ticker._show(True)  # the last one, whatever the time
+    lines = [ln.strip() for ln in out.getvalue().splitlines()]
+    assert lines == ["at 1000", "at 1031"]  # the final one repeats nothing
+    clock[0] = 1040
+    ticker._show(True)
+    assert out.getvalue().splitlines()[-1].strip() == "at 1040"
+
+
+def test_lines_name_the_cell_outside_a_terminal(handler: LineHandler,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    with logger.cell_lines("flash-attn@cu130-torch2.14-sm100-cp311", "the-full-id"):
+        Log().step("source tree")
+        logging.getLogger("factory.process").info("raw one\nraw two\n", extra=OPEN_LINE)
+    Log().detail("after")
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("[flash-attn@cu130-torch2.14-sm100-cp311] [")
+    assert err[1:3] == ["[flash-attn@cu130-torch2.14-sm100-cp311] raw one",
+                        "[flash-attn@cu130-torch2.14-sm100-cp311] raw two"]
+    assert err[3] == "           after"
+
+
+def test_on_actions_a_cell_is_a_fold_group_and_a_failure_an_annotation(
+        handler: LineHandler, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    with logger.cell_lines("ext@cu130", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"):
+        Log().error("FAILED: build failed (exit 1)\nsecond line", title="ext@cu130")
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "::group::factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
+    assert err[1].startswith("[ext@cu130] [") and err[1].endswith("FAILED: build failed (exit 1)")
+    assert err[3] == "::error title=ext@cu130::FAILED: build failed (exit 1)%0Asecond line"
+    assert err[-1] == "::endgroup::"
+    monkeypatch.setenv("FACTORY_CI_GROUPS", "0")  # builds side by side: no groups, prefixes
+    with logger.cell_lines("ext@cu130", "x"):
+        Log().detail("a")
+    assert capsys.readouterr().err == "[ext@cu130]            a\n"
 
 
 def test_the_cli_installs_the_handler(capsys: pytest.CaptureFixture[str]) -> None:

@@ -107,12 +107,31 @@ def test_find_a_cell_in_and_outside_the_matrix() -> None:
     m = load_matrix(text=BASE)
     pc = m.cells[0]
     assert m.find(pc.cell.id) == pc
-    other = m.find("flash-attn-2.8.3.post2-torch2.14.1-cu130-sm120-cp311")
+    # a cell the matrix does not list: refused, naming the nearest; a one-off may ask for it
+    with pytest.raises(CellError, match=f"not a cell of the matrix; the nearest matrix cell is "
+                       f"{pc.cell.id}$"):
+        m.find("flash-attn-2.8.3.post2-torch2.14.1-cu130-sm120-cp311")
+    other = m.find("flash-attn-2.8.3.post2-torch2.14.1-cu130-sm120-cp311", outside=True)
     assert other.cell.archs == (120,)
     with pytest.raises(CellError, match="not in the matrix"):
-        m.find("xformers-0.1-torch2.14.1-cu130-sm100-cp311")
+        m.find("xformers-0.1-torch2.14.1-cu130-sm100-cp311", outside=True)
     with pytest.raises(CellError, match="unparseable cell id"):
         m.find("flash-attn")
+
+
+@pytest.mark.parametrize(("typo", "why"), [
+    ("flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp31", "Python 3.1 is not one"),
+    ("flash-attn-2.8.3.post2-torch2.14.1-cu13-sm100-cp311", "CUDA 1.3 does not exist"),
+    ("flash-attn-2.8.3.post2-torch2.14.1-cu130-sm95-cp311", "sm_95 is no GPU's"),
+])
+def test_an_implausible_cell_id_is_refused_with_the_nearest(typo: str, why: str) -> None:
+    m = load_matrix(text=BASE)
+    with pytest.raises(CellError) as found:
+        m.find(typo, outside=True)
+    assert why in found.value.message
+    assert found.value.message.endswith(f"the nearest matrix cell is {m.cells[0].cell.id}")
+    with pytest.raises(CellError, match=why):
+        Cell.from_id(typo)
 
 
 # -- validation -----------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def per_job_history(tmp_path: Path) -> MemoryHistory:
 
 
 def pc_of(matrix, cell_id: str) -> PlannedCell:  # type: ignore[no-untyped-def]
-    return matrix.find(cell_id)  # type: ignore[no-any-return]
+    return matrix.find(cell_id, outside=True)  # type: ignore[no-any-return]
 
 
 def test_acceptance_sm100_16g_16cpus_chooses_2_jobs_and_explains(matrix, per_job_history) -> None:  # type: ignore[no-untyped-def]

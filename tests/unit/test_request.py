@@ -101,7 +101,8 @@ def test_missing_cell_is_built_with_publish_then_answered(
 
     monkeypatch.setattr(factory.hosts.request, "build_cells", fake_build_cells)
     pc = cells[1]
-    args = ["request", *_args(pc), "--matrix", str(matrix), "--store", str(store), "--index-url", "http://i"]
+    args = ["request", *_args(pc), "--matrix", str(matrix), "--store", str(store),
+            "--index-url", "http://i", "--yes"]
     assert cli.main(args) == 0
     out = capsys.readouterr()
     assert out.out.splitlines()[-1] == (f"python3 -m pip install --trusted-host i --extra-index-url "
@@ -165,3 +166,55 @@ def test_print_cell_for_the_request_workflow() -> None:
     assert doc["runner"] == "mem-256g" and doc["variant"] == "cu128-torch2.10-sm100"
 
 
+
+
+def test_request_asks_before_it_builds_and_can_only_look(
+    setup: tuple[Path, Path, list[PlannedCell]], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No wheel yet: without a terminal and without --yes, one line and no build; on a terminal
+    a 'no' builds nothing, a 'yes' builds; --check never builds and says so by its exit code."""
+    import io
+
+    import factory.hosts.request
+
+    matrix, store, cells = setup
+    built: list[str] = []
+
+    def fake_build_cells(planned_cells: Any, *, matrix: Any, opts: Any,
+                         log: Any = None) -> list[Any]:
+        built.extend(p.cell.id for p in planned_cells)
+        for p in planned_cells:
+            publish_build(opts.store, tmp_path / "built", p)
+        return []
+
+    monkeypatch.setattr(factory.hosts.request, "build_cells", fake_build_cells)
+    pc = cells[1]
+    args = ["request", *_args(pc), "--matrix", str(matrix), "--store", str(store)]
+    assert cli.main([*args, "--check"]) == 1
+    assert "not published" in capsys.readouterr().err and built == []
+    assert cli.main(args) == 2  # stdin is no terminal here
+    err = capsys.readouterr().err
+    assert f"ERROR {pc.cell.id} is not published in {store}" in err and "--yes" in err
+    assert built == []
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Tty("n\n"))
+    assert cli.main(args) == 1
+    assert "Build and publish it now" in capsys.readouterr().err and built == []
+    monkeypatch.setattr("sys.stdin", Tty("y\n"))
+    assert cli.main(args) == 0 and built == [pc.cell.id]
+    assert capsys.readouterr().out.startswith("python3 -m pip install ")
+    assert cli.main([*args, "--check"]) == 0  # now it is there: its line, still no build
+    assert capsys.readouterr().out.startswith("python3 -m pip install ") and built == [pc.cell.id]
+
+
+def test_a_gpu_name_is_its_arch() -> None:
+    from factory.hosts.request import request_cell
+
+    cell = request_cell(SPEC, torch="2.14.1", cuda="13.0", archs=["B200", "rtx pro 6000"],
+                        python="3.11")
+    assert cell.archs == (100, 120)

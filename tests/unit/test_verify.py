@@ -13,7 +13,7 @@ from wheel_fixtures import (
     py_wheel,
 )
 
-from factory.errors import EngineError, VerifyError
+from factory.errors import EngineError, VerifyError, WheelError
 from factory.wheels import binaries
 from factory.wheels.binaries import find_cuobjdump, list_device_code
 from factory.wheels.import_check import check_import
@@ -88,7 +88,8 @@ def test_cli_verify_runs_as_a_program(tmp_path: Path) -> None:
         text=True,
         cwd=tmp_path,
     )
-    assert result.returncode == VerifyError.exit_code
+    assert result.returncode == WheelError.exit_code  # a missing file, as for publish
+    assert result.stderr.endswith("nope-1.0-py3-none-any.whl: no such file\n")
     assert result.stderr.startswith("ERROR") and "Traceback" not in result.stderr
 
 

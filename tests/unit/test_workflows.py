@@ -137,12 +137,13 @@ def test_nightly_rebuilds_the_index_even_when_retention_fails(tmp_path: Path) ->
     steps = _load("nightly.yml")["jobs"]["index"]["steps"]
     failed, _ = _run_job([s for s in steps if "install" not in s.get("name", "")], fake)
     commands = [line.split()[0:2] for line in calls.read_text().splitlines()]
-    assert commands == [["retain", "--store"], ["index", "rebuild"], ["index", "verify"]]
+    assert commands == [["retain", "--store"], ["index", "rebuild"], ["index", "verify"],
+                        ["matrix", "--html"]]
     assert failed, "the job must fail when retention failed"
     calls.unlink()
     (fake / "factory").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexit 0\n')
     failed, _ = _run_job([s for s in steps if "install" not in s.get("name", "")], fake)
-    assert not failed and len(calls.read_text().splitlines()) == 3
+    assert not failed and len(calls.read_text().splitlines()) == 4
 
 
 def test_builder_slots_prints_one_line_per_slot() -> None:

@@ -138,7 +138,8 @@ class Build:
                      "(the wheelhouse carries it for the factory's venvs)")
             self.code = 2
             return
-        sampler = Sampler(set(), self.cgroup, float(job.get("sample_interval", 0.5)))
+        sampler = Sampler(set(), self.cgroup, float(job.get("sample_interval", 0.5)),
+                          events=job["log"] + ".events.jsonl")
         if self.cache is not None:
             # The server daemonizes (its parent is init): its compilers are found through it.
             sampler.roots.update(self.cache.servers())

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from .log import Log
-from .sampling import COMPILERS, Sampler, descendants, proc_table
+from .sampling import Sampler, descendants, is_compiler, proc_table
 
 
 class OomFault:
@@ -32,7 +32,8 @@ class OomFault:
             return
         self.fired = True
         table = proc_table()
-        victims = [p for p in descendants(table, self.sampler.roots) if table[p][1] in COMPILERS]
+        victims = [p for p in descendants(table, self.sampler.roots)
+                   if is_compiler(table[p][1])]
         for pid in victims:
             try:
                 with open(f"/proc/{pid}/oom_score_adj", "w") as fh:

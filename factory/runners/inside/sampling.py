@@ -3,9 +3,13 @@ cgroup's own counters (v1 and v2)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 from .steps import kill_current
 
@@ -36,7 +40,10 @@ COMPILERS = {
     "lto1",
     "bin2c",
 }
+# ... and the versioned drivers ('g++-12': what the glibc sysroot's wrapper runs)
+VERSIONED_COMPILER = re.compile(r"^(?:g\+\+|gcc|c\+\+|cc|clang\+\+|clang)-\d+$")
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+EVENT_SAMPLE_SECONDS = 2.0  # a memory sample in the events file at least this often
 
 
 def proc_table() -> dict[int, tuple[int, str, int]]:
@@ -57,6 +64,10 @@ def proc_table() -> dict[int, tuple[int, str, int]]:
         fields = stat[rpar + 2 :].split()
         table[int(entry)] = (int(fields[1]), comm, rss_pages * PAGE)
     return table
+
+
+def is_compiler(comm: str) -> bool:
+    return comm in COMPILERS or VERSIONED_COMPILER.match(comm) is not None
 
 
 def output_of(pid: int) -> str | None:
@@ -88,10 +99,16 @@ def descendants(table: dict[int, tuple[int, str, int]], roots: set[int]) -> set[
 
 
 class Sampler(threading.Thread):
-    """Peak compiler RSS, concurrent compile jobs and the cgroup's anonymous memory."""
+    """Peak compiler RSS, concurrent compile jobs and the cgroup's anonymous memory. With an
+    ``events`` file, one JSON line per compile job that starts or ends (by its ``-o``) and a
+    memory sample every ``EVENT_SAMPLE_SECONDS``: what the host's progress and report read."""
 
-    def __init__(self, roots: set[int], cgroup: CgroupReader | None, interval: float) -> None:
+    def __init__(self, roots: set[int], cgroup: CgroupReader | None, interval: float,
+                 events: str | None = None) -> None:
         super().__init__(daemon=True)
+        self._events = open(events, "a") if events else None  # noqa: SIM115
+        self._live: dict[int, str] = {}  # job pid -> its output, as last announced
+        self._last_sample = 0.0
         self.roots = roots
         self.cgroup = cgroup
         self.interval = interval
@@ -113,7 +130,7 @@ class Sampler(threading.Thread):
     def sample(self) -> None:
         table = proc_table()
         tree = descendants(table, set(self.roots))
-        compilers = {p for p in tree if table[p][1] in COMPILERS}
+        compilers = {p for p in tree if is_compiler(table[p][1])}
         rss = sum(table[p][2] for p in compilers)
         job_rss: dict[int, int] = {}
         for pid in compilers:
@@ -132,12 +149,33 @@ class Sampler(threading.Thread):
                 self.object_peaks[out] = max(size, self.object_peaks.get(out, 0))
         self.peak_rss = max(self.peak_rss, rss)
         self.peak_jobs = max(self.peak_jobs, jobs)
+        anon = None
         if self.cgroup is not None:
             anon = self.cgroup.anon()
             if anon is not None:
                 self.peak_anon = max(self.peak_anon or 0, anon)
             self._stop_on_oom_kill()
         self.samples += 1
+        if self._events is not None:
+            self._emit_events(job_rss, rss, anon)
+
+    def _emit_events(self, job_rss: dict[int, int], rss: int, anon: int | None) -> None:
+        assert self._events is not None
+        now = time.time()
+        lines: list[dict[str, Any]] = []
+        for pid in [p for p in self._live if p not in job_rss]:
+            ended = self._live.pop(pid)
+            lines.append({"t": now, "end": ended, "peak": self.object_peaks.get(ended, 0)})
+        for pid in job_rss:
+            out = self._outputs.get(pid)
+            if out and pid not in self._live:
+                self._live[pid] = out
+                lines.append({"t": now, "start": out})
+        if now - self._last_sample >= EVENT_SAMPLE_SECONDS or lines:
+            self._last_sample = now
+            lines.append({"t": now, "rss": rss, "anon": anon, "jobs": len(job_rss)})
+        self._events.write("".join(json.dumps(line) + "\n" for line in lines))
+        self._events.flush()
 
     def _stop_on_oom_kill(self) -> None:
         """At the first OOM kill, stop the whole build: ninja would wait for the other jobs,
@@ -157,6 +195,8 @@ class Sampler(threading.Thread):
         self._stop_event.set()
         self.join(timeout=5)
         self.sample()
+        if self._events is not None:
+            self._events.close()
 
 
 # -- cgroup counters (v1 and v2) --------------------------------------------------------------

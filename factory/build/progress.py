@@ -1,0 +1,210 @@
+"""A running build's progress, true from the first second: which objects are compiling and which
+have finished (the sampler's events: runners/inside/sampling.py sees every compiler process, so an
+object shows the moment it starts, not when ninja prints ``[N/M]`` at its end), and an ETA
+from the plan's per-object predictions replayed on them (factory.planning.eta).
+
+Read from the files the build writes on the host side: the build log (ninja's ``[N/M]``),
+the sampler's events beside it, and the build tree (build.ninja's start order; the
+``.ninja_log`` of objects an earlier attempt finished). Shown through ``logger.Ticker``: a bar
+on a terminal, a line at most every 30 s in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from factory.logger import Log, Ticker
+from factory.matrix.load import PlannedCell
+from factory.planning.eta import Eta, EtaModel, model_for, spread_of
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.ninja_log import object_key, read_ninja_timeline
+from factory.planning.planner import BuildPlan
+from factory.reports.build_report import AttemptPicture, read_events
+from factory.runners.base import BuildJob, RunResult, events_path
+from factory.units import format_duration as duration
+
+NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+OBJECT_SUFFIXES = (".o", ".obj")
+BAR_WIDTH = 24
+
+
+class _Tail:
+    """The lines appended to a file since the last read (the file may not exist yet)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._pos = 0
+        self._partial = b""
+
+    def lines(self) -> list[str]:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._pos)
+                chunk = fh.read()
+                self._pos = fh.tell()
+        except OSError:
+            return []
+        data = self._partial + chunk
+        *whole, self._partial = data.split(b"\n")
+        return [line.decode(errors="replace") for line in whole]
+
+
+def build_ninja_order(tree: Path) -> list[str] | None:
+    """The compile statements' objects in build.ninja's order (what ninja starts first)."""
+    found = sorted(tree.glob("build/temp.*/build.ninja"))
+    if not found:
+        return None
+    keys = []
+    for line in found[-1].read_text(errors="replace").splitlines():
+        outputs, sep, rest = line.partition(": ")
+        if outputs.startswith("build ") and sep and "compile" in rest.split(" ", 1)[0]:
+            keys.append(object_key(outputs[len("build "):].replace("$ ", " ")))
+    return keys or None
+
+
+class BuildProgress:
+    """Follows one attempt. ``model``: the plan's ETA model, None without per-object times
+    (then the objects measured so far stand in for them, at their mean)."""
+
+    def __init__(self, *, log_path: Path, events_path: Path, log: Log, label: str,
+                 model: EtaModel | None, tree: Path | None = None, jobs: int = 1) -> None:
+        self.log = log
+        self.label = label
+        self.model = model
+        self.jobs = jobs
+        self.tree = tree
+        self._log_tail = _Tail(log_path)
+        self._events = _Tail(events_path)
+        self.ninja_done = 0
+        self.ninja_total = 0
+        self.started: dict[str, float] = {}  # output -> wall time it started
+        self.finished: dict[str, float] = {}  # object key -> seconds it took
+        self.first_start: float | None = None
+        self.previous: dict[str, float] = {}  # finished by an earlier attempt (.ninja_log)
+        self._order_read = False
+        self._t0 = time.time()
+        self.last: Eta | None = None
+        if tree is not None:
+            for ninja_log in sorted(tree.glob("build/temp.*/.ninja_log")):
+                self.previous.update({o.key: o.end - o.start
+                                      for o in read_ninja_timeline(ninja_log)})
+        self._ticker = Ticker(log, self.render)
+
+    def __enter__(self) -> BuildProgress:
+        self._ticker.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._ticker.__exit__(*exc)
+
+    # -- reading ------------------------------------------------------------------------------
+    def poll(self) -> None:
+        for line in self._log_tail.lines():
+            m = NINJA_PROGRESS.match(line.strip())
+            if m:
+                self.ninja_done = max(self.ninja_done, int(m.group(1)))
+                self.ninja_total = max(self.ninja_total, int(m.group(2)))
+        for line in self._events.lines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                self._event(event)
+        if not self._order_read and self.tree is not None and self.model is not None:
+            order = build_ninja_order(self.tree)
+            if order:
+                self.model.reorder(order)
+                self._order_read = True
+
+    def _event(self, event: dict[str, Any]) -> None:
+        at = float(event.get("t", 0.0))
+        if "start" in event and str(event["start"]).endswith(OBJECT_SUFFIXES):
+            out = str(event["start"])
+            self.started[out] = at
+            self.first_start = at if self.first_start is None else min(self.first_start, at)
+        elif "end" in event:
+            out = str(event["end"])
+            began = self.started.pop(out, None)
+            if began is not None:
+                self.finished[object_key(out)] = at - began
+
+    # -- what it says ---------------------------------------------------------------------------
+    def running(self, now: float) -> dict[str, float]:
+        return {object_key(out): now - at for out, at in self.started.items()}
+
+    def estimate(self, now: float | None = None) -> Eta | None:
+        now = time.time() if now is None else now
+        finished = {**self.previous, **self.finished}
+        running = self.running(now)
+        done = len(self.previous) + self.ninja_done
+        total = len(self.previous) + self.ninja_total if self.ninja_total else None
+        model = self.model
+        if model is None:
+            if not self.finished:
+                return None
+            # no plan to go on: every object as long as the mean of those measured so far
+            mean = sum(self.finished.values()) / len(self.finished)
+            keys = set(finished) | set(running)
+            model = EtaModel({k: mean for k in keys}, jobs=self.jobs)
+        return model.estimate(finished=finished, running=running, done=done, total=total)
+
+    def render(self) -> str | None:
+        self.poll()
+        now = time.time()
+        eta = self.estimate(now)
+        self.last = eta or self.last
+        total = eta.total if eta else (len(self.previous) + self.ninja_total)
+        done = eta.done if eta else (len(self.previous) + self.ninja_done)
+        running = len(self.started)
+        compiling = now - self.first_start if self.first_start is not None else None
+        if compiling is None and not total:
+            return f"{self.label}: preparing the build ({duration(now - self._t0)})"
+        counts = f"{done}/{total or '?'} objects, {running} compiling"
+        if compiling is not None:
+            counts += f", {duration(compiling)}"
+        if eta is None:
+            tail = ", ETA after the first object"
+        else:
+            tail = f", ETA {duration(eta.remaining)}"
+            if eta.ranged:
+                tail += f" ({duration(eta.low)}-{duration(eta.high)})"
+            if compiling is None:
+                tail += " (planned)"
+        if self.log.interactive and total:
+            filled = int(BAR_WIDTH * done / total)
+            bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+            return f"{self.label} [{bar}] {counts}{tail}"
+        return f"{self.label}: {counts}{tail}"
+
+
+def progress_for(pc: PlannedCell, plan: BuildPlan, job: BuildJob, log: Log, *,
+                 history: MemoryHistory, tree: Path) -> BuildProgress:
+    """An attempt's progress: the plan's ETA model from the history's object times."""
+    model = model_for(history.object_times(pc.cell), archs=len(pc.cell.archs),
+                      jobs=plan.max_jobs, threads=plan.nvcc_threads, cpus=plan.cpus,
+                      spread=spread_of(plan))
+    return BuildProgress(log_path=job.log_path, events_path=events_path(job.log_path), log=log,
+                         label=pc.cell.package, model=model, tree=tree, jobs=plan.max_jobs)
+
+
+def attempt_picture(attempt: int, plan: BuildPlan, result: RunResult, job: BuildJob,
+                    progress: BuildProgress, *, tree: Path) -> AttemptPicture:
+    """The attempt as the build report draws it: the sampler's events, else (a runner without
+    the sampler) the build tree's .ninja_log."""
+    objects, samples = read_events(events_path(job.log_path))
+    if not objects and attempt == 1:
+        logs = sorted(tree.glob("build/temp.*/.ninja_log"))
+        objects = tuple(read_ninja_timeline(logs[-1])) if logs else ()
+    outcome = ("OOM-killed" if result.oom_killed else "built" if result.ok
+               else f"failed (exit {result.exit_code})")
+    return AttemptPicture(
+        number=attempt, jobs=plan.max_jobs, threads=plan.nvcc_threads,
+        cap_bytes=plan.memory_budget_bytes, predicted_peak_bytes=plan.predicted_peak_bytes,
+        predicted_seconds=plan.predicted_seconds, outcome=outcome, objects=objects,
+        samples=samples, predicted=progress.model.predicted if progress.model else {},
+    )

@@ -1,0 +1,197 @@
+"""How long a running build still has: the plan's per-object predictions replayed on what has
+finished and what is running.
+
+The plan predicts every object's seconds (``planner.object_seconds``: another build's times,
+scaled to this cell's archs, threads and contention) and ninja starts the objects in
+build.ninja's order on ``jobs`` slots. While the build runs, the sampler
+(runners/inside/sampling.py) says which objects are compiling and since when, and which have
+finished and how long they took. The estimate is a replay of the rest:
+
+- ``speed``: the seconds the finished objects took over what was predicted for them, with a
+  prior of one wave of objects (``jobs`` of them) at the predicted speed, so one early object
+  cannot swing it; a running object already slower than that counts at its elapsed time.
+- Each running object keeps ``speed x predicted - elapsed``; one past that is taken to be
+  nearly done (a tenth of its prediction).
+- The objects not started yet start in build.ninja's order as slots free up.
+- Contention as it really goes: the predictions hold the plan's contention (every slot
+  compiling); when fewer objects are left than slots, the last ones compile faster
+  (replay.contention_factor on the objects still running).
+
+Before anything runs this is the plan's own replay, except for that last point (the planner
+counts full contention to the end: 1-2 % more for flash-attn), so the ETA starts at the
+planner's figure; with the plan's range (``spread``: lo/point, hi/point) it starts at the
+planner's range and narrows as objects finish and the speed is measured instead of assumed.
+Counting objects (``elapsed / done x remaining``) does neither: with the longest objects
+first it is 2-3.5x too high all build long.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from factory.planning.memory_model import ObjectTimes
+from factory.planning.ninja_log import LoggedObject
+from factory.planning.planner import object_seconds
+from factory.planning.replay import contention_factor
+
+OVERDUE_FRACTION = 0.1  # what an object past its predicted end still has, of its prediction
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Eta:
+    remaining: float  # seconds of compiling left (point estimate)
+    low: float  # the range; equal to ``remaining`` when the plan carries none
+    high: float
+    speed: float  # measured seconds / predicted seconds so far (1.0: as predicted)
+    done: int
+    running: int
+    total: int
+
+    @property
+    def ranged(self) -> bool:
+        return self.high - self.low >= 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"remaining_seconds": round(self.remaining, 1),
+                "remaining_range": [round(self.low, 1), round(self.high, 1)],
+                "speed": round(self.speed, 3), "done": self.done, "running": self.running,
+                "total": self.total}
+
+
+class EtaModel:
+    """``predicted``: object key -> predicted seconds in this build (at the plan's contention);
+    ``jobs``: ninja's slots; ``cpus`` and ``compilers_per_job`` (archs compiled at once): for
+    the contention as slots empty at the end (0 CPUs: constant, as the plan); ``order``: the
+    start order (build.ninja's; default longest first, what the factory writes); ``spread``:
+    the plan's range as factors of its point figure."""
+
+    def __init__(self, predicted: Mapping[str, float], *, jobs: int, cpus: int = 0,
+                 compilers_per_job: int = 1, order: Sequence[str] | None = None,
+                 spread: tuple[float, float] = (1.0, 1.0)) -> None:
+        self.predicted = {k: max(0.0, float(v)) for k, v in predicted.items()}
+        self.jobs = max(1, int(jobs))
+        self.cpus = max(0, int(cpus))
+        self.per_job = max(1, int(compilers_per_job))
+        self.spread = (min(spread[0], 1.0), max(spread[1], 1.0))
+        self.mean = (sum(self.predicted.values()) / len(self.predicted)) if self.predicted else 0.0
+        # the prior: one wave of objects at the predicted speed
+        self.prior = self.mean * min(self.jobs, max(1, len(self.predicted)))
+        self.order: list[str] = []
+        self.reorder(order or ())
+
+    def reorder(self, order: Sequence[str]) -> None:
+        """Start order as build.ninja has it (objects it does not name: longest first after)."""
+        known = [k for k in dict.fromkeys(order) if k in self.predicted]
+        seen = set(known)
+        self.order = known + sorted((k for k in self.predicted if k not in seen),
+                                    key=lambda k: -self.predicted[k])
+
+    @property
+    def total(self) -> int:
+        return len(self.predicted)
+
+    def planned_span(self) -> float:
+        """Every object at its prediction, nothing started: where the ETA begins."""
+        return self._makespan([], [self.predicted[k] for k in self.order])
+
+    def _speed(self, finished: Mapping[str, float], running: Mapping[str, float]) -> float:
+        took = predicted = self.prior
+        for key, seconds in finished.items():
+            if key in self.predicted:
+                took += seconds
+                predicted += self.predicted[key]
+        speed = took / predicted if predicted > 0 else 1.0
+        for key, elapsed in running.items():
+            p = self.predicted.get(key)
+            if p and elapsed > speed * p:  # already slower than that: at least this slow
+                took += elapsed
+                predicted += p
+        return took / predicted if predicted > 0 else 1.0
+
+    def estimate(self, *, finished: Mapping[str, float], running: Mapping[str, float],
+                 done: int | None = None, total: int | None = None) -> Eta:
+        """``finished``: key -> the seconds it took; ``running``: key -> seconds since it
+        started; ``done`` and ``total``: ninja's counts, when the sampler saw fewer objects
+        end (one shorter than a sample) or the build has objects the plan does not know."""
+        speed = self._speed(finished, running)
+        seen_done = sum(1 for k in finished if k in self.predicted)
+        n_done = max(seen_done, done or 0)
+        pending = [k for k in self.order if k not in finished and k not in running]
+        # ninja counted objects the sampler never saw end: the first in order
+        unseen = max(0, n_done - seen_done)
+        dropped = min(unseen, len(pending))
+        pending = pending[dropped:]
+        # objects ninja has and the plan does not know: the mean each
+        extra = max(0, (total or 0) - self.total - (unseen - dropped))
+        evidence = sum(self.predicted.get(k, 0.0) for k in finished)
+        # how much of the plan's range is left: the prior's share of the evidence
+        weight = math.sqrt(self.prior / (self.prior + evidence)) if self.prior > 0 else 0.0
+
+        def remaining(factor: float) -> float:
+            s = speed * factor
+            busy = []
+            for key, elapsed in running.items():
+                p = self.predicted.get(key, self.mean) * s
+                busy.append(p - elapsed if elapsed < p else OVERDUE_FRACTION * p)
+            rest = [self.predicted[k] * s for k in pending] + [self.mean * s] * extra
+            return self._makespan(busy, rest)
+
+        point = remaining(1.0)
+        low = remaining(1.0 + (self.spread[0] - 1.0) * weight)
+        high = remaining(1.0 + (self.spread[1] - 1.0) * weight)
+        return Eta(remaining=point, low=min(point, low), high=max(point, high), speed=speed,
+                   done=n_done, running=len(running), total=max(self.total, total or 0))
+
+    def _makespan(self, busy: Sequence[float], pending: Sequence[float]) -> float:
+        """When the last object ends: ``busy`` objects with their seconds left, ``pending``
+        ones starting in order on the first free slot. Seconds are at the plan's contention;
+        with ``cpus`` they are replayed at the contention of the objects really running."""
+        full = contention_factor(self.jobs * self.per_job, self.cpus) if self.cpus else 1.0
+        active = [max(0.0, b) / full for b in busy]  # seconds alone still to go
+        queue = [p / full for p in reversed(pending)]  # popped from the end: in order
+        while len(active) < self.jobs and queue:
+            active.append(queue.pop())
+        now = 0.0
+        while active:
+            rate = 1.0 / (contention_factor(len(active) * self.per_job, self.cpus)
+                          if self.cpus else full)
+            step = min(active)
+            now += step / rate
+            active = [a - step for a in active if a - step > 1e-9]
+            while len(active) < self.jobs and queue:
+                active.append(queue.pop())
+        return now
+
+
+def model_for(times: ObjectTimes | None, *, archs: int, jobs: int, threads: int, cpus: int,
+              spread: tuple[float, float] = (1.0, 1.0)) -> EtaModel | None:
+    """The ETA of a build planned at ``jobs`` x ``threads`` on ``cpus`` from the history's
+    per-object ``times``; None without them."""
+    if times is None or not times.seconds:
+        return None
+    seconds = object_seconds(times, archs=archs, jobs=jobs, threads=threads, cpus=cpus)
+    return EtaModel(seconds, jobs=jobs, cpus=cpus, compilers_per_job=min(threads, archs),
+                    spread=spread)
+
+
+def spread_of(plan: Any) -> tuple[float, float]:
+    """The plan's range of compile time as factors of its point figure; (1, 1) without one."""
+    point = getattr(plan, "predicted_seconds", None)
+    span = getattr(plan, "predicted_seconds_range", None)
+    if not point or not span:
+        return (1.0, 1.0)
+    low, high = span
+    return (float(low) / point, float(high) / point)
+
+
+def replay_log(model: EtaModel, timeline: Sequence[LoggedObject], at: float) -> Eta:
+    """The ETA the build would have shown ``at`` seconds in, from a finished build's timeline:
+    finished and running objects as the sampler would have seen them, build.ninja's order as
+    the log shows it."""
+    model.reorder([o.key for o in timeline])
+    finished = {o.key: o.end - o.start for o in timeline if o.end <= at}
+    running = {o.key: at - o.start for o in timeline if o.start <= at < o.end}
+    return model.estimate(finished=finished, running=running, total=len(timeline))

@@ -1,0 +1,174 @@
+"""What a build prints in CI: the step summary in Markdown (checked by a Markdown parser), the
+schedule's summary, and the error annotation of a failed command on GitHub Actions."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from markdown_it import MarkdownIt
+
+from factory import actions
+from factory.cli import main
+from factory.commands import build as build_command
+from factory.errors import BuildError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tables(markdown: str) -> list[list[list[str]]]:
+    """Every table of a GitHub-flavoured Markdown text: rows of cell texts (the header first)."""
+    tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
+    found: list[list[list[str]]] = []
+    row: list[str] | None = None
+    for i, tok in enumerate(tokens):
+        if tok.type == "table_open":
+            found.append([])
+        elif tok.type == "tr_open":
+            row = []
+        elif tok.type == "tr_close" and row is not None:
+            found[-1].append(row)
+        elif tok.type in ("th_open", "td_open") and row is not None:
+            inline = tokens[i + 1]
+            row.append("".join(c.content for c in (inline.children or [])).strip())
+    return found
+
+
+@dataclasses.dataclass
+class Outcome:
+    cell_id: str
+    status: str
+    wheel: Path | None
+    attempts: tuple[dict[str, Any], ...]
+    seconds: float
+    detail: str = ""
+
+
+def test_the_build_summary_is_a_markdown_table() -> None:
+    outcomes = [Outcome("flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311", "built",
+                        Path("dist/flash_attn-2.8.3.post2+cu130torch2.14sm100-cp311.whl"),
+                        ({"cache_hits": 70, "cache_misses": 3},), 5432.0),
+                Outcome("x-1-torch2.14.1-cu130-sm100-cp312", "skipped", None, (), 0.4,
+                        "already published")]
+    failures = [("y-1-torch2.14.1-cu130-sm100-cp311",
+                 BuildError("build failed | exit 1\nsecond line"))]
+    md = build_command.summary_markdown(outcomes, failures, published=True)
+    assert md.startswith("### factory build: 2 done, 1 failed\n")
+    (table,) = tables(md)
+    assert table[0] == ["cell", "status", "time", "attempts", "cache hits/misses", "wheel"]
+    assert table[1] == ["flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311", "published",
+                        "1h30m", "1", "70/3",
+                        "flash_attn-2.8.3.post2+cu130torch2.14sm100-cp311.whl"]
+    assert table[2][1:] == ["skipped", "0s", "", "", "already published"]
+    # a pipe and a newline in a message stay inside their cell
+    assert table[3] == ["y-1-torch2.14.1-cu130-sm100-cp311", "failed", "", "", "",
+                        "build failed | exit 1 second line"]
+
+
+def test_factory_build_appends_its_summary_on_actions(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    summary.write_text("earlier step\n")
+
+    def fake_build(cells: Any, **_: Any) -> list[Outcome]:
+        return [Outcome(cells[0].cell.id, "built", None, (), 12.0)]
+
+    monkeypatch.setattr("factory.commands.build.build_cells", fake_build)
+    code = main(["build", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
+                 "--matrix", str(REPO / "matrix.toml")])
+    assert code == 0
+    text = summary.read_text()
+    assert text.startswith("earlier step\n### factory build: 1 done, 0 failed")
+    assert tables(text)[0][1][:3] == ["factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
+                                      "built", "12s"]
+
+
+def test_side_by_side_builds_append_whole_blocks(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    blocks = [actions.markdown_table(["n"], [[f"{i}-{j}"] for j in range(200)]) for i in range(4)]
+    threads = [threading.Thread(target=actions.append_summary, args=(b, summary)) for b in blocks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    found = tables(summary.read_text())
+    assert len(found) == 4 and all(len({r[0].split("-")[0] for r in t[1:]}) == 1 for t in found)
+
+
+def test_the_schedule_summary_is_markdown(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schedule", "--builders", str(REPO / ".github/builders.toml"),
+                 "--matrix", str(REPO / "matrix.toml"), "--markdown"]) == 0
+    md = capsys.readouterr().out
+    (table,) = tables(md)
+    assert table[0][:4] == ["builder", "slot", "memory", "CPUs"]
+    assert len(table) > 1 and all(row[2].endswith("GiB") for row in table[1:])
+    assert "Predicted makespan" in md
+
+
+def test_a_fenced_block_outlasts_the_backticks_inside() -> None:
+    text = "pip install x\n```not the end```"
+    md = actions.fenced(text)
+    tokens = MarkdownIt("commonmark").parse(md)
+    assert [t.type for t in tokens] == ["fence"] and tokens[0].content == text + "\n"
+
+
+def test_a_failed_command_is_annotated_on_actions(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    assert main(["plan", "no-such-cell", "--matrix", str(REPO / "matrix.toml")]) != 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("ERROR ")
+    assert err[-1].startswith("::error title=factory plan::")
+    monkeypatch.delenv("GITHUB_ACTIONS")
+    main(["plan", "no-such-cell", "--matrix", str(REPO / "matrix.toml")])
+    assert "::error" not in capsys.readouterr().err
+
+
+def test_workflow_command_escapes() -> None:
+    assert actions.error_annotation("50% done\nnext", title="a:b,c") == (
+        "::error title=a%3Ab%2Cc::50%25 done%0Anext")
+    assert actions.group_start("x\ny") == "::group::x%0Ay"
+
+
+def test_the_access_log_is_combined_log_format() -> None:
+    """host ident user [date] "request" status bytes "referer" "user-agent"; what a client
+    sends in a quoted field cannot end it."""
+    import re
+
+    from factory.index.server_http import access_line
+
+    headers = {"User-Agent": 'uv/0.13.9 "x"\nforged', "Referer": None}
+    line = access_line(client="10.0.0.7", method="GET", target="/simple/flash-attn/?token=s",
+                       version="HTTP/1.1", status=200, size=1234,
+                       headers=type("H", (dict,), {"get": dict.get})(headers),
+                       user="uploader", now=1796159325.0)
+    clf = re.compile(r'^(\S+) - (\S+) \[(\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d \+0000)\] '
+                     r'"(\S+) (\S+) (\S+)" (\d{3}) (\d+|-) "((?:[^"\\]|\\.)*)" '
+                     r'"((?:[^"\\]|\\.)*)"$')
+    m = clf.match(line)
+    assert m, line
+    assert m.groups()[:9] == ("10.0.0.7", "uploader", "01/Dec/2026:21:08:45 +0000", "GET",
+                              "/simple/flash-attn/", "HTTP/1.1", "200", "1234", "-")
+    assert m.group(10) == 'uv/0.13.9 \\"x\\"\\x0aforged' and "\n" not in line
+    assert "token" not in line
+
+
+def test_a_single_failed_build_is_in_the_summary_too(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+
+    def failing_build(cells: Any, **_: Any) -> list[Outcome]:
+        raise BuildError("build failed (exit 1)")
+
+    monkeypatch.setattr("factory.commands.build.build_cells", failing_build)
+    assert main(["build", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
+                 "--matrix", str(REPO / "matrix.toml")]) == BuildError.exit_code
+    (table,) = tables(summary.read_text())
+    assert table[1][:2] == ["factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "failed"]
