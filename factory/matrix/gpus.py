@@ -8,9 +8,8 @@ import functools
 import importlib.resources
 import re
 
-import tomllib
-
 from factory.matrix.cell import parse_arch
+from factory.tomlread import tomllib
 
 
 @functools.cache

@@ -11,11 +11,11 @@ import difflib
 from collections.abc import Mapping
 from pathlib import Path
 
-import tomllib
 from packaging.utils import canonicalize_name
 
 from factory.errors import ConfigError
 from factory.recipes.base import Recipe, SourceFix, cxx_standard
+from factory.tomlread import tomllib
 
 SHIPPED_DIR = Path(__file__).parent
 

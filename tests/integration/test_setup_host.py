@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 from conftest import REPO, cache_root
+
+from factory.tomlread import tomllib
 
 pytestmark = [pytest.mark.docker, pytest.mark.download]
 

@@ -277,3 +277,19 @@ def test_the_doc_names_every_fixture_module() -> None:
     tests_part = doc[doc.index("## Tests"):]
     missing = [p.name for p in sorted(TESTS.glob("*.py")) if f"`{p.name}`" not in tests_part]
     assert missing == []
+
+
+def test_only_tomlread_imports_tomllib() -> None:
+    """Python 3.10 (the declared floor, Ubuntu 22.04's python3) has no tomllib: every module and
+    test reads TOML through factory.tomlread, which falls back to tomli there."""
+    direct = []
+    for path in [*(REPO / "factory").rglob("*.py"), *(REPO / "tests").rglob("*.py"),
+                 *(REPO / "benchmarks").rglob("*.py")]:
+        if path == REPO / "factory" / "tomlread.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if "tomllib" in names:
+                direct.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert direct == []

@@ -114,7 +114,7 @@ def test_the_dry_run_lines_name_the_narrowing_the_standard_and_the_fixes() -> No
 
 
 def _recipe(table: str, name: str = "my-ext") -> Recipe:
-    import tomllib
+    from factory.tomlread import tomllib
 
     return Recipe.from_table(name, tomllib.loads(textwrap.dedent(table)), where=f"[recipes.{name}]",
                              origin="test")
