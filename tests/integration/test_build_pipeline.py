@@ -121,15 +121,20 @@ def test_planner_builds_where_a_fixed_max_jobs_is_oom_killed_and_an_oom_resumes(
     retry = lines[next(i for i, ln in enumerate(lines) if "attempt 2: MAX_JOBS" in ln):]
     progress = next(ln for ln in retry if "/5 objects" in ln)
     done = int(progress.split("/5 objects")[0].rsplit(" ", 1)[-1])
-    assert done >= first["objects_built"] >= 2, progress
+    # what the first attempt left in .ninja_log is what the retry does not compile; ninja's
+    # status count (objects_built) can be one higher: it prints an edge's end before it logs it,
+    # and the kill may fall between the two
+    total_objects = 5  # four kernels and the bindings
+    assert second["objects_total"] is not None
+    kept = total_objects - second["objects_total"]
+    assert done >= kept >= 2 and first["objects_built"] >= kept, progress
     stamp = Path(second["log"]).name.split("-attempt")[0]
     both = html5lib.parse((work / "logs" / f"{stamp}-report.html").read_text(),
                           namespaceHTMLElements=False)
     sections = [s.get("id") for s in both.iter("section")]
     assert sections == ["attempt-1", "attempt-2"]
     assert "OOM-killed" in "".join(both.find(".//table").itertext())
-    total_objects = 5  # four kernels and the bindings
-    assert second["objects_total"] is not None and second["objects_total"] < total_objects
+    assert second["objects_total"] < total_objects
     # ninja logs every finished object once per compile: none was compiled twice
     (ninja_log,) = (work / "src" / "build").glob("temp*/.ninja_log")
     outputs = [ln.split("\t")[3] for ln in ninja_log.read_text().splitlines()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import configparser
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -198,6 +199,9 @@ def _host(sm: int, cuda: str) -> HostInfo:
     )
 
 
+ACCESS_REQUEST = re.compile(r'\] "[A-Z]+ (\S+) [^"]*" \d{3} ')
+
+
 class Requests(logging.Handler):
     """The paths the embedded server answered, from its request log."""
 
@@ -206,8 +210,10 @@ class Requests(logging.Handler):
         self.paths: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.args and len(record.args) >= 3:
-            self.paths.append(str(record.args[2]))
+        # the access log's Combined Log Format: host - user [when] "METHOD /path VERSION" ...
+        m = ACCESS_REQUEST.search(record.getMessage())
+        if m:
+            self.paths.append(m.group(1))
 
 
 @pytest.fixture
