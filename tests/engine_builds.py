@@ -38,6 +38,10 @@ def cell_ids(archs: Iterable[str]) -> list[str]:
             for a in archs]
 
 
+# every line of a cell's build in CI starts with its short id: "[PKG@VARIANT-cpXY] "
+PREFIX = r"^(?:\[[^\]\s]+@[^\]\s]+\] )?"
+
+
 def built_counts(logs: Iterable[str]) -> Counter[str]:
     """How often each cell was built to the end (its ``cell ID`` step followed by a ``publish``
     step), over all the logs: a cell skipped as published, or killed mid-build, does not
@@ -46,9 +50,9 @@ def built_counts(logs: Iterable[str]) -> Counter[str]:
     for text in logs:
         cell = None
         for line in text.splitlines():
-            if m := re.match(r"^\[\s*[\d.]+s\] cell (\S+)$", line):
+            if m := re.match(PREFIX + r"\[\s*[\d.]+s\] cell (\S+)$", line):
                 cell = m.group(1)
-            elif cell and re.match(r"^\[\s*[\d.]+s\] publish to ", line):
+            elif cell and re.match(PREFIX + r"\[\s*[\d.]+s\] publish to ", line):
                 out[cell] += 1
                 cell = None
     return out
