@@ -32,6 +32,7 @@ from engine_builds import (
 from slurm_fixtures import Slurm, slurm_cluster
 
 from factory.store import open_store
+from factory.units import MIB, parse_size
 
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env
@@ -62,12 +63,6 @@ def _log(jobs: Path, name: str, job_id: str) -> Path:
     return jobs / "logs" / f"{name}-{job_id}.out"
 
 
-def _mib(text: str) -> float:
-    """A Slurm memory figure ("3584M", "3.50G", "1T") in MiB."""
-    units = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 ** 2}
-    return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
-
-
 def test_slurm_builds_each_cell_once_and_a_cancelled_jobs_cell_is_built_by_the_next(
         slurm: Slurm, tmp_path: Path, s3_spec: str, s3_env: dict[str, str]) -> None:
     matrix = engine_matrix(tmp_path / "matrix.toml", ARCHS_SLURM)
@@ -91,7 +86,7 @@ def test_slurm_builds_each_cell_once_and_a_cancelled_jobs_cell_is_built_by_the_n
         info = slurm.job(job_id)
         g = plan[info["Comment"].removeprefix("cuda-wheel-factory:")]
         # scontrol prints the request in its own units (3584M as "3.50G", to two decimals)
-        assert abs(_mib(info["MinMemoryNode"]) - _mib(g["memory"])) <= 10.24, info
+        assert abs(parse_size(info["MinMemoryNode"]) - parse_size(g["memory"])) <= 10.24 * MIB, info
         assert info["NumCPUs"] == str(g["cpus"]) == "1"
         assert info["Features"] == "x86_64"
         h, m, s = (int(x) for x in info["TimeLimit"].split(":"))
