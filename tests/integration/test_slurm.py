@@ -32,7 +32,7 @@ from engine_builds import (
 from slurm_fixtures import Slurm, slurm_cluster
 
 from factory.store import open_store
-from factory.units import MIB, parse_size
+from factory.units import MIB, format_size, parse_size
 
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env
@@ -64,7 +64,11 @@ def _log(jobs: Path, name: str, job_id: str) -> Path:
 
 
 def test_slurm_builds_each_cell_once_and_a_cancelled_jobs_cell_is_built_by_the_next(
-        slurm: Slurm, tmp_path: Path, s3_spec: str, s3_env: dict[str, str]) -> None:
+        slurm: Slurm, tmp_path: Path, s3_spec: str, s3_env: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A history of this test's own: the plans (and so --mem, the job order and which job is
+    # cancelled) must not depend on what the builds of earlier tests recorded.
+    monkeypatch.setenv("FACTORY_MEMORY_HISTORY", str(tmp_path / "memory_history.json"))
     matrix = engine_matrix(tmp_path / "matrix.toml", ARCHS_SLURM)
     jobs = tmp_path / "jobs"
     env = {**s3_env, **slurm.env}
@@ -122,14 +126,21 @@ def test_slurm_builds_each_cell_once_and_a_cancelled_jobs_cell_is_built_by_the_n
     rebuilt = _log(jobs, victim, again[victim]).read_text()
     assert "source tree kept from an earlier run (resume)" in rebuilt
 
-    logs = [p.read_text() for p in (jobs / "logs").glob("*.out")]
+    logs = [p.read_text() for p in sorted((jobs / "logs").glob("*.out"))]
     counts = built_counts(logs)
     assert counts == {c: 1 for c in cell_ids(ARCHS_SLURM)}, counts  # each cell built once
     versions = [wheel_version(a) for a in ARCHS_SLURM]
     assert published_versions(s3_spec) == {v: 1 for v in versions}
-    # the planner read the allocation's own limit, not the host's memory
-    for text in logs:
-        if "attempt 1:" in text:
-            assert re.search(r"budget: 4\.\d GiB \(cgroup limit \(\S*slurm_\S+/job_\d+", text)
-            assert "1 CPU(s) (CPU affinity of this process)" in text
+    # the planner read the allocation's own limit (its group's --mem), not the host's memory
+    for path in sorted((jobs / "logs").glob("*.out")):
+        text = path.read_text()
+        if "attempt 1:" not in text:
+            continue
+        job_id = path.stem.rsplit("-", 1)[1]
+        group = re.search(r"^factory: job \d+ on \S+, group (\S+)$", text, re.MULTILINE)
+        assert group, text[:500]
+        size = re.escape(format_size(parse_size(plan[group[1]]["memory"])))
+        assert re.search(rf"budget: {size} \(cgroup limit \(\S*slurm_\S+/job_{job_id}\b",
+                         text), text[-3000:]
+        assert "1 CPU(s) (CPU affinity of this process)" in text
     assert_installable(s3_spec, tmp_path, versions)
