@@ -104,13 +104,53 @@ def test_the_dry_run_lines_name_the_narrowing_the_standard_and_the_fixes() -> No
     conv = get_recipe("causal-conv1d")
     lines = conv.describe(_cell(package="causal-conv1d", version="1.7.0"))
     assert lines[0].startswith("nvcc compiles sm_100 only")
-    assert "causal-conv1d's own arch list (sm_75, sm_80" in lines[1]
-    assert lines[1].endswith("is narrowed to sm_100")
+    assert lines[1] == ("causal-conv1d's own arch list with CUDA 13.0 (sm_75, sm_80, sm_87, "
+                        "sm_90, sm_100, sm_103, sm_110, sm_120, sm_121) is narrowed to sm_100")
     assert any(ln.startswith("C++20 for host and device code") for ln in lines)
     old = conv.describe(_cell(package="causal-conv1d", version="1.7.0", torch="2.11.0"))
     assert not any("C++" in ln for ln in old)
-    # a cell with all of flash-attn's archs narrows nothing of its own list
-    assert not any("narrowed" in ln for ln in FLASH.describe(_cell((80, 90, 100, 120))))
+
+
+# causal-conv1d 1.7.0's and mamba-ssm 2.3.2.post1's setup.py: sm_75, 80, 87, 90, + 100, 120 from
+# CUDA 12.8, + 103, 110, 121 from CUDA 13.0
+@pytest.mark.parametrize(("cuda", "own"), [
+    ("12.6", (75, 80, 87, 90)),
+    ("12.8", (75, 80, 87, 90, 100, 120)),
+    ("12.9", (75, 80, 87, 90, 100, 120)),
+    ("13.0", (75, 80, 87, 90, 100, 103, 110, 120, 121)),
+    ("13.2", (75, 80, 87, 90, 100, 103, 110, 120, 121)),
+])
+@pytest.mark.parametrize("name", ["causal-conv1d", "mamba-ssm"])
+def test_a_hard_coded_list_is_named_for_the_cells_cuda(name: str, cuda: str, own: tuple[int, ...]
+                                                        ) -> None:
+    recipe = get_recipe(name)
+    assert recipe.package_archs(cuda) == own
+    cell = Cell(package=name, version="1", torch="2.10.0", cuda=cuda, archs=(90,), python="3.11")
+    assert recipe.compilers(cell)["package_archs"] == list(own)
+    names = ", ".join(f"sm_{a}" for a in own)
+    assert recipe.describe(cell)[1] == (f"{name}'s own arch list with CUDA {cuda} ({names}) is "
+                                        "narrowed to sm_90")
+    # the tag's unmarked set is that list with CUDA 13.0
+    assert recipe.package_archs("13.0") == recipe.default_archs
+
+
+def test_the_own_list_line_without_a_hard_coded_list() -> None:
+    # a cell with all of a package's own archs narrows nothing
+    conv = get_recipe("causal-conv1d")
+    same = Cell(package="causal-conv1d", version="1.7.0", torch="2.10.0", cuda="12.8",
+                archs=(75, 80, 87, 90, 100, 120), python="3.11")
+    assert conv.describe(same)[1].endswith("is the cell's (sm_75, sm_80, sm_87, sm_90, sm_100, "
+                                           "sm_120): nothing is dropped")
+    # a package with its own arch variable builds what the factory sets there
+    assert FLASH.describe(_cell((90, 100)))[1] == (
+        "flash-attn builds the archs of FLASH_ATTN_CUDA_ARCHS, set to the cell's: "
+        "FLASH_ATTN_CUDA_ARCHS=90;100")
+    # no data (the generic recipe, a private one): neutral
+    for recipe in (GENERIC, _recipe('revision = "1"')):
+        assert recipe.package_archs("13.0") is None
+        assert recipe.describe(_cell())[1] == (
+            "the package's own list is unknown; nvcc will compile only sm_100")
+        assert recipe.compilers(_cell())["package_archs"] == []
 
 
 def _recipe(table: str, name: str = "my-ext") -> Recipe:
@@ -177,6 +217,13 @@ def test_arch_variable_spellings() -> None:
         ('revision = "1"\n[smoke-test]\nwith-dependencies = false',
          r"with-dependencies = false needs import"),
         ('revision = "1"\n[smoke-test]\nimport = ["not a module"]', r"is not a module name"),
+        ('revision = "1"\npackage-archs = ["9.0"]', r"package-archs must be an array of tables"),
+        ('revision = "1"\npackage-archs = [{ cuda = ">=12.8" }]',
+         r"package-archs #1 needs archs"),
+        ('revision = "1"\npackage-archs = [{ cuda = "12.8+", archs = ["9.0"] }]',
+         r"package-archs #1 cuda: '12.8\+' is not a version specifier"),
+        ('revision = "1"\npackage-archs = [{ cdua = ">=12.8", archs = ["9.0"] }]',
+         r"did you mean 'cuda'"),
     ],
 )
 def test_bad_recipe_tables_are_one_line_errors(table: str, message: str) -> None:
