@@ -81,6 +81,34 @@ def test_a_compile_with_none_of_the_cells_archs_is_refused_in_one_line(argv: lis
     assert "\n" not in message and "csrc/k.cu" in message and "sm_100" in message
 
 
+OUT_OF_CELL = ["-gencode", "arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90"]
+
+
+@pytest.mark.parametrize("phase", [
+    ["-E"], ["--preprocess"], ["-M"], ["-MM"], ["--generate-dependencies"],
+    ["--generate-nonsystem-dependencies"], ["-Xcompiler", "-M"], ["-Xcompiler=-fPIC,-MM"],
+    ["--compiler-options", "-MM"],
+])
+def test_a_call_that_makes_no_device_code_is_never_refused(phase: list[str]) -> None:
+    """Preprocessing or a dependency list compiles nothing: out-of-cell targets pass as they
+    are, and a call with the cell's arch among them is narrowed like the compile it serves."""
+    argv = [*phase, "csrc/k.cu", *OUT_OF_CELL]
+    assert narrow(argv, [100]) == (argv, {})
+    new, record = narrow([*argv, "-gencode=arch=compute_100,code=sm_100"], [100])
+    assert [a for a in new if "arch=" in a] == ["-gencode=arch=compute_100,code=sm_100"]
+    assert record["dropped"] == [80, 90]
+
+
+@pytest.mark.parametrize("argv", [
+    ["-c", "csrc/k.cu", "-MD", "-MF", "k.d", *OUT_OF_CELL],  # a dependency list beside a compile
+    ["-c", "csrc/k.cu", "-Xcompiler", "-MMD", *OUT_OF_CELL],
+    ["-c", "csrc/k.cu", "-Mfoo", *OUT_OF_CELL],  # not -M
+])
+def test_a_compile_that_also_lists_dependencies_is_still_refused(argv: list[str]) -> None:
+    with pytest.raises(Refused, match=r"none of the cell's archs \(sm_100\) for csrc/k.cu"):
+        narrow(argv, [100])
+
+
 @pytest.mark.parametrize(
     ("argv", "nvcc", "want", "changed"),
     [
