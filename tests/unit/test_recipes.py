@@ -4,6 +4,7 @@ the C++ standard torch needs, and every problem in one line."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -239,56 +240,69 @@ def test_unknown_recipe_gets_a_did_you_mean() -> None:
         get_recipe("flash_attn")
 
 
-# -- a recipe declared only in a matrix ---------------------------------------------------
-PRIVATE_MATRIX = """
-version = 1
-[settings]
-store = "store"
-[axes]
-torch = ["2.14.1"]
-cuda = ["13.0"]
-archs = [["10.0"]]
-python = ["3.11"]
-
-[recipes.team-ext]
-revision = "3"
-about = "our private extension"
-build-requires = ["setuptools", "wheel", "ninja", "packaging"]
-memory-model = "torch-extension"
-[recipes.team-ext.knobs]
-local-version = "FACTORY_LOCAL_VERSION"
-force-build = "TEAM_EXT_FORCE_BUILD=1"
-[recipes.team-ext.env]
-TEAM_EXT_FAST_MATH = "1"
-
-[packages.factory-example-ext]
-recipe = "team-ext"
-versions = ["0.1.0"]
-source = "{source}"
-"""
+# -- a recipe declared only in a matrix: docs/RECIPES.md's worked example --------------------
+PRIVATE_CELL = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
+PINS = ("torch", "cuda", "archs", "python", "platform")
 
 
-def _private_matrix(tmp_path: Path) -> Path:
+def _documented_snippets() -> tuple[str, str]:
+    """The recipe table and the package table of docs/RECIPES.md's worked example."""
+    text = (REPO / "docs" / "RECIPES.md").read_text()
+    section = text.split("## Adding a private extension", 1)[1].split("\n## ", 1)[0]
+    recipe, package = re.findall(r"```toml\n(.*?)```", section, re.S)
+    return recipe, package
+
+
+def _private_matrix(tmp_path: Path, *, pinned: bool = True) -> Path:
+    """The documented snippets in a matrix with the default matrix's [axes] (its tracking
+    rules); ``pinned`` False: the package table without its own axes."""
+    from factory.tomlread import tomllib
+
+    recipe, package = _documented_snippets()
+    package = package.replace('"tests/example_ext"', json.dumps(str(REPO / "tests/example_ext")))
+    if not pinned:
+        package = "".join(ln for ln in package.splitlines(keepends=True)
+                          if ln.split("=")[0].strip() not in PINS)
+    axes = tomllib.loads((REPO / "matrix.toml").read_text())["axes"]
     path = tmp_path / "matrix.toml"
-    path.write_text(PRIVATE_MATRIX.replace("{source}", str(REPO / "tests" / "example_ext")))
+    path.write_text('version = 1\n[settings]\nstore = "store"\n[axes]\n'
+                    + "".join(f"{k} = {json.dumps(v)}\n" for k, v in axes.items())
+                    + f"\n{recipe}\n{package}")
     return path
+
+
+def test_the_documented_example_is_the_one_cell_the_docs_name(tmp_path: Path) -> None:
+    (pc,) = load_matrix(_private_matrix(tmp_path)).cells
+    assert pc.cell.id == PRIVATE_CELL
+    assert f"this is one cell,\n`{PRIVATE_CELL}`" in (REPO / "docs" / "RECIPES.md").read_text()
+
+
+def test_without_its_own_axes_the_example_takes_the_default_matrix_rules(tmp_path: Path) -> None:
+    """What the docs say the package table's pins are for: the default [axes] track the newest
+    two torch minors, every CUDA torch ships, three arch sets, every Python and both CPUs."""
+    cells = [pc.cell for pc in load_matrix(_private_matrix(tmp_path, pinned=False)).cells]
+    assert len(cells) >= 24, [c.id for c in cells]  # "dozens of builds"
+    assert {c.archs for c in cells} == {(90,), (100,), (120,)}
+    assert {c.platform for c in cells} == {"x86_64", "aarch64"}
+    assert len({c.torch.rsplit(".", 1)[0] for c in cells}) == 2
+    assert len({c.python for c in cells}) > 1 and len({c.cuda for c in cells}) > 1
 
 
 def test_a_matrix_declares_a_recipe_of_its_own(tmp_path: Path) -> None:
     matrix = load_matrix(_private_matrix(tmp_path))
     (pc,) = matrix.cells
     assert pc.recipe.name == "team-ext" and pc.recipe.origin == str(tmp_path / "matrix.toml")
-    assert pc.recipe.revision == "3"
-    assert pc.content_key == pc.cell.content_key("3", manylinux=pc.manylinux)
+    assert pc.recipe.revision == "1"
+    assert pc.content_key == pc.cell.content_key("1", manylinux=pc.manylinux)
     assert "team-ext" not in RECIPES  # the matrix's own, not registered for anyone else
 
 
 def test_the_dry_run_of_a_matrix_recipe_shows_its_knobs(tmp_path: Path) -> None:
     """The bundled example built by a recipe declared only in a temporary matrix.toml: the dry
     run (the real CLI) shows its knobs, its fixed variables and the compiler wrappers."""
-    cell = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
     proc = subprocess.run(
-        [sys.executable, "-m", "factory", "build", cell, "--matrix", str(_private_matrix(tmp_path)),
+        [sys.executable, "-m", "factory", "build", PRIVATE_CELL, "--matrix",
+         str(_private_matrix(tmp_path)),
          "--dry-run", "--json"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
     )
@@ -298,6 +312,8 @@ def test_the_dry_run_of_a_matrix_recipe_shows_its_knobs(tmp_path: Path) -> None:
     assert d["env"]["FACTORY_LOCAL_VERSION"] == "cu130torch2.14sm100"
     assert d["env"]["TORCH_CUDA_ARCH_LIST"] == "10.0"
     assert d["compilers"]["archs"] == [100] and d["compilers"]["cxx_std"] == 20
+    assert ("the package's own list is unknown; nvcc will compile only sm_100"
+            in d["compilers"]["applies"])
     assert "build>=1.2" in d["requirements"]
     assert d["runner"]["inside_job"]["compilers"]["dir"] == "/factory/run/toolkit"
 
