@@ -78,3 +78,22 @@ def find_nvcc() -> Path | None:
         if home and (Path(home) / "bin/nvcc").is_file():
             return Path(home) / "bin/nvcc"
     return None
+
+
+def cuda_toolkit() -> Path:
+    """The real CUDA toolkit (its ``bin/nvcc`` and ``include/``) behind find_nvcc()'s nvcc, for
+    tests that put the factory's wrappers in front of it: a skip when there is none, a failure
+    under CI=true (the builders have nvcc; docker/setup-host.sh makes the CUDA 13.0 toolkit in
+    the test cache). An nvcc that is a script or link elsewhere (/usr/local/bin/nvcc) is
+    followed to the toolkit, else CUDA_HOME and /usr/local/cuda are tried."""
+    nvcc = find_nvcc()
+    homes = [] if nvcc is None else [nvcc.parent.parent, nvcc.resolve().parent.parent]
+    homes += [Path(h) for h in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if h]
+    for home in homes:
+        if (home / "bin/nvcc").is_file() and (home / "include/cuda_runtime.h").is_file():
+            return home
+    message = ("no CUDA toolkit (nvcc and include/cuda_runtime.h) on PATH, $CUDA_HOME, "
+               "/usr/local/cuda or the test cache")
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{message} (CI=true: a missing nvcc fails)")
+    pytest.skip(message)

@@ -28,9 +28,10 @@ from factory.matrix.settings import check_keys
 TORCH_CXX_STANDARDS: tuple[tuple[str, int], ...] = ((">=2.13", 20),)
 
 RECIPE_KEYS = {
-    "revision", "about", "build-requires", "default-archs", "supported-archs", "memory-model",
-    "knobs", "env", "fixes", "smoke-test", "check-build-requires",
+    "revision", "about", "build-requires", "default-archs", "supported-archs", "package-archs",
+    "memory-model", "knobs", "env", "fixes", "smoke-test", "check-build-requires",
 }
+PACKAGE_ARCH_KEYS = {"cuda", "archs"}
 KNOB_KEYS = {"archs", "arch-format", "arch-separator", "force-build", "skip-cuda-build",
              "local-version", "nvcc-threads"}
 FIX_KEYS = {"reason", "file", "replace", "with", "when"}
@@ -108,6 +109,9 @@ class Recipe:
     revision: str  # bump when the recipe changes what it produces; part of the content key
     default_archs: tuple[int, ...] | None  # what the package builds when told nothing
     supported_archs: frozenset[int] | None  # None: whatever nvcc supports
+    # the -gencode list the package's own build hard-codes, by the CUDA it is built with:
+    # (a CUDA specifier, '' for any; archs), every matching entry adds its archs
+    package_arch_ranges: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     build_requires: tuple[str, ...]  # installed from the wheelhouse next to torch
     fixes: tuple[SourceFix, ...] = ()
     # Upstream memory figures are per nvcc thread per arch; the planner reads this name.
@@ -120,6 +124,20 @@ class Recipe:
     check_build_requires: bool = True
     about: str = ""
     origin: str = ""  # where it was declared: 'shipped' or the matrix file
+
+    def package_archs(self, cuda: str) -> tuple[int, ...] | None:
+        """The archs the package's own build asks nvcc for with this CUDA (None: unknown)."""
+        if self.package_arch_ranges is None:
+            return None
+        found = {a for spec, archs in self.package_arch_ranges
+                 if Version(cuda) in SpecifierSet(spec) for a in archs}
+        return tuple(sorted(found))
+
+    def _arch_variable(self, cell: Cell) -> str:
+        """The cell's archs as the package's own arch variable spells them."""
+        k = self.knobs
+        return k.arch_separator.join(
+            k.arch_format.format(major=a // 10, minor=a % 10, sm=a) for a in cell.archs)
 
     def supports_threads(self) -> bool:
         """True when the package passes NVCC_THREADS (its variable) through to nvcc --threads."""
@@ -134,9 +152,7 @@ class Recipe:
         k = self.knobs
         env = {"TORCH_CUDA_ARCH_LIST": cell.arch_list, "MAX_JOBS": str(max_jobs)}
         if k.archs:
-            env[k.archs] = k.arch_separator.join(
-                k.arch_format.format(major=a // 10, minor=a % 10, sm=a) for a in cell.archs
-            )
+            env[k.archs] = self._arch_variable(cell)
         if k.nvcc_threads:
             env[k.nvcc_threads] = str(nvcc_threads)
         for pair in (k.force_build, k.skip_cuda_build):
@@ -165,16 +181,14 @@ class Recipe:
         the cell's archs (targets outside them dropped, a compile left with none refused) and,
         where torch needs it, host and device code use its C++ standard."""
         return {"archs": list(cell.archs), "cxx_std": cxx_standard(cell.torch),
-                "package_archs": list(self.default_archs or ())}
+                "package_archs": list(self.package_archs(cell.cuda) or ())}
 
     def describe(self, cell: Cell) -> list[str]:
         """Every flag and fix the build of ``cell`` gets, one line each (the dry run's)."""
         sm = sm_names(cell.archs)
         lines = [f"nvcc compiles {sm} only: any -gencode/-arch/--generate-code target outside it "
                  "is dropped, a compile left with none of them fails"]
-        if self.default_archs and set(self.default_archs) != set(cell.archs):
-            own = sm_names(self.default_archs)
-            lines.append(f"{self.name}'s own arch list ({own}) is narrowed to {sm}")
+        lines.append(self._own_list(cell))
         std = cxx_standard(cell.torch)
         if std:
             lines.append(f"C++{std} for host and device code (torch {cell.torch} headers need it): "
@@ -182,6 +196,22 @@ class Recipe:
                          "when the package gives none")
         lines += [f"source fix: {f.reason} ({f.file})" for f in self.fixes_for(cell)]
         return lines
+
+    def _own_list(self, cell: Cell) -> str:
+        """What becomes of the package's own arch list in this cell (the dry run's line)."""
+        sm = sm_names(cell.archs)
+        if self.knobs.archs:
+            return (f"{self.name} builds the archs of {self.knobs.archs}, set to the cell's: "
+                    f"{self.knobs.archs}={self._arch_variable(cell)}")
+        own = self.package_archs(cell.cuda)
+        if own is None:
+            return f"the package's own list is unknown; nvcc will compile only {sm}"
+        what = f"{self.name}'s own arch list with CUDA {cell.cuda}"
+        if not own:
+            return f"{what} is empty; nvcc will compile only {sm}"
+        if set(own) == set(cell.archs):
+            return f"{what} is the cell's ({sm}): nothing is dropped"
+        return f"{what} ({sm_names(own)}) is narrowed to {sm}"
 
     @classmethod
     def from_table(cls, name: str, table: Any, *, where: str, origin: str) -> Recipe:
@@ -208,6 +238,7 @@ class Recipe:
             default_archs=_archs(table, "default-archs", where),
             supported_archs=(None if (s := _archs(table, "supported-archs", where)) is None
                              else frozenset(s)),
+            package_arch_ranges=_package_archs(table, where),
             build_requires=tuple(_strings(table.get("build-requires", []),
                                           f"{where} build-requires")),
             fixes=tuple(_fix(f, f"{where} fixes #{i + 1}")
@@ -226,9 +257,9 @@ def _strings(value: Any, where: str) -> list[str]:
     return value
 
 
-def _tables(value: Any, where: str) -> list[dict[str, Any]]:
+def _tables(value: Any, where: str, example: str = "[[...fixes]]") -> list[dict[str, Any]]:
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise ConfigError(f"{where} must be an array of tables ([[...fixes]])")
+        raise ConfigError(f"{where} must be an array of tables ({example})")
     return value
 
 
@@ -242,6 +273,29 @@ def _archs(table: Mapping[str, Any], key: str, where: str) -> tuple[int, ...] | 
     if not archs:
         raise ConfigError(f"{where} {key} is an empty list")
     return archs
+
+
+def _package_archs(table: Mapping[str, Any],
+                   where: str) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    """``package-archs = [{ cuda = ">=12.8", archs = ["10.0"] }, ...]``."""
+    if "package-archs" not in table:
+        return None
+    entries = _tables(table["package-archs"], f"{where} package-archs",
+                      example='[{ cuda = ">=12.8", archs = ["10.0", "12.0"] }]')
+    out = []
+    for i, entry in enumerate(entries):
+        at = f"{where} package-archs #{i + 1}"
+        check_keys(entry, PACKAGE_ARCH_KEYS, at)
+        spec = entry.get("cuda", "")
+        try:
+            SpecifierSet(spec if isinstance(spec, str) else "!")
+        except InvalidSpecifier:
+            raise ConfigError(f"{at} cuda: {spec!r} is not a version specifier") from None
+        archs = _archs(entry, "archs", at)
+        if archs is None:
+            raise ConfigError(f"{at} needs archs = [\"9.0\", ...]")
+        out.append((spec, archs))
+    return tuple(out)
 
 
 def _var(value: Any, where: str) -> str:

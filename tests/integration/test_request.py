@@ -30,6 +30,33 @@ def _isolated_matrix(tmp_path: Path) -> Path:
     return write_example_matrix(tmp_path / "matrix.toml", work_dir=cache / "work")
 
 
+# The end-to-end build's recipe, declared only in its matrix as docs/RECIPES.md shows a team
+# doing (the generic recipe's build requirements: the same venv and wheelhouse). Its fixed
+# variable shows in the build: setuptools adds CPPFLAGS to every host compile.
+TEAM_RECIPE = """
+[recipes.team-ext]
+revision = "1"
+about = "the bundled example as a team's private extension"
+build-requires = ["setuptools", "wheel", "ninja", "packaging"]
+memory-model = "torch-extension"
+[recipes.team-ext.knobs]
+local-version = "FACTORY_LOCAL_VERSION"
+force-build = "TEAM_EXT_FORCE_BUILD=1"
+[recipes.team-ext.env]
+CPPFLAGS = "-DTEAM_EXT_FAST_MATH=1"
+"""
+
+
+def _team_matrix(tmp_path: Path) -> Path:
+    """The isolated matrix with the example built by TEAM_RECIPE instead of a shipped recipe."""
+    path = _isolated_matrix(tmp_path)
+    text = path.read_text()
+    assert 'recipe = "torch-extension"' in text
+    path.write_text(text.replace('recipe = "torch-extension"', 'recipe = "team-ext"')
+                    + TEAM_RECIPE)
+    return path
+
+
 def _docker_ready() -> str | None:
     from conftest import cache_root
 
@@ -45,15 +72,16 @@ def _docker_ready() -> str | None:
 @pytest.mark.docker
 @pytest.mark.slow
 def test_request_end_to_end_with_the_bundled_extension(tmp_path: Path) -> None:
-    """A real build in docker (about 1.5 min of nvcc on 2 idle cores), published, then answered
-    from the store by a second request that builds nothing."""
+    """A real build in docker (about 1.5 min of nvcc on 2 idle cores) through a recipe declared
+    only in the matrix, published, then answered from the store by a second request that builds
+    nothing."""
     reason = _docker_ready()
     if reason:
         pytest.skip(reason)
     store = tmp_path / "store"
     args = ["request", "factory-example-ext==0.1.0", "--torch", "2.14.1", "--cuda", "13.0",
             "--arch", "10.0", "--python", "3.11", "--store", str(store),
-            "--out", str(tmp_path / "dist"), "--matrix", str(_isolated_matrix(tmp_path))]
+            "--out", str(tmp_path / "dist"), "--matrix", str(_team_matrix(tmp_path))]
     looked = factory_cli(*args, "--check", timeout=300)  # only looks: nothing is built
     assert looked.returncode == 1 and "not published" in looked.stderr
     args.append("--yes")  # no terminal to ask on
@@ -70,3 +98,10 @@ def test_request_end_to_end_with_the_bundled_extension(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     (manifest,) = json.loads(shown.stdout)["manifests"]
     assert manifest["attempts"] and manifest["plan"]["max_jobs"] >= 1
+    # built by the matrix's own recipe: named in the provenance, its variable in the compile
+    assert manifest["recipe"]["name"] == "team-ext"
+    cell = tmp_path / "cache" / "work" / "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
+    (log,) = (cell / "logs").glob("*-attempt-1.log")
+    (host,) = [ln for ln in log.read_text().splitlines()
+               if ln.startswith("[") and "csrc/bindings.cpp" in ln and " -c " in ln]
+    assert " -DTEAM_EXT_FAST_MATH=1 " in f"{host} ", host

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tools import cuda_toolkit
 
+from factory.matrix.cell import Cell
+from factory.recipes import get_recipe
 from factory.runners.inside import toolkit
 from factory.runners.inside.build import compiler_summary
 from factory.runners.inside.compilers import Refused, narrow, raise_std
@@ -81,6 +83,34 @@ def test_a_compile_with_none_of_the_cells_archs_is_refused_in_one_line(argv: lis
     assert "\n" not in message and "csrc/k.cu" in message and "sm_100" in message
 
 
+OUT_OF_CELL = ["-gencode", "arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90"]
+
+
+@pytest.mark.parametrize("phase", [
+    ["-E"], ["--preprocess"], ["-M"], ["-MM"], ["--generate-dependencies"],
+    ["--generate-nonsystem-dependencies"], ["-Xcompiler", "-M"], ["-Xcompiler=-fPIC,-MM"],
+    ["--compiler-options", "-MM"],
+])
+def test_a_call_that_makes_no_device_code_is_never_refused(phase: list[str]) -> None:
+    """Preprocessing or a dependency list compiles nothing: out-of-cell targets pass as they
+    are, and a call with the cell's arch among them is narrowed like the compile it serves."""
+    argv = [*phase, "csrc/k.cu", *OUT_OF_CELL]
+    assert narrow(argv, [100]) == (argv, {})
+    new, record = narrow([*argv, "-gencode=arch=compute_100,code=sm_100"], [100])
+    assert [a for a in new if "arch=" in a] == ["-gencode=arch=compute_100,code=sm_100"]
+    assert record["dropped"] == [80, 90]
+
+
+@pytest.mark.parametrize("argv", [
+    ["-c", "csrc/k.cu", "-MD", "-MF", "k.d", *OUT_OF_CELL],  # a dependency list beside a compile
+    ["-c", "csrc/k.cu", "-Xcompiler", "-MMD", *OUT_OF_CELL],
+    ["-c", "csrc/k.cu", "-Mfoo", *OUT_OF_CELL],  # not -M
+])
+def test_a_compile_that_also_lists_dependencies_is_still_refused(argv: list[str]) -> None:
+    with pytest.raises(Refused, match=r"none of the cell's archs \(sm_100\) for csrc/k.cu"):
+        narrow(argv, [100])
+
+
 @pytest.mark.parametrize(
     ("argv", "nvcc", "want", "changed"),
     [
@@ -105,24 +135,50 @@ def test_the_cxx_standard_is_raised_never_lowered(
 
 
 # -- the wrapper in front of the real nvcc --------------------------------------------------
-KERNEL = "__global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }\n"
+# One tiny kernel that compiles only as C++20 (nvcc's own default is C++17).
+KERNEL = ("#if __cplusplus < 202002L\n#error not C++20\n#endif\n"
+          "__global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }\n")
+# A package that hard-codes four -gencode targets and -std=c++17, as causal-conv1d and mamba-ssm
+# do, and calls nvcc the way torch's builder does: $CUDA_HOME/bin/nvcc. Plain setuptools.
+SETUP_PY = """\
+import os
+import subprocess
+
+from setuptools import Command, setup
+
+GENCODE = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+           "-gencode", "arch=compute_100,code=sm_100", "-gencode", "arch=compute_120,code=sm_120"]
 
 
-def _real_toolkit() -> Path:
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("needs nvcc")
-    return Path(nvcc).resolve().parent.parent
+class BuildKernels(Command):
+    user_options = []
+
+    def initialize_options(self):
+        pass
+
+    def finalize_options(self):
+        pass
+
+    def run(self):
+        nvcc = os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+        subprocess.run([nvcc, "-c", "k.cu", "-o", "k.o", "-std=c++17", *GENCODE], check=True)
+
+
+setup(name="four-archs", version="0.1.0", py_modules=[], cmdclass={"build_kernels": BuildKernels})
+"""
 
 
 def _cuobjdump() -> str:
     return str(find_cuobjdump())  # the factory's own (a dependency: nvidia-cuda-cuobjdump)
 
 
-def _wrapped(tmp_path: Path, archs: list[int]) -> tuple[Path, dict[str, str]]:
-    """The build's toolkit as the build script makes it, and the variables it sets."""
-    real = _real_toolkit()
-    spec = {"archs": archs, "cxx_std": 20, "dir": str(tmp_path / "toolkit"),
+def _wrapped(tmp_path: Path, archs: tuple[int, ...]) -> tuple[Path, dict[str, str]]:
+    """The build's toolkit as the build script makes it for a torch 2.14.1 cell of ``archs``
+    (the job's compilers section is the generic recipe's), and the variables it sets."""
+    real = cuda_toolkit()
+    cell = Cell(package="four-archs", version="0.1.0", torch="2.14.1", cuda="13.0",
+                archs=archs, python="3.11")
+    spec = {**get_recipe("torch-extension").compilers(cell), "dir": str(tmp_path / "toolkit"),
             "log": str(tmp_path / "compilers.jsonl")}
     home, cxx = toolkit.install(spec, real=real, python=sys.executable,
                                 log=Log(str(tmp_path / "build.log")))
@@ -133,47 +189,51 @@ def _wrapped(tmp_path: Path, archs: list[int]) -> tuple[Path, dict[str, str]]:
     return home, env
 
 
-def test_the_wrapped_toolkit_compiles_only_the_cells_arch_with_real_nvcc(tmp_path: Path) -> None:
-    """A setup.py that hard-codes four -gencode targets, as causal-conv1d's does, compiled
-    through the build's CUDA_HOME: the object holds SASS for the cell's one arch only."""
-    home, env = _wrapped(tmp_path, [100])
-    (tmp_path / "k.cu").write_text(KERNEL)
-    four = [t for a in (80, 90, 100, 120) for t in ("-gencode", f"arch=compute_{a},code=sm_{a}")]
-    proc = subprocess.run([str(home / "bin" / "nvcc"), "-c", "k.cu", "-o", "k.o",
-                           "-std=c++17", *four], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    elf = subprocess.run([_cuobjdump(), "--list-elf", str(tmp_path / "k.o")],
+def _setup_py(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The package's build of its kernel, through the build's CUDA_HOME."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "setup.py").write_text(SETUP_PY)
+    (pkg / "k.cu").write_text(KERNEL)
+    return subprocess.run([sys.executable, "setup.py", "-q", "build_kernels"], cwd=pkg, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_setup_py_with_four_hard_coded_targets_compiles_the_cells_one(tmp_path: Path) -> None:
+    """Real nvcc: the object holds SASS for the cell's one arch only, and the package's pinned
+    -std=c++17 came out as C++20 (the kernel stops with #error below it) for torch 2.14.1."""
+    home, env = _wrapped(tmp_path, (100,))
+    proc = _setup_py(tmp_path, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    elf = subprocess.run([_cuobjdump(), "--list-elf", str(tmp_path / "pkg/k.o")],
                          capture_output=True, text=True, timeout=60).stdout
-    assert "sm_100" in elf and not any(f"sm_{a}" in elf for a in (80, 90, 120)), elf
+    cubins = {ln.rsplit(".", 2)[-2] for ln in elf.splitlines() if ".cubin" in ln}
+    assert cubins == {"sm_100"}, elf
     (rec,) = [json.loads(ln) for ln in (tmp_path / "compilers.jsonl").read_text().splitlines()]
-    assert rec["asked"] == [80, 90, 100, 120] and rec["compiled"] == [100]
+    assert rec["source"] == "k.cu" and rec["asked"] == [80, 90, 100, 120]
+    assert rec["compiled"] == [100] and rec["dropped"] == [80, 90, 120]
     assert rec["std"] == "-std=c++17 -> -std=c++20"
     summary = compiler_summary(str(tmp_path / "compilers.jsonl"))
-    assert summary["narrowed"] == 1 and summary["compiled_archs"] == [100]
+    assert summary["narrowed"] == 1 and summary["std_raised"] == 1
+    assert summary["compiled_archs"] == [100] and summary["refused"] is None
     # everything else of the toolkit is the real one, through links
-    assert (home / "include").resolve() == (_real_toolkit() / "include").resolve()
+    assert (home / "include").resolve() == (cuda_toolkit() / "include").resolve()
     assert subprocess.run(["nvcc", "--version"], env=env, capture_output=True,
                           timeout=60).returncode == 0
 
 
-def test_the_wrapper_refuses_a_compile_with_none_of_the_cells_archs(tmp_path: Path) -> None:
-    home, env = _wrapped(tmp_path, [100])
-    (tmp_path / "k.cu").write_text(KERNEL)
-    proc = subprocess.run([str(home / "bin" / "nvcc"), "-c", "k.cu", "-o", "k.o",
-                           "-gencode", "arch=compute_80,code=sm_80",
-                           "-gencode", "arch=compute_90,code=sm_90"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and not (tmp_path / "k.o").exists()
-    assert proc.stderr.strip().splitlines() == [
-        "factory: nvcc would compile none of the cell's archs (sm_100) for k.cu: "
-        "the package asks for sm_80, sm_90"]
+def test_a_setup_py_with_none_of_the_cells_archs_is_refused(tmp_path: Path) -> None:
+    _, env = _wrapped(tmp_path, (110,))
+    proc = _setup_py(tmp_path, env)
+    assert proc.returncode != 0 and not (tmp_path / "pkg/k.o").exists()
+    assert ("factory: nvcc would compile none of the cell's archs (sm_110) for k.cu: the package "
+            "asks for sm_80, sm_90, sm_100, sm_120\n") in proc.stderr
     assert compiler_summary(str(tmp_path / "compilers.jsonl"))["refused"].startswith(
-        "nvcc would compile none")
+        "nvcc would compile none of the cell's archs (sm_110)")
 
 
 def test_the_host_wrapper_raises_a_pinned_standard(tmp_path: Path) -> None:
-    home, env = _wrapped(tmp_path, [100])
+    home, env = _wrapped(tmp_path, (100,))
     (tmp_path / "x.cpp").write_text(
         "#include <compare>\nauto c = (1 <=> 2);\n"  # C++20 only
         "#if __cplusplus < 202002L\n#error not C++20\n#endif\n")

@@ -4,6 +4,7 @@ the C++ standard torch needs, and every problem in one line."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -104,13 +105,53 @@ def test_the_dry_run_lines_name_the_narrowing_the_standard_and_the_fixes() -> No
     conv = get_recipe("causal-conv1d")
     lines = conv.describe(_cell(package="causal-conv1d", version="1.7.0"))
     assert lines[0].startswith("nvcc compiles sm_100 only")
-    assert "causal-conv1d's own arch list (sm_75, sm_80" in lines[1]
-    assert lines[1].endswith("is narrowed to sm_100")
+    assert lines[1] == ("causal-conv1d's own arch list with CUDA 13.0 (sm_75, sm_80, sm_87, "
+                        "sm_90, sm_100, sm_103, sm_110, sm_120, sm_121) is narrowed to sm_100")
     assert any(ln.startswith("C++20 for host and device code") for ln in lines)
     old = conv.describe(_cell(package="causal-conv1d", version="1.7.0", torch="2.11.0"))
     assert not any("C++" in ln for ln in old)
-    # a cell with all of flash-attn's archs narrows nothing of its own list
-    assert not any("narrowed" in ln for ln in FLASH.describe(_cell((80, 90, 100, 120))))
+
+
+# causal-conv1d 1.7.0's and mamba-ssm 2.3.2.post1's setup.py: sm_75, 80, 87, 90, + 100, 120 from
+# CUDA 12.8, + 103, 110, 121 from CUDA 13.0
+@pytest.mark.parametrize(("cuda", "own"), [
+    ("12.6", (75, 80, 87, 90)),
+    ("12.8", (75, 80, 87, 90, 100, 120)),
+    ("12.9", (75, 80, 87, 90, 100, 120)),
+    ("13.0", (75, 80, 87, 90, 100, 103, 110, 120, 121)),
+    ("13.2", (75, 80, 87, 90, 100, 103, 110, 120, 121)),
+])
+@pytest.mark.parametrize("name", ["causal-conv1d", "mamba-ssm"])
+def test_a_hard_coded_list_is_named_for_the_cells_cuda(name: str, cuda: str, own: tuple[int, ...]
+                                                        ) -> None:
+    recipe = get_recipe(name)
+    assert recipe.package_archs(cuda) == own
+    cell = Cell(package=name, version="1", torch="2.10.0", cuda=cuda, archs=(90,), python="3.11")
+    assert recipe.compilers(cell)["package_archs"] == list(own)
+    names = ", ".join(f"sm_{a}" for a in own)
+    assert recipe.describe(cell)[1] == (f"{name}'s own arch list with CUDA {cuda} ({names}) is "
+                                        "narrowed to sm_90")
+    # the tag's unmarked set is that list with CUDA 13.0
+    assert recipe.package_archs("13.0") == recipe.default_archs
+
+
+def test_the_own_list_line_without_a_hard_coded_list() -> None:
+    # a cell with all of a package's own archs narrows nothing
+    conv = get_recipe("causal-conv1d")
+    same = Cell(package="causal-conv1d", version="1.7.0", torch="2.10.0", cuda="12.8",
+                archs=(75, 80, 87, 90, 100, 120), python="3.11")
+    assert conv.describe(same)[1].endswith("is the cell's (sm_75, sm_80, sm_87, sm_90, sm_100, "
+                                           "sm_120): nothing is dropped")
+    # a package with its own arch variable builds what the factory sets there
+    assert FLASH.describe(_cell((90, 100)))[1] == (
+        "flash-attn builds the archs of FLASH_ATTN_CUDA_ARCHS, set to the cell's: "
+        "FLASH_ATTN_CUDA_ARCHS=90;100")
+    # no data (the generic recipe, a private one): neutral
+    for recipe in (GENERIC, _recipe('revision = "1"')):
+        assert recipe.package_archs("13.0") is None
+        assert recipe.describe(_cell())[1] == (
+            "the package's own list is unknown; nvcc will compile only sm_100")
+        assert recipe.compilers(_cell())["package_archs"] == []
 
 
 def _recipe(table: str, name: str = "my-ext") -> Recipe:
@@ -177,6 +218,13 @@ def test_arch_variable_spellings() -> None:
         ('revision = "1"\n[smoke-test]\nwith-dependencies = false',
          r"with-dependencies = false needs import"),
         ('revision = "1"\n[smoke-test]\nimport = ["not a module"]', r"is not a module name"),
+        ('revision = "1"\npackage-archs = ["9.0"]', r"package-archs must be an array of tables"),
+        ('revision = "1"\npackage-archs = [{ cuda = ">=12.8" }]',
+         r"package-archs #1 needs archs"),
+        ('revision = "1"\npackage-archs = [{ cuda = "12.8+", archs = ["9.0"] }]',
+         r"package-archs #1 cuda: '12.8\+' is not a version specifier"),
+        ('revision = "1"\npackage-archs = [{ cdua = ">=12.8", archs = ["9.0"] }]',
+         r"did you mean 'cuda'"),
     ],
 )
 def test_bad_recipe_tables_are_one_line_errors(table: str, message: str) -> None:
@@ -192,56 +240,69 @@ def test_unknown_recipe_gets_a_did_you_mean() -> None:
         get_recipe("flash_attn")
 
 
-# -- a recipe declared only in a matrix ---------------------------------------------------
-PRIVATE_MATRIX = """
-version = 1
-[settings]
-store = "store"
-[axes]
-torch = ["2.14.1"]
-cuda = ["13.0"]
-archs = [["10.0"]]
-python = ["3.11"]
-
-[recipes.team-ext]
-revision = "3"
-about = "our private extension"
-build-requires = ["setuptools", "wheel", "ninja", "packaging"]
-memory-model = "torch-extension"
-[recipes.team-ext.knobs]
-local-version = "FACTORY_LOCAL_VERSION"
-force-build = "TEAM_EXT_FORCE_BUILD=1"
-[recipes.team-ext.env]
-TEAM_EXT_FAST_MATH = "1"
-
-[packages.factory-example-ext]
-recipe = "team-ext"
-versions = ["0.1.0"]
-source = "{source}"
-"""
+# -- a recipe declared only in a matrix: docs/RECIPES.md's worked example --------------------
+PRIVATE_CELL = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
+PINS = ("torch", "cuda", "archs", "python", "platform")
 
 
-def _private_matrix(tmp_path: Path) -> Path:
+def _documented_snippets() -> tuple[str, str]:
+    """The recipe table and the package table of docs/RECIPES.md's worked example."""
+    text = (REPO / "docs" / "RECIPES.md").read_text()
+    section = text.split("## Adding a private extension", 1)[1].split("\n## ", 1)[0]
+    recipe, package = re.findall(r"```toml\n(.*?)```", section, re.S)
+    return recipe, package
+
+
+def _private_matrix(tmp_path: Path, *, pinned: bool = True) -> Path:
+    """The documented snippets in a matrix with the default matrix's [axes] (its tracking
+    rules); ``pinned`` False: the package table without its own axes."""
+    from factory.tomlread import tomllib
+
+    recipe, package = _documented_snippets()
+    package = package.replace('"tests/example_ext"', json.dumps(str(REPO / "tests/example_ext")))
+    if not pinned:
+        package = "".join(ln for ln in package.splitlines(keepends=True)
+                          if ln.split("=")[0].strip() not in PINS)
+    axes = tomllib.loads((REPO / "matrix.toml").read_text())["axes"]
     path = tmp_path / "matrix.toml"
-    path.write_text(PRIVATE_MATRIX.replace("{source}", str(REPO / "tests" / "example_ext")))
+    path.write_text('version = 1\n[settings]\nstore = "store"\n[axes]\n'
+                    + "".join(f"{k} = {json.dumps(v)}\n" for k, v in axes.items())
+                    + f"\n{recipe}\n{package}")
     return path
+
+
+def test_the_documented_example_is_the_one_cell_the_docs_name(tmp_path: Path) -> None:
+    (pc,) = load_matrix(_private_matrix(tmp_path)).cells
+    assert pc.cell.id == PRIVATE_CELL
+    assert f"this is one cell,\n`{PRIVATE_CELL}`" in (REPO / "docs" / "RECIPES.md").read_text()
+
+
+def test_without_its_own_axes_the_example_takes_the_default_matrix_rules(tmp_path: Path) -> None:
+    """What the docs say the package table's pins are for: the default [axes] track the newest
+    two torch minors, every CUDA torch ships, three arch sets, every Python and both CPUs."""
+    cells = [pc.cell for pc in load_matrix(_private_matrix(tmp_path, pinned=False)).cells]
+    assert len(cells) >= 24, [c.id for c in cells]  # "dozens of builds"
+    assert {c.archs for c in cells} == {(90,), (100,), (120,)}
+    assert {c.platform for c in cells} == {"x86_64", "aarch64"}
+    assert len({c.torch.rsplit(".", 1)[0] for c in cells}) == 2
+    assert len({c.python for c in cells}) > 1 and len({c.cuda for c in cells}) > 1
 
 
 def test_a_matrix_declares_a_recipe_of_its_own(tmp_path: Path) -> None:
     matrix = load_matrix(_private_matrix(tmp_path))
     (pc,) = matrix.cells
     assert pc.recipe.name == "team-ext" and pc.recipe.origin == str(tmp_path / "matrix.toml")
-    assert pc.recipe.revision == "3"
-    assert pc.content_key == pc.cell.content_key("3", manylinux=pc.manylinux)
+    assert pc.recipe.revision == "1"
+    assert pc.content_key == pc.cell.content_key("1", manylinux=pc.manylinux)
     assert "team-ext" not in RECIPES  # the matrix's own, not registered for anyone else
 
 
 def test_the_dry_run_of_a_matrix_recipe_shows_its_knobs(tmp_path: Path) -> None:
     """The bundled example built by a recipe declared only in a temporary matrix.toml: the dry
     run (the real CLI) shows its knobs, its fixed variables and the compiler wrappers."""
-    cell = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
     proc = subprocess.run(
-        [sys.executable, "-m", "factory", "build", cell, "--matrix", str(_private_matrix(tmp_path)),
+        [sys.executable, "-m", "factory", "build", PRIVATE_CELL, "--matrix",
+         str(_private_matrix(tmp_path)),
          "--dry-run", "--json"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
     )
@@ -251,6 +312,8 @@ def test_the_dry_run_of_a_matrix_recipe_shows_its_knobs(tmp_path: Path) -> None:
     assert d["env"]["FACTORY_LOCAL_VERSION"] == "cu130torch2.14sm100"
     assert d["env"]["TORCH_CUDA_ARCH_LIST"] == "10.0"
     assert d["compilers"]["archs"] == [100] and d["compilers"]["cxx_std"] == 20
+    assert ("the package's own list is unknown; nvcc will compile only sm_100"
+            in d["compilers"]["applies"])
     assert "build>=1.2" in d["requirements"]
     assert d["runner"]["inside_job"]["compilers"]["dir"] == "/factory/run/toolkit"
 

@@ -7,8 +7,9 @@ nvcc: the cell's archs are what nvcc compiles, whatever the package asks for. A 
 hard-codes its ``-gencode`` list (causal-conv1d, mamba-ssm: nine archs with CUDA 13) would
 otherwise compile every one of them in a one-arch cell, and ``TORCH_CUDA_ARCH_LIST`` changes
 nothing. Targets outside the cell's archs are dropped (``-gencode``, ``--generate-code``,
-``-arch``/``-code``); a call left with no SASS for any of the cell's archs fails in one line; a
-compile that names no arch at all gets the cell's.
+``-arch``/``-code``); a call left with no SASS for any of the cell's archs fails in one line
+(one that makes no device code, ``-E`` or ``-M``, passes as it is); a compile that names no arch
+at all gets the cell's.
 
 C++ standard: where torch needs one (``FACTORY_CXX_STD``, torch >= 2.13: C++20), a pinned
 ``-std=c++14/17`` (nvcc or the host compiler, also inside ``-Xcompiler``) is raised to it, and an
@@ -39,6 +40,11 @@ _CODE = ("-code", "--gpu-code")
 # Options that make nvcc produce device code for its targets.
 _COMPILE = {"-c", "--compile", "-dc", "--device-c", "-dw", "--device-w", "-cubin", "--cubin",
             "-fatbin", "--fatbin", "-ptx", "--ptx", "-dlink", "--device-link"}
+# Options that make nvcc stop before device code: preprocessing, dependency lists (not -MD/-MMD,
+# which write the list beside a compile); a host compiler's -M/-MM through -Xcompiler likewise.
+_NO_DEVICE_CODE = {"-E", "--preprocess", "-M", "--generate-dependencies", "-MM",
+                   "--generate-nonsystem-dependencies"}
+_HOST_DEPENDENCIES = {"-M", "-MM"}
 # -std values below a standard (C++20: everything older).
 _OLD_STD = re.compile(r"(-std=|--std=)(c|gnu)\+\+(98|03|0x|11|1y|14|1z|17)\b")
 _STD_VALUE = re.compile(r"^(c|gnu)\+\+(98|03|0x|11|1y|14|1z|17)$")
@@ -150,9 +156,23 @@ def _source(argv: Sequence[str]) -> str:
     return ""
 
 
+def makes_no_device_code(argv: Sequence[str]) -> bool:
+    """A preprocess-only or dependency-only call (``-E``, ``-M``, ``-MM``, their long forms, or
+    a host compiler's ``-M``/``-MM`` through ``-Xcompiler``): nvcc compiles nothing."""
+    for i, arg in enumerate(argv):
+        if arg in _NO_DEVICE_CODE:
+            return True
+        host = _option(argv, i, _HOST_OPTS)
+        if host and _HOST_DEPENDENCIES & {h.strip() for h in host[0].split(",")}:
+            return True
+    return False
+
+
 def narrow(argv: Sequence[str], archs: Sequence[int]) -> tuple[list[str], dict[str, Any]]:
     """``argv`` (nvcc's arguments) with only the cell's ``archs`` as targets, and a record of
-    what changed (empty when nothing did). Raises Refused when none of them would be compiled."""
+    what changed (empty when nothing did). Raises Refused when none of them would be compiled;
+    a call that makes no device code (preprocessing, a dependency list) keeps its targets then:
+    it compiles nothing to refuse."""
     cell = sorted(set(archs))
     targets, spans, special = targets_of(argv)
     compiles = any(a in _COMPILE for a in argv)
@@ -171,6 +191,8 @@ def narrow(argv: Sequence[str], archs: Sequence[int]) -> tuple[list[str], dict[s
         kept += [(f"compute_{a}", [f"sm_{a}"]) for a in cell
                  if a not in _sass(kept)]
     asked, compiled = _sass(targets), _sass(kept)
+    if not compiled and makes_no_device_code(argv):
+        return list(argv), {}
     if not compiled:
         what = ", ".join(f"sm_{a}" for a in asked) or "PTX only"
         raise Refused(f"nvcc would compile none of the cell's archs ({wanted}) for "
