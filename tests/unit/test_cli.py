@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from factory.cli import build_parser, main
-from factory.commands._common import METAVAR_EXCEPTIONS, metavar_for, takes_value
 from factory.commands import matrix as matrix_command
+from factory.commands._common import METAVAR_EXCEPTIONS, metavar_for, takes_value
 from factory.errors import CellError, Interrupted, exit_codes
 
 REPO = Path(__file__).resolve().parents[2]
