@@ -80,6 +80,10 @@ def test_every_option_has_help_and_a_metavar_of_its_kind() -> None:
                 METAVAR_EXCEPTIONS:
             key = action.option_strings[-1]
             assert seen.setdefault(key, action.metavar) == action.metavar, where
+    for command, action in _actions():  # a kind the table names, also where choices check it
+        if action.choices is not None and action.option_strings and \
+                metavar_for(command, action) is not None:
+            assert action.metavar == metavar_for(command, action), (command, action.dest)
     for _, action in _actions():  # sizes are sizes everywhere
         if action.option_strings and action.option_strings[-1] in (
                 "--memory", "--max-unpacked", "--max-upload"):
