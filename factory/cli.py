@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
@@ -163,10 +164,32 @@ def _verbose(on: bool) -> Iterator[None]:
             os.environ[VERBOSE_ENV] = before
 
 
-def _error_json(exc: FactoryError) -> dict[str, object]:
-    return {"version": 1, "error": {
-        "exit_code": exc.exit_code, "type": type(exc).__name__, "message": exc.message,
-        "lines": list(exc.lines), "tip": exc.tip}}
+def _failed(exc: BaseException, *, code: int, lines: Sequence[str], tip: str | None = None,
+            argv: Sequence[str], wants_json: bool, traceback_too: bool,
+            annotate: bool = True) -> int:
+    """What every failure prints, then its exit code: with --debug the traceback first; under
+    --json the error as a JSON object on stdout; one ``ERROR`` line each (and a ``TIP``) on
+    stderr, naming the cell whose build failed outside a terminal; on GitHub Actions an error
+    annotation."""
+    if traceback_too:
+        traceback.print_exception(exc, file=sys.stderr)
+    if wants_json:
+        message = exc.message if isinstance(exc, FactoryError) else lines[0]
+        json.dump({"version": 1, "error": {
+            "exit_code": code, "type": type(exc).__name__, "message": message,
+            "lines": list(lines), "tip": tip}}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    cell = getattr(exc, "cell", None)
+    for line in lines:
+        print(logger.cell_line(f"ERROR {_one_line(line)}", cell, sys.stderr), file=sys.stderr)
+    if tip:
+        print(logger.cell_line(f"TIP {tip}", cell, sys.stderr), file=sys.stderr)
+    if annotate and actions.on_actions():
+        command = next((a for a in argv if a in COMMANDS), None)
+        print(actions.error_annotation("\n".join(lines),
+                                       title=f"factory {command}" if command else "factory"),
+              file=sys.stderr)
+    return code
 
 
 def _sigterm_unwinds() -> None:
@@ -192,35 +215,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args._run(args) or 0)
     except FactoryError as exc:
         # a usage error is no bug: one line even with --debug
-        if debug and not isinstance(exc, UsageError):
-            raise
-        if wants_json:
-            json.dump(_error_json(exc), sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        for line in exc.lines:
-            print(f"ERROR {_one_line(line)}", file=sys.stderr)
-        if exc.tip:
-            print(f"TIP {exc.tip}", file=sys.stderr)
-        if actions.on_actions():
-            command = next((a for a in argv if a in COMMANDS), None)
-            print(actions.error_annotation("\n".join(exc.lines),
-                                           title=f"factory {command}" if command else "factory"),
-                  file=sys.stderr)
-        return exc.exit_code
+        return _failed(exc, code=exc.exit_code, lines=exc.lines, tip=exc.tip, argv=argv,
+                       wants_json=wants_json,
+                       traceback_too=debug and not isinstance(exc, UsageError))
     except Interrupted as exc:
-        print(f"ERROR terminated ({exc})", file=sys.stderr)
-        return Interrupted.exit_code
-    except KeyboardInterrupt:
-        print("ERROR interrupted", file=sys.stderr)
-        return 130
+        return _failed(exc, code=Interrupted.exit_code, lines=[f"terminated ({exc})"],
+                       argv=argv, wants_json=wants_json, traceback_too=debug, annotate=False)
+    except KeyboardInterrupt as exc:
+        return _failed(exc, code=130, lines=["interrupted"], argv=argv, wants_json=wants_json,
+                       traceback_too=debug, annotate=False)
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # a bug: still one line unless --debug
-        if debug:
-            raise
-        print(
-            f"ERROR internal error: {type(exc).__name__}: {_one_line(str(exc))} "
-            "(run with --debug for a traceback)",
-            file=sys.stderr,
-        )
-        return 70
+    except Exception as exc:  # a bug: one line, and its traceback with --debug
+        line = f"internal error: {type(exc).__name__}: {_one_line(str(exc))}"
+        return _failed(exc, code=70,
+                       lines=[line if debug else f"{line} (run with --debug for a traceback)"],
+                       argv=argv, wants_json=wants_json, traceback_too=debug)

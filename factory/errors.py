@@ -11,6 +11,7 @@ class FactoryError(Exception):
     def __init__(self, message: str, *, tip: str | None = None) -> None:
         super().__init__(message)
         self.tip = tip
+        self.cell: str | None = None  # the short id of the cell whose build raised it
 
     @property
     def message(self) -> str:
@@ -135,6 +136,7 @@ class Interrupted(KeyboardInterrupt):
     FactoryError: ``except Exception`` must not swallow it."""
 
     exit_code = 143  # 128 + SIGTERM
+    cell: str | None = None  # the short id of the cell whose build it stopped
 
 
 def raise_interrupted(signum: int, frame: object) -> None:

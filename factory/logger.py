@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from factory import actions
+from factory.errors import FactoryError, Interrupted
 
 ROOT = "factory"
 # extra={"end": ""} keeps the line open: a progress bar redrawn with "\r", or a subprocess's
@@ -51,23 +52,41 @@ def current_cell() -> str | None:
 
 
 @contextlib.contextmanager
-def cell_lines(short_id: str, title: str | None = None) -> Iterator[None]:
-    """Lines written inside name the cell (outside a terminal); on GitHub Actions they fold into
-    one group titled ``title`` (the full cell id)."""
+def naming_cell(short_id: str) -> Iterator[None]:
+    """Lines written inside start with the cell's short id (outside a terminal); an error that
+    leaves carries it (``FactoryError.cell``), so the CLI's ERROR lines name the cell too."""
     token = _CELL.set(short_id)
+    try:
+        yield
+    except (FactoryError, Interrupted) as exc:
+        if exc.cell is None:
+            exc.cell = short_id
+        raise
+    finally:
+        _CELL.reset(token)
+
+
+@contextlib.contextmanager
+def cell_lines(short_id: str, title: str | None = None) -> Iterator[None]:
+    """A cell's build: its lines name the cell (``naming_cell``); on GitHub Actions they fold
+    into one group titled ``title`` (the full cell id)."""
     group = actions.groups_enabled()
     log = logging.getLogger(ROOT)
     if group:
         log.info(actions.group_start(title or short_id), extra=BARE)
     try:
-        yield
+        with naming_cell(short_id):
+            yield
     finally:
         if group:
             log.info(actions.group_end(), extra=BARE)
-        _CELL.reset(token)
 
 
-def _prefixed(text: str, cell: str) -> str:
+def cell_line(text: str, cell: str | None, stream: TextIO) -> str:
+    """``text`` as a line of ``cell`` (its short id in front of each line) where lines name their
+    cell: on ``stream`` when it is no terminal."""
+    if not cell or _interactive(stream):
+        return text
     return "".join(f"[{cell}] {line}" if line.strip() else line
                    for line in text.splitlines(keepends=True))
 
@@ -92,9 +111,8 @@ class LineHandler(logging.Handler):
         try:
             stream = self.stream
             text = record.getMessage() if getattr(record, "access", False) else self.format(record)
-            cell = _CELL.get()
-            if cell and not getattr(record, "bare", False) and not _interactive(stream):
-                text = _prefixed(text, cell)
+            if not getattr(record, "bare", False):
+                text = cell_line(text, _CELL.get(), stream)
             stream.write(text + getattr(record, "end", "\n"))
             stream.flush()
         except Exception:

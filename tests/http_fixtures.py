@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,30 @@ def pages(
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+def trickling(body: bytes, *, pieces: int, pause: float, length: bool = True
+              ) -> type[http.server.BaseHTTPRequestHandler]:
+    """A handler answering every GET with ``body`` in ``pieces`` parts, ``pause`` seconds apart
+    (a slow download); without ``length`` no Content-Length (the body ends with the
+    connection), quietly."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            if length:
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            step = -(-len(body) // pieces)
+            for at in range(0, len(body), step):
+                self.wfile.write(body[at:at + step])
+                self.wfile.flush()
+                time.sleep(pause)
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -144,11 +144,14 @@ def takes_value(action: argparse.Action) -> bool:
 
 
 def apply_metavars(parser: argparse.ArgumentParser, command: str = "") -> None:
-    """Give every option that takes a value and names no metavar the table's."""
+    """Give every option that takes a value and names no metavar the table's; an option with
+    choices too where the table names its kind (``request --platform CPU``, as ``work`` and
+    ``image sysroot`` say it), else argparse's ``{a,b}``."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, nested in action.choices.items():
                 apply_metavars(nested, command or name)
             continue
-        if takes_value(action) and action.metavar is None:
+        named_choices = action.choices is not None and bool(action.option_strings)
+        if action.metavar is None and (takes_value(action) or named_choices):
             action.metavar = metavar_for(command, action)

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +23,9 @@ from factory.commands._common import (
     store_from_args,
 )
 from factory.commands.matrix import selected_cells
-from factory.errors import FactoryError, ToolchainError, UsageError
-from factory.logger import Log
+from factory.errors import CellError, FactoryError, ToolchainError, UsageError
+from factory.logger import Log, naming_cell
+from factory.matrix.cell import Cell
 from factory.planning.budget import requested_budget
 from factory.runners import RUNNERS, runner_kind
 from factory.units import format_duration, format_size
@@ -141,8 +144,10 @@ def run(args: argparse.Namespace) -> int:
                         [], [(pc.cell.id, exc)], published=args.publish))
                 raise
             failures.append((pc.cell.id, exc))
-            log.error(f"FAILED {pc.cell.id}: {exc.message}", title=pc.cell.id)
-    summarize(log, outcomes, failures, published_to=store if args.publish else None)
+            with naming_cell(matrix.short_id(pc.cell)):
+                log.error(f"FAILED {pc.cell.id}: {exc.message}", title=pc.cell.id)
+    summarize(log, outcomes, failures, published_to=store if args.publish else None,
+              short_ids={pc.cell.id: matrix.short_id(pc.cell) for pc in cells})
     if actions.on_actions():
         actions.append_summary(summary_markdown(outcomes, failures, published=args.publish))
     if args.json:
@@ -154,10 +159,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summarize(log: Log, outcomes: list[Any], failures: list[tuple[str, FactoryError]], *,
-              published_to: str | None) -> None:
+              published_to: str | None, short_ids: Mapping[str, str] | None = None) -> None:
     """One line per cell at the end (what the CI log, a Slurm job's --output, a queue
-    worker's log shows last)."""
-    log.step("summary")
+    worker's log shows last), each naming its cell (``short_ids``: the matrix's, else the id's
+    own short id); the heading too where there is one cell."""
+    def named(cell_id: str) -> contextlib.AbstractContextManager[None]:
+        short = (short_ids or {}).get(cell_id) or _short_id(cell_id)
+        return naming_cell(short) if short else contextlib.nullcontext()
+
+    ids = list(dict.fromkeys([o.cell_id for o in outcomes] + [c for c, _ in failures]))
+    with named(ids[0]) if len(ids) == 1 else contextlib.nullcontext():
+        log.step("summary")
     for o in outcomes:
         n = len(o.attempts)
         extra = f", {n} attempt(s)" if n else ""
@@ -167,9 +179,19 @@ def summarize(log: Log, outcomes: list[Any], failures: list[tuple[str, FactoryEr
         where = o.wheel.resolve() if o.wheel else o.detail
         if o.wheel and published_to and o.status in ("built", "unchanged"):
             where = f"{where}, published to {published_to}"
-        log.detail(f"{o.status:9} {o.cell_id} ({o.seconds:.0f}s{extra}) -> {where}")
+        with named(o.cell_id):
+            log.detail(f"{o.status:9} {o.cell_id} ({o.seconds:.0f}s{extra}) -> {where}")
     for cell_id, error in failures:
-        log.detail(f"{'failed':9} {cell_id}: {error.message}")
+        with named(cell_id):
+            log.detail(f"{'failed':9} {cell_id}: {error.message}")
+
+
+def _short_id(cell_id: str) -> str | None:
+    """A cell id's short id; None for what is no cell id (a work-queue group's name)."""
+    try:
+        return Cell.from_id(cell_id).short_id
+    except CellError:
+        return None
 
 
 def outcomes_json(outcomes: list[Any]) -> list[dict[str, Any]]:

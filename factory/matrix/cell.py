@@ -25,6 +25,11 @@ DEFAULT_PLATFORM = "x86_64"
 _PLATFORM_ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64"}
 
 _ARCH_RE = re.compile(r"^(?:sm_?)?(\d{1,3})(?:\.(\d))?$")
+# A cell id's parts as ``Cell.id`` writes them (``Cell.from_id`` and ``matrix/nearest.py`` read it).
+ID_RE = re.compile(
+    r"(?P<pkg>[a-z0-9][a-z0-9._-]*?)-(?P<ver>[0-9][^-]*)-torch(?P<torch>[0-9][^-]*)"
+    r"-cu(?P<cu>\d{2,4})-(?P<archs>sm\d+(?:\+sm\d+)*)-cp3(?P<py>\d{1,2})"
+    r"(?:-(?P<plat>[a-z0-9_]+))?")
 
 # What a cell id may name (``check_plausible``): the Pythons torch has been built for, the CUDA
 # majors of torch's builds, and the compute capabilities NVIDIA's GPUs have
@@ -208,12 +213,7 @@ class Cell:
 
     @classmethod
     def from_id(cls, cell_id: str) -> Cell:
-        m = re.fullmatch(
-            r"(?P<pkg>[a-z0-9][a-z0-9._-]*?)-(?P<ver>[0-9][^-]*)-torch(?P<torch>[0-9][^-]*)"
-            r"-cu(?P<cu>\d{2,4})-(?P<archs>sm\d+(?:\+sm\d+)*)-cp3(?P<py>\d{1,2})"
-            r"(?:-(?P<plat>[a-z0-9_]+))?",
-            cell_id.strip().lower(),
-        )
+        m = ID_RE.fullmatch(cell_id.strip().lower())
         if not m:
             raise CellError(
                 f"unparseable cell id {cell_id!r}",

@@ -30,6 +30,7 @@ from factory.matrix.expand import Skipped, locked_cell, product
 from factory.matrix.indexes import indexes_table, torch_indexes_table
 from factory.matrix.lock import Lock, LockedCell, lock_path, matrix_digest, read_lock
 from factory.matrix.manylinux import host_glibc, manylinux_name, plat_for_image
+from factory.matrix.nearest import nearest_cell_id
 from factory.matrix.package import (
     AXES,
     AXIS_DEFAULTS,
@@ -130,31 +131,35 @@ class Matrix:
             f"-torch{cell.torch_minor}-", f"-torch{cell.torch}-", 1)
 
     def nearest(self, cell_id: str) -> str | None:
-        """The matrix's cell id that reads most like ``cell_id`` (a typo's fix)."""
-        ids = [pc.cell.id for pc in self.cells]
-        close = difflib.get_close_matches(cell_id.strip().lower(), ids, n=1, cutoff=0.0)
-        return close[0] if close else None
+        """The matrix cell nearest to ``cell_id``: the fewest axes changed (matrix/nearest.py)."""
+        return nearest_cell_id(cell_id, [pc.cell for pc in self.cells])
 
     def find(self, cell_id: str, *, outside: bool = False) -> PlannedCell:
         """The matrix's cell of this id; with ``outside`` (a one-off request, a rebuild of a
         published one-off) also a cell the matrix does not list, if its package is known and
-        the version exists. Else one line naming the matrix's nearest cell."""
-        nearest = self.nearest(cell_id)
-        hint = f"; the nearest matrix cell is {nearest}" if nearest else ""
+        the version exists. Else one line naming the matrix's nearest cell; a cell that cannot
+        be built (the matrix knows it, or its plan says so) is a cell error too."""
+
+        def hint() -> str:
+            nearest = self.nearest(cell_id)
+            return f"; the nearest matrix cell is {nearest}" if nearest else ""
+
         try:
             want = Cell.from_id(cell_id)
         except CellError as exc:
-            raise CellError(exc.message + hint, tip=exc.tip) from None
+            raise CellError(exc.message + hint(), tip=exc.tip) from None
         for pc in self.cells:
             if pc.cell == want:
                 return pc
         for skip in self.skipped:
             if skip.cell == want.id:
                 where = "" if want.id in skip.reason else f" ({want.id})"
-                raise ConfigError(f"{skip.reason}{where}")
+                raise CellError(f"{skip.reason}{where}{hint()}",
+                                tip="the matrix knows this cell will not build ('factory matrix' "
+                                "lists those with their reasons)")
         if not outside:
             where = f" {self.path}" if self.path else ""
-            raise CellError(f"{want.id} is not a cell of the matrix{where}{hint}",
+            raise CellError(f"{want.id} is not a cell of the matrix{where}{hint()}",
                             tip="'factory matrix' lists its cells; 'factory request' builds a "
                             "cell outside it")
         # A cell outside the matrix is fine (one-off requests) if its package is known and the
@@ -162,7 +167,10 @@ class Matrix:
         pkg = self.package(want.package)
         if want.version not in pkg.versions:
             pkg = self._other_version(pkg, want.version)
-        return plan_cell(want, pkg, self)
+        try:
+            return plan_cell(want, pkg, self)
+        except ConfigError as exc:  # the cell's fault, not the matrix file's
+            raise CellError(exc.message + hint(), tip=exc.tip) from None
 
     def _other_version(self, pkg: PackageSpec, version: str) -> PackageSpec:
         known = ", ".join(pkg.versions)

@@ -32,6 +32,7 @@ from factory.engine import docker_client
 from factory.errors import ToolchainError
 from factory.tarsafe import extract
 from factory.toolchain.cross import CPU_PLATFORMS, builder_platform
+from factory.toolchain.download import read_with_progress
 from factory.toolchain.images import image_progress
 from factory.toolchain.toolkit import HEADER_EXTRAS, STAMP
 
@@ -73,10 +74,14 @@ def _is_url(source: str) -> bool:
     return source.startswith(("http://", "https://", "file://"))
 
 
-def _get(url: str, *, timeout: float = 60) -> bytes:
+def _get(url: str, *, timeout: float = 60, progress: bool = False) -> bytes:
+    """The body at ``url``; with ``progress`` (an archive) read in chunks behind a progress
+    line."""
     request = urllib.request.Request(url, headers={"User-Agent": "cuda-wheel-factory"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
+            if progress:
+                return read_with_progress(resp, url.rsplit("/", 1)[-1])
             return bytes(resp.read())
     except urllib.error.HTTPError as exc:
         raise ToolchainError(f"{url} answered HTTP {exc.code}") from None
@@ -87,9 +92,9 @@ def _get(url: str, *, timeout: float = 60) -> bytes:
         ) from None
 
 
-def _read(source: str, relative: str) -> bytes:
+def _read(source: str, relative: str, *, progress: bool = False) -> bytes:
     if _is_url(source):
-        return _get(urllib.parse.urljoin(source.rstrip("/") + "/", relative))
+        return _get(urllib.parse.urljoin(source.rstrip("/") + "/", relative), progress=progress)
     path = Path(source) / relative
     try:
         return path.read_bytes()
@@ -189,7 +194,7 @@ def fetch_toolkit(
         scratch.mkdir()
         for archive in release.archives:
             (echo or _log.info)(f"{archive.component} {archive.version} from {release.source}")
-            data = _read(release.source, archive.relative_path)
+            data = _read(release.source, archive.relative_path, progress=True)
             got = hashlib.sha256(data).hexdigest()
             if got != archive.sha256:
                 raise ToolchainError(

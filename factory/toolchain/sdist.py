@@ -18,6 +18,7 @@ from packaging.utils import canonicalize_name
 
 from factory.errors import BuildError, CellError, ConfigError
 from factory.links import parse_anchors
+from factory.toolchain.download import read_with_progress
 
 _log = logging.getLogger(__name__)
 
@@ -32,8 +33,10 @@ def configured_index() -> str:
     return url if url.endswith("/") else url + "/"
 
 
-def _open(url: str, accept: str, *, timeout: float = 120) -> tuple[bytes, str]:
-    """GET with credentials from the URL (user:pass@host) sent as basic auth, as pip does."""
+def _open(url: str, accept: str, *, timeout: float = 120,
+          progress: str | None = None) -> tuple[bytes, str]:
+    """GET with credentials from the URL (user:pass@host) sent as basic auth, as pip does;
+    with ``progress`` (the file's name) read in chunks behind a progress line."""
     parts = urllib.parse.urlsplit(url)
     headers = {"Accept": accept, "User-Agent": "cuda-wheel-factory"}
     if parts.username:
@@ -48,6 +51,8 @@ def _open(url: str, accept: str, *, timeout: float = 120) -> tuple[bytes, str]:
     request = urllib.request.Request(url, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
+            if progress:
+                return read_with_progress(resp, progress), resp.geturl()
             return resp.read(), resp.geturl()
     except urllib.error.HTTPError as exc:
         raise BuildError(f"index answered HTTP {exc.code} for {_redact(url)}") from None
@@ -143,7 +148,7 @@ def fetch_sdist(
     if not expect:
         raise ConfigError(f"no sha256 for {filename}: pin one in the matrix (sha256 = ...)")
     _log.info(f"+ GET {_redact(url)}")
-    data, _ = _open(url, "*/*")
+    data, _ = _open(url, "*/*", progress=filename)
     got = hashlib.sha256(data).hexdigest()
     if got != expect:
         raise BuildError(f"sha256 mismatch for {filename}: expected {expect}, got {got}")

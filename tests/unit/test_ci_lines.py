@@ -15,6 +15,7 @@ from factory import actions
 from factory.cli import main
 from factory.commands import build as build_command
 from factory.errors import BuildError
+from factory.logger import Log, cell_lines, configure
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -172,3 +173,62 @@ def test_a_single_failed_build_is_in_the_summary_too(tmp_path: Path,
                  "--matrix", str(REPO / "matrix.toml")]) == BuildError.exit_code
     (table,) = tables(summary.read_text())
     assert table[1][:2] == ["factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "failed"]
+
+
+EXT = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
+EXT_SHORT = "factory-example-ext@cu130-torch2.14-sm100-cp311"
+CONV = "causal-conv1d-1.7.0-torch2.14.1-cu130-sm100-cp311"
+CONV_SHORT = "causal-conv1d@cu130-torch2.14-sm100-cp311"
+
+
+def _builds(failing: set[str]) -> Any:
+    """build_cells as the pipeline runs it: each cell inside its cell_lines; those in
+    ``failing`` raise."""
+    def build(cells: Any, *, matrix: Any, **_: Any) -> list[Outcome]:
+        out = []
+        for pc in cells:
+            with cell_lines(matrix.short_id(pc.cell), pc.cell.id):
+                Log().step(f"cell {pc.cell.id}")
+                if pc.cell.id in failing:
+                    raise BuildError("build failed (exit 1)", tip="the log: build.log")
+                out.append(Outcome(pc.cell.id, "built", None, (), 12.0))
+        return out
+    return build
+
+
+def test_the_lines_of_a_failed_build_end_naming_its_cell(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Builds side by side in one CI job: the final ERROR and TIP lines name the cell too."""
+    monkeypatch.setattr("factory.commands.build.build_cells", _builds({EXT}))
+    assert main(["build", EXT, "--matrix", str(REPO / "matrix.toml")]) == BuildError.exit_code
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2:] == [f"[{EXT_SHORT}] ERROR build failed (exit 1)",
+                        f"[{EXT_SHORT}] TIP the log: build.log"]
+    assert all(line.startswith(f"[{EXT_SHORT}] ") for line in err if line.strip())
+
+
+def test_failed_and_summary_lines_name_their_cells(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("factory.commands.build.build_cells", _builds({CONV}))
+    assert main(["build", CONV, EXT, "--matrix", str(REPO / "matrix.toml")]) == 7
+    err = capsys.readouterr().err.splitlines()
+    failed = next(line for line in err if "FAILED" in line)
+    assert failed.startswith(f"[{CONV_SHORT}] [") and f"FAILED {CONV}: build failed" in failed
+    summary = err[next(i for i, line in enumerate(err) if line.endswith("] summary")):]
+    assert not summary[0].startswith("[factory") and not summary[0].startswith("[causal")
+    assert summary[1].startswith(f"[{EXT_SHORT}] ") and "built" in summary[1]
+    assert summary[2].startswith(f"[{CONV_SHORT}] ") and "failed" in summary[2]
+    assert len(summary) == 3
+
+
+def test_a_one_cell_summary_names_the_cell_and_group_names_stay_bare(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    configure()
+    build_command.summarize(Log(), [Outcome(EXT, "built", None, (), 1.0)], [],
+                            published_to=None)
+    build_command.summarize(Log(), [], [("flash-attn-sm90 group", BuildError("x"))],
+                            published_to=None)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"[{EXT_SHORT}] [") and err[0].endswith("] summary")
+    assert err[1].startswith(f"[{EXT_SHORT}] ")
+    assert err[2].endswith("] summary") and err[3].strip().startswith("failed    flash-attn-sm90")

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from factory.cli import build_parser, main
+from factory.commands import matrix as matrix_command
 from factory.commands._common import METAVAR_EXCEPTIONS, metavar_for, takes_value
-from factory.errors import CellError, exit_codes
+from factory.errors import CellError, Interrupted, exit_codes
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = str(REPO / "matrix.toml")
@@ -50,9 +51,13 @@ def test_global_options_go_before_or_after_the_command(capsys: pytest.CaptureFix
     args = build_parser().parse_args(["plan", CELL, "--debug"])
     assert args.debug is True and args.verbose is False
     capsys.readouterr()
-    # --debug after the command is --debug: the cell's own error, with its traceback
-    with pytest.raises(CellError):
-        main(["plan", "--debug", "nosuch", "--matrix", MATRIX])
+    # --debug after the command is --debug: the cell's own error, with its traceback, and the
+    # class's exit code (not the interpreter's 1 of an uncaught exception)
+    assert main(["plan", "--debug", "nosuch", "--matrix", MATRIX]) == CellError.exit_code
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert "factory.errors.CellError: unparseable cell id 'nosuch'" in err
+    assert err.splitlines()[-2].startswith("ERROR unparseable cell id 'nosuch'")
     # a usage error is no bug: one line, even with --debug
     assert main(["plan", "--debug", "--no-such-option", CELL]) == 2
     err = capsys.readouterr().err
@@ -75,6 +80,10 @@ def test_every_option_has_help_and_a_metavar_of_its_kind() -> None:
                 METAVAR_EXCEPTIONS:
             key = action.option_strings[-1]
             assert seen.setdefault(key, action.metavar) == action.metavar, where
+    for command, action in _actions():  # a kind the table names, also where choices check it
+        if action.choices is not None and action.option_strings and \
+                metavar_for(command, action) is not None:
+            assert action.metavar == metavar_for(command, action), (command, action.dest)
     for _, action in _actions():  # sizes are sizes everywhere
         if action.option_strings and action.option_strings[-1] in (
                 "--memory", "--max-unpacked", "--max-upload"):
@@ -107,6 +116,31 @@ def test_errors_under_json_are_a_json_object_with_the_same_exit_code(
     assert err.startswith("ERROR unparseable cell id")  # the line for people stays
     rc = main(["plan", CELL, "--json", "--memory", "lots", "--matrix", MATRIX])
     assert rc == 2 and json.loads(capsys.readouterr().out)["error"]["type"] == "UsageError"
+
+
+@pytest.mark.parametrize(("raised", "code", "kind", "line"), [
+    (RuntimeError("boom"), 70, "RuntimeError", "internal error: RuntimeError: boom (run with "
+     "--debug for a traceback)"),
+    (KeyboardInterrupt(), 130, "KeyboardInterrupt", "interrupted"),
+    (Interrupted("signal 15"), 143, "Interrupted", "terminated (signal 15)"),
+])
+def test_a_bug_or_an_interrupt_under_json_is_the_same_json_error(
+        raised: BaseException, code: int, kind: str, line: str,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def run(args: argparse.Namespace) -> int:
+        raise raised
+
+    monkeypatch.setattr(matrix_command, "run", run)
+    assert main(["matrix", "--json"]) == code
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"version": 1, "error": {
+        "exit_code": code, "type": kind, "message": line, "lines": [line], "tip": None}}
+    assert err == f"ERROR {line}\n"
+    # --debug: the traceback as well, the same exit code
+    assert main(["matrix", "--debug"]) == code
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("Traceback (most recent call last):")
+    assert err.splitlines()[-1].startswith(f"ERROR {line.split(' (run with')[0]}")
 
 
 def test_bash_completes_commands_options_and_their_values(tmp_path: Path) -> None:

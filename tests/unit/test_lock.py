@@ -15,7 +15,7 @@ from index_wheels import make_wheel
 from pypi_standin import StandIn
 
 from factory.cli import main
-from factory.errors import ConfigError, UsageError
+from factory.errors import CellError, ConfigError, UsageError
 from factory.matrix.load import load_matrix
 from factory.matrix.lock import loads, lock_path, read_lock
 from factory.matrix.rules import (
@@ -153,7 +153,7 @@ def test_cells_known_not_to_build_are_data_with_their_reason() -> None:
     ids = {pc.cell.id for pc in m.cells}
     assert "flash-attn-2.8.3.post2-torch2.14.1-cu126-sm90-cp311" in ids  # 12.6 builds sm_90
     assert not ids & reasons.keys()
-    with pytest.raises(ConfigError, match="^sm_100 needs CUDA >= 12.8"):
+    with pytest.raises(CellError, match="^sm_100 needs CUDA >= 12.8"):  # the cell's fault
         m.find("flash-attn-2.8.3.post2-torch2.14.1-cu126-sm100-cp311")
 
 

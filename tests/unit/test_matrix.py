@@ -134,6 +134,48 @@ def test_an_implausible_cell_id_is_refused_with_the_nearest(typo: str, why: str)
         Cell.from_id(typo)
 
 
+FA = "flash-attn-2.8.3.post2-torch2.14.1"
+
+
+@pytest.mark.parametrize(("typed", "nearest"), [
+    # one axis mistyped: the cell with only that axis changed, to its closest value
+    (f"{FA}-cu130-sm100-cp31", f"{FA}-cu130-sm100-cp310"),  # not cp314 (string likeness)
+    (f"{FA}-cu130-sm100-cp39", f"{FA}-cu130-sm100-cp310"),
+    (f"{FA}-cu13-sm100-cp311", f"{FA}-cu130-sm100-cp311"),  # CUDA 13.x, not cu132
+    (f"{FA}-cu130-sm101-cp311", f"{FA}-cu130-sm100-cp311"),  # not sm120
+    (f"{FA}-cu130-sm99-cp311", f"{FA}-cu130-sm100-cp311"),
+    (f"{FA}-cu130-sm89-cp311", f"{FA}-cu130-sm90-cp311"),
+    (f"{FA}-cu128-sm100-cp312", f"{FA}-cu130-sm100-cp312"),  # keeps torch, changes the CUDA
+    ("flash-attn-2.8.3.post2-torch2.9.0-cu130-sm100-cp311", f"{FA}-cu130-sm100-cp311"),
+    ("flash-atn-2.8.3.post2-torch2.14.1-cu130-sm90-cp312-arm64", f"{FA}-cu130-sm90-cp312-aarch64"),
+    # a cell the matrix knows will not build: the nearest that builds keeps the GPU
+    (f"{FA}-cu126-sm100-cp311", f"{FA}-cu130-sm100-cp311"),
+])
+def test_the_nearest_cell_differs_in_the_fewest_axes(typed: str, nearest: str) -> None:
+    m = load_matrix(REPO / "matrix.toml")  # its lock: 100+ cells, offline
+    assert len(m.cells) > 100
+    assert nearest in {pc.cell.id for pc in m.cells}
+    assert m.nearest(typed) == nearest
+    with pytest.raises(CellError) as found:
+        m.find(typed)
+    assert found.value.message.endswith(f"; the nearest matrix cell is {nearest}")
+
+
+def test_an_id_that_does_not_parse_gets_the_likest_string() -> None:
+    m = load_matrix(REPO / "matrix.toml")
+    assert m.nearest("causal-conv1d") == "causal-conv1d-1.7.0-torch2.14.1-cu130-sm100-cp311"
+
+
+def test_a_cell_known_not_to_build_is_a_cell_error_with_its_reason(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "factory", "plan", f"{FA}-cu126-sm100-cp311"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == CellError.exit_code != ConfigError.exit_code
+    error, tip = r.stderr.strip().splitlines()
+    assert error == (f"ERROR sm_100 needs CUDA >= 12.8, but the cell asks for CUDA 12.6 "
+                     f"({FA}-cu126-sm100-cp311); the nearest matrix cell is {FA}-cu130-sm100-cp311")
+    assert tip.startswith("TIP the matrix knows this cell will not build")
+
+
 # -- validation -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("text", "expected"),

@@ -13,8 +13,9 @@ import pytest
 from http_fixtures import serving
 from redist_fixtures import make_mirror
 
+from factory import logger
 from factory.errors import ToolchainError
-from factory.toolchain import redist
+from factory.toolchain import download, redist
 
 
 def test_a_toolkit_from_a_mirror_dir_has_nvcc_headers_and_lib64(tmp_path: Path) -> None:
@@ -82,6 +83,20 @@ def test_a_toolkit_over_http(
         "12.8", tmp_path / "toolkits", source=served_mirror, echo=lambda _: None
     )
     assert (home / "bin" / "nvcc").is_file() and (home / "include" / "cuda_cccl.h").is_file()
+
+
+def test_each_archive_over_http_shows_its_bytes(
+    served_mirror: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(download, "QUIET_SECONDS", 0.0)  # the fake's archives come at once
+    logger.configure()
+    redist.fetch_toolkit("12.8", tmp_path / "toolkits", source=served_mirror, echo=lambda _: None)
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()]
+    shown = {line.split(": ")[0] for line in lines if " (100 %), " in line}
+    assert shown == {f"{c}-linux-x86_64-12.8.93-archive.tar.xz"
+                     for c in (*redist.COMPONENTS, *redist.HEADER_ONLY)}
+    assert not any("redistrib_" in line for line in lines)  # the manifest: no progress line
 
 
 def test_the_archives_are_those_of_the_builders_cpu(tmp_path: Path) -> None:

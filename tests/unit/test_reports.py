@@ -16,6 +16,7 @@ from factory.reports.build_report import (
     read_events,
 )
 from factory.reports.page import nice_ticks, time_ticks
+from factory.units import format_size
 
 NS = "{http://www.w3.org/1999/xhtml}"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -162,3 +163,31 @@ def test_coverage_of_a_matrix_with_tracking_rules_shows_its_cells_and_skips() ->
     for skip in matrix.skipped:
         if skip.cell in chips:
             assert chips[skip.cell].status == "cannot" and chips[skip.cell].detail == skip.reason
+
+
+def test_the_lanes_page_parses_and_draws_every_slot_and_cell(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``factory schedule --html`` on a few of the repo matrix's cells and one builder whose name
+    needs escaping: each slot a row, each cell a rect titled with its id, the makespan line."""
+    from factory.cli import main
+
+    builders = tmp_path / "builders.toml"
+    builders.write_text('[[builder]]\nname = "small & <quick>"\nmemory = "64g"\ncpus = 16\n'
+                        'platform = "x86_64"\n')
+    page = tmp_path / "lanes.html"
+    assert main(["schedule", "--builders", str(builders), "--html", str(page), "--json",
+                 "--matrix", str(Path(__file__).resolve().parents[2] / "matrix.toml"),
+                 "--package", "causal-conv1d", "--package", "factory-example-ext"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    slots = [s for b in doc["builders"] for s in b["slots"] if s["cells"]]
+    want = [c for s in slots for c in s["cells"]]
+    assert len(want) == 3
+    html = parse(page.read_text())
+    rects = html.findall(f".//{SVG}g[@class='cell']/{SVG}rect")
+    assert [r.find(f"{SVG}title").text.split(":")[0] for r in rects] == want
+    labels = [t.text for t in html.iter(f"{SVG}text") if t.text and " slot " in t.text]
+    assert labels == [f"small & <quick> slot {s['slot']} ({format_size(s['memory_bytes'])}, "
+                      "16 CPUs)" for s in slots]
+    assert html.find(f".//{SVG}line[@class='makespan_seconds']") is not None
+    sub = html.find(f".//{NS}p[@class='sub']")
+    assert "".join(sub.itertext()).startswith("3 cell(s); predicted makespan")

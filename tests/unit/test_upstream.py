@@ -15,7 +15,7 @@ from index_wheels import make_wheel
 from pypi_standin import StandIn
 
 from factory.cli import main
-from factory.errors import ConfigError, UpstreamError
+from factory.errors import CellError, ConfigError, UpstreamError
 from factory.upstream.facts import SNAPSHOT, shipped_snapshot
 from factory.upstream.read import Indexes, read_facts
 from factory.upstream.snapshot import make_snapshot
@@ -109,8 +109,10 @@ def test_request_refuses_a_missing_pair_in_one_line(capsys: pytest.CaptureFixtur
                  "--arch", "10.0", "--python", "3.11", "--print-cell",
                  "--matrix", str(REPO / "matrix.toml")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == ConfigError.exit_code
+    assert code == CellError.exit_code  # the cell asked for, not the matrix file, is wrong
     assert err[0].startswith("ERROR torch 2.14.1 has no CUDA 12.8 build (its builds: 12.6")
+    assert err[0].endswith("; the nearest matrix cell is "
+                           "flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp311")
 
 
 # -- the CUDA a wheel's requirements pin -----------------------------------------------------------

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 from http_fixtures import pages, serving
 
+from factory import logger
 from factory.errors import BuildError, ConfigError
-from factory.toolchain import sdist
+from factory.toolchain import download, sdist
 from factory.toolchain import wheelhouse as wh
+from factory.units import format_size
 
 
 def test_platform_tags_cover_every_manylinux_tag_the_glibc_accepts() -> None:
@@ -134,6 +136,21 @@ def test_fetch_sdist_checks_the_hash_and_reuses_the_file(
     hits = len(simple_index["hits"])
     assert sdist.fetch_sdist("flash_attn", "2.8.3", SDIST_SHA, tmp_path) == path
     assert len(simple_index["hits"]) == hits  # already there with the right hash: no request
+
+
+def test_fetch_sdist_shows_the_files_bytes(
+    simple_index: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(download, "QUIET_SECONDS", 0.0)  # the stand-in answers at once
+    logger.configure()
+    sdist.fetch_sdist("flash-attn", "2.8.3", SDIST_SHA, tmp_path,
+                      index_url=simple_index["url"])
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()]
+    size = format_size(len(SDIST))
+    assert any(line.startswith(f"flash_attn-2.8.3.tar.gz: {size} of {size} (100 %), ")
+               for line in lines), lines
+    assert not any(line.startswith("flash-attn") for line in lines)  # the page: no progress
 
 
 def test_fetch_sdist_refuses_a_pin_the_index_contradicts(
