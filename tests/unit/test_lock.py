@@ -338,7 +338,7 @@ def test_matrix_shows_the_summary_the_facts_and_the_reasons(
     assert (out.index("where the facts came from") < out.index("\ncells\n")
             < out.index("known not to build (never attempted)"))
     assert "torch 2.14.1, 2.15.0: releases, Pythons and CPUs" in out
-    assert "https://pypi.org/simple/torch/, read 2026-12-01" in out
+    assert "https://pypi.org/simple/torch/, read 2026-12-02" in out
     assert "declared (PyTorch 2.14 release notes" in out
     assert "why       sm_100 needs CUDA >= 12.8" in out
     assert main(["matrix", "--matrix", str(matrix_file), "--json"]) == 0
@@ -420,4 +420,10 @@ def test_the_shipped_lock_is_current_and_tracks_what_users_run() -> None:
     assert {c.python for c in fa if c.torch == "2.15.0"} == {"3.11", "3.12", "3.13", "3.14",
                                                              "3.15"}
     assert len(m.cells_of(["factory-example-ext"])) == 1  # the quick start builds one cell
+    # every PyPI package of the default matrix is in the snapshot: its cells name their sdist
+    lock = read_lock(lock_path(repo / "matrix.toml"))
+    assert lock is not None
+    pypi = {name for name, pkg in m.packages.items() if pkg.source == "pypi"}
+    assert pypi >= {"flash-attn", "grouped-gemm", "torch-scatter"}
+    assert [c.id for c in lock.cells if c.package in pypi and not (c.sdist and c.sha256)] == []
     assert all("needs CUDA >= 12.8" in s.reason for s in m.skipped)
