@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,31 @@ class LockedCell:
             cuda_release=d.get("cuda-release"), archs=tuple(int(a) for a in d["archs"]),
             python=str(d["python"]), platform=str(d["platform"]), manylinux=d.get("manylinux"),
         )
+
+
+    @property
+    def declared(self) -> bool:
+        return rests_on_declared(self.torch_index, self.torch_wheel)
+
+
+def rests_on_declared(torch_index: str | None, torch_wheel: str | None) -> bool:
+    """Whether a cell's torch is a declared build: one on a per-CUDA index that no one could
+    read (written down from release notes), so no index named its wheel. Until one does,
+    that the wheel exists is unverified."""
+    return torch_index not in (None, "pypi") and not torch_wheel
+
+
+def declared_lines(builds: Iterable[tuple[str, str, str]]) -> list[str]:
+    """What a summary says of the cells on declared torch builds, given (torch, CUDA, index)
+    of each such cell: how many, on which builds."""
+    per = Counter(builds)
+    if not per:
+        return []
+    return [f"declared: {sum(per.values())} cell(s) rest on torch builds no index was read "
+            "for (written down from release notes): unverified until 'factory lock' reads "
+            "the index; a build of one fails if the index lacks its wheel"] + [
+        f"    torch {torch} CUDA {cuda} on {index}: {n} cell(s)"
+        for (torch, cuda, index), n in sorted(per.items())]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

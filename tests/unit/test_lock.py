@@ -341,10 +341,23 @@ def test_matrix_shows_the_summary_the_facts_and_the_reasons(
     assert "https://pypi.org/simple/torch/, read 2026-12-02" in out
     assert "declared (PyTorch 2.14 release notes" in out
     assert "why       sm_100 needs CUDA >= 12.8" in out
+    # the cells on declared torch builds, plainly, in the summary (before the facts) and each
+    summary = out[:out.index("where the facts came from")].splitlines()
+    at = next(i for i, line in enumerate(summary) if line.startswith("    declared: "))
+    declared = [c for c in load_matrix(matrix_file).cells if c.torch_declared]
+    assert declared and {(c.cell.torch, c.cell.cuda) for c in declared} == {
+        ("2.14.1", "12.6"), ("2.14.1", "13.2")}
+    assert summary[at].startswith(f"    declared: {len(declared)} cell(s) rest on torch builds "
+                                  "no index was read for")
+    assert summary[at + 1].startswith(
+        "        torch 2.14.1 CUDA 12.6 on https://download.pytorch.org/whl/cu126: ")
+    assert out.count("(a declared build: unverified)") == len(declared)
     assert main(["matrix", "--matrix", str(matrix_file), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["lock"]["state"] == "none" and doc["skipped"] and doc["facts"]
     assert all(set(s) == {"package", "cell", "reason"} for s in doc["skipped"])
+    assert main(["lock", "--matrix", str(matrix_file), "--offline"]) == 0
+    assert f"declared: {len(declared)} cell(s) rest on" in capsys.readouterr().out
 
 
 # -- a refresh against an index (a PyPI stand-in on loopback) --------------------------------------
