@@ -4,8 +4,8 @@ Measured, for the bundled example on this builder: a PyPI stand-in on loopback s
 2.14.1 (last night's newest; its cell stands published), then torch 2.99.0 appears (the real
 2.14.1 wheel re-versioned: tests/pypi_standin.py), and the nightly's real commands run:
 ``factory lock``, ``factory build --missing --publish --cache``, ``factory index rebuild``;
-then pip resolves the new wheel from ``factory serve`` (``--dry-run``: PEP 658 metadata, no
-download). Then a quiet night (nothing new) is timed too.
+then pip installs the new wheel from ``factory serve`` and torch 2.99.0 from the stand-in into
+a clean venv, and the example imports there. Then a quiet night (nothing new) is timed too.
 
 Predicted, for flash-attn on the repo's builders (.github/builders.toml): ``factory schedule``
 (the planner's per-cell model) on the cells the default matrix's rules give for the newest

@@ -1,8 +1,8 @@
 """Time to wheel: what a nightly runs when a torch release appears on a PyPI stand-in on
 loopback, with the real commands (``factory lock``, ``factory build --missing --publish``,
-``factory index rebuild``), served by ``factory serve`` and resolved by pip. Shared by the
-integration test (which asserts what happened) and benchmarks/time_to_wheel.py (which says how
-long it took).
+``factory index rebuild``), served by ``factory serve``, installed by pip into a clean venv and
+imported. Shared by the integration test (which asserts what happened) and
+benchmarks/time_to_wheel.py (which says how long it took).
 
 The stand-in serves the wheelhouse the example cell builds from (torch 2.14.1 and its
 requirements, the build requirements) and, once ``release()`` is called, torch 2.99.0: the
@@ -66,6 +66,7 @@ class Step:
     returncode: int
     stdout: str
     stderr: str
+    imported: str = ""  # install: what the import of the installed wheel printed
 
     def check(self) -> Step:
         if self.returncode != 0:
@@ -114,19 +115,37 @@ class Setup:
         return factory_serve(self.store, "--host", "127.0.0.1")
 
     def install(self, index: str) -> Step:
-        """pip resolves the new torch and our wheel for it (PEP 658 metadata from both
-        indexes: no wheel is downloaded), as a host with that torch would."""
+        """A host with the new torch installs our wheel: pip installs torch 2.99.0 (from the
+        stand-in) and the example (from the served index) into a clean venv, and the example
+        imports there (loading its library registers its operators with torch: no GPU needed).
+        stdout is pip's report, ``imported`` what the import printed."""
         report = self.root / "pip-report.json"
-        argv = (sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-                "--disable-pip-version-check", "--report", str(report),
+        venv = self.root / "host-venv"
+        shutil.rmtree(venv, ignore_errors=True)
+        python = str(venv / "bin" / "python")
+        argv = (python, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+                "--report", str(report),
                 "--index-url", f"{self.url}simple/", "--extra-index-url", f"{index}simple/",
                 f"torch=={NEW_TORCH}", PACKAGE)
-        env = {k: v for k, v in self.env.items() if k != "PIP_INDEX_URL"}
+        env = {k: v for k, v in self.env.items() if k not in ("PIP_INDEX_URL", "PYTHONPATH")}
         t0 = time.monotonic()
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=600)
         r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+        imported = ""
+        if r.returncode == 0:  # in the venv's own directory: nothing of the repo on the path
+            r = subprocess.run([python, "-c", _IMPORT], capture_output=True, text=True, env=env,
+                               cwd=venv, timeout=300)
+            imported = r.stdout.strip()
         return Step(name="install", argv=argv, seconds=time.monotonic() - t0,
                     returncode=r.returncode, stdout=report.read_text() if report.exists()
-                    else r.stdout, stderr=r.stderr)
+                    else r.stdout, stderr=r.stderr, imported=imported)
+
+
+# The installed example imports (its operators registered with the installed torch).
+_IMPORT = """\
+import importlib.metadata, torch, factory_example_ext as m
+print(torch.__version__, importlib.metadata.version("factory-example-ext"), *m.__all__)
+"""
 
 
 def installed(step: Step) -> dict[str, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from factory.commands._common import add_matrix_arg, print_json
-from factory.matrix.lock import change_table
+from factory.matrix.lock import change_summary, change_table, declared_lines
 from factory.matrix.paths import matrix_path
 from factory.matrix.refresh import refresh_lock
 
@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
             "facts": {"kind": result.facts.kind, "generated": result.facts.generated,
                       "notes": list(result.facts.notes)},
             "cells": len(lock.cells), "skips": len(lock.skips),
+            "declared": sorted(c.id for c in lock.cells if c.declared),
             "changes": [{"change": c.kind, "cell": c.cell, "detail": c.detail}
                         for c in result.changes],
         })
@@ -47,15 +48,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     for line in change_table(result.changes):
         print(line)
+    for line in declared_lines((c.torch, c.cuda, c.torch_index) for c in lock.cells
+                               if c.declared):
+        print(line)
     if not result.differs:
         print(f"{result.path.name} is current: {counts}; nothing changed")
         return 0
-    words = {"add": "added", "drop": "dropped", "change": "changed"}
-    summary = ", ".join(f"{n} {word}" for kind, word in words.items()
-                        if (n := sum(c.kind == kind for c in result.changes)))
+    summary = change_summary(result.changes)
     if args.check:
-        print(f"{result.path.name} is out of date ({summary or 'its skips changed'}); "
-              "'factory lock' writes it")
+        print(f"{result.path.name} is out of date ({summary}); 'factory lock' writes it")
         return 1
-    print(f"wrote {result.path.name}: {counts} ({summary or 'its skips changed'})")
+    print(f"wrote {result.path.name}: {counts} ({summary})")
     return 0

@@ -26,6 +26,7 @@ from factory.index.pages import COVERAGE_KEY
 from factory.index.writer import cas_write
 from factory.matrix.expand import Skipped
 from factory.matrix.load import Matrix, PlannedCell
+from factory.matrix.lock import declared_lines
 from factory.matrix.refresh import facts_used
 from factory.reports.coverage import coverage, coverage_html
 from factory.reports.page import write_page
@@ -104,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{c.cell.id}")
         print(f"    wheel     {c.wheel}")
         print(f"    toolchain CUDA {tc.cuda} from {tc.nvcc_source}; {tc.torch_requirement}"
-              + (f" from {tc.torch_index}" if tc.torch_index else " from PyPI"))
+              + (f" from {tc.torch_index}" if tc.torch_index else " from PyPI")
+              + (" (a declared build: unverified)" if c.torch_declared else ""))
         if c.sha256:
             print(f"    sdist     {c.sdist or c.cell.package} sha256 {c.sha256}")
         print(f"    here      {ready[c.cell.id].line()}")
@@ -177,6 +179,9 @@ def _summary(matrix: Matrix, cells: list[PlannedCell], ready: dict[str, Readines
     for (detail, command), n in why.most_common():
         lines.append(f"    not here: {n} cell(s): {detail}" + (f"; make it: {command}" if command
                                                               else ""))
+    lines += [f"    {line}" for line in declared_lines(
+        (c.cell.torch, c.cell.cuda, c.toolchain.torch_index or "") for c in cells
+        if c.torch_declared)]
     return lines
 
 

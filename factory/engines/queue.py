@@ -2,7 +2,8 @@
 it, and asks again, until nothing it could build is left. No static assignment: N identical
 workers share the matrix, and an offline or killed worker's groups go to the others.
 
-The protocol (on top of the cell leases of factory.build.lease):
+The protocol (on top of the cell leases of factory.build.lease; written down with them in
+docs/LEASES.md, "Group leases"):
 
 1. List what the store lacks: the matrix's cells whose content key is not published, grouped
    by shared kernels, longest first (planning.work).

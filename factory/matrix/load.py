@@ -28,7 +28,14 @@ from factory.matrix.cell import (
 )
 from factory.matrix.expand import Skipped, locked_cell, product
 from factory.matrix.indexes import indexes_table, torch_indexes_table
-from factory.matrix.lock import Lock, LockedCell, lock_path, matrix_digest, read_lock
+from factory.matrix.lock import (
+    Lock,
+    LockedCell,
+    lock_path,
+    matrix_digest,
+    read_lock,
+    rests_on_declared,
+)
 from factory.matrix.manylinux import host_glibc, manylinux_name, plat_for_image
 from factory.matrix.nearest import nearest_cell_id
 from factory.matrix.package import (
@@ -80,6 +87,11 @@ class PlannedCell:
     torch_wheel: str | None = None  # the torch wheel the build installs, and its sha256
     torch_sha256: str | None = None
     cuda_release: str | None = None  # the CUDA release torch's build pins ("13.0.3")
+
+    @property
+    def torch_declared(self) -> bool:
+        """Its torch build was declared, not read from an index (matrix/lock.py)."""
+        return rests_on_declared(self.toolchain.torch_index, self.torch_wheel)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,31 @@ class LockedCell:
         )
 
 
+    @property
+    def declared(self) -> bool:
+        return rests_on_declared(self.torch_index, self.torch_wheel)
+
+
+def rests_on_declared(torch_index: str | None, torch_wheel: str | None) -> bool:
+    """Whether a cell's torch is a declared build: one on a per-CUDA index that no one could
+    read (written down from release notes), so no index named its wheel. Until one does,
+    that the wheel exists is unverified."""
+    return torch_index not in (None, "pypi") and not torch_wheel
+
+
+def declared_lines(builds: Iterable[tuple[str, str, str]]) -> list[str]:
+    """What a summary says of the cells on declared torch builds, given (torch, CUDA, index)
+    of each such cell: how many, on which builds."""
+    per = Counter(builds)
+    if not per:
+        return []
+    return [f"declared: {sum(per.values())} cell(s) rest on torch builds no index was read "
+            "for (written down from release notes): unverified until 'factory lock' reads "
+            "the index; a build of one fails if the index lacks its wheel"] + [
+        f"    torch {torch} CUDA {cuda} on {index}: {n} cell(s)"
+        for (torch, cuda, index), n in sorted(per.items())]
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LockedSkip:
     package: str
@@ -107,14 +133,24 @@ class Lock:
     skips: tuple[LockedSkip, ...]
 
     def same_cells(self, other: Lock | None) -> bool:
-        return (other is not None and self.matrix == other.matrix and self.cells == other.cells
-                and self.skips == other.skips)
+        # in any order: the file keeps them sorted, a resolved matrix in its own order
+        return (other is not None and self.matrix == other.matrix
+                and sorted(self.cells, key=_cell_id) == sorted(other.cells, key=_cell_id)
+                and sorted(self.skips, key=_skip_key) == sorted(other.skips, key=_skip_key))
 
     def cell(self, cell_id: str) -> LockedCell | None:
         for c in self.cells:
             if c.id == cell_id:
                 return c
         return None
+
+
+def _cell_id(c: LockedCell) -> str:
+    return c.id
+
+
+def _skip_key(s: LockedSkip) -> tuple[str, str, str]:
+    return (s.cell, s.package, s.reason)
 
 
 def lock_path(matrix_path: Path) -> Path:
@@ -203,19 +239,59 @@ def write_lock(lock: Lock, path: Path) -> None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Change:
-    kind: str  # "add" | "drop" | "change" | "skip" (newly known not to build) | "unskip"
-    cell: str
+    kind: str  # a key of CHANGE_WORDS: "add", "drop", "change", "skip" (newly known not to
+    # build), "unskip", "reason" (a skip's), "rules" (matrix.toml's), "fact" (where read)
+    cell: str  # "-" for the rules and the facts
     detail: str
 
 
-_COMPARED = ("version", "sha256", "torch", "torch_index", "torch_sha256", "cuda_release",
-             "manylinux")
+def _shown(v: Any) -> str:
+    if v is None:
+        return "(none)"
+    if isinstance(v, tuple):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    text = str(v)
+    return text[:12] if len(text) == 64 and all(ch in "0123456789abcdef" for ch in text) \
+        else text  # a sha256: its first 12 digits name it
+
+
+def _cell_diffs(a: LockedCell, b: LockedCell) -> list[str]:
+    """Every field of a cell that differs, by its name in the file: ``sdist (none) -> x``."""
+    return [f"{f.name.replace('_', '-')} {_shown(getattr(a, f.name))} -> "
+            f"{_shown(getattr(b, f.name))}"
+            for f in dataclasses.fields(LockedCell)
+            if getattr(a, f.name) != getattr(b, f.name)]
+
+
+def _fact_changes(old: Lock, new: Lock) -> list[Change]:
+    """The facts a refresh would write, against the lock's: new, gone, or read elsewhere (the
+    time a fact was read alone is no change)."""
+    def key(f: UsedFact) -> tuple[str, str, str]:
+        return (f.origin.source, f.origin.via, f.origin.note)
+
+    def where(f: UsedFact) -> str:
+        return f"{f.origin.source} ({f.origin.via})"
+
+    before = {f.what: f for f in old.facts}
+    after = {f.what: f for f in new.facts}
+    out = [Change(kind="fact", cell="-", detail=f"new: {w}, from {where(after[w])}")
+           for w in sorted(after.keys() - before.keys())]
+    out += [Change(kind="fact", cell="-", detail=f"gone: {w}")
+            for w in sorted(before.keys() - after.keys())]
+    out += [Change(kind="fact", cell="-", detail=f"{w}: {where(before[w])} -> {where(after[w])}")
+            for w in sorted(before.keys() & after.keys()) if key(before[w]) != key(after[w])]
+    return out
 
 
 def changes(old: Lock | None, new: Lock) -> list[Change]:
+    """Everything a refresh changes in the lock, named: the matrix's rules, every field of
+    every cell, the cells known not to build and their reasons, and the facts they rest on."""
+    out = []
+    if old is not None and old.matrix != new.matrix:
+        out.append(Change(kind="rules", cell="-", detail=f"matrix.toml's rules changed (digest "
+                          f"{old.matrix} -> {new.matrix})"))
     before = {c.id: c for c in (old.cells if old else ())}
     after = {c.id: c for c in new.cells}
-    out = []
     for cid in sorted(after.keys() - before.keys()):
         c = after[cid]
         out.append(Change(kind="add", cell=cid, detail=f"torch {c.torch} ({c.torch_index}), "
@@ -224,18 +300,35 @@ def changes(old: Lock | None, new: Lock) -> list[Change]:
     for cid in sorted(before.keys() - after.keys()):
         out.append(Change(kind="drop", cell=cid, detail="no longer given by the rules"))
     for cid in sorted(before.keys() & after.keys()):
-        a, b = before[cid], after[cid]
-        diffs = [f"{k.replace('_', '-')} {getattr(a, k)} -> {getattr(b, k)}" for k in _COMPARED
-                 if getattr(a, k) != getattr(b, k)]
-        if diffs:
+        if diffs := _cell_diffs(before[cid], after[cid]):
             out.append(Change(kind="change", cell=cid, detail="; ".join(diffs)))
-    old_skips = {s.cell: s.reason for s in (old.skips if old else ())}
-    new_skips = {s.cell: s.reason for s in new.skips}
+    old_skips = {s.cell: s for s in (old.skips if old else ())}
+    new_skips = {s.cell: s for s in new.skips}
     for cell in sorted(new_skips.keys() - old_skips.keys()):
-        out.append(Change(kind="skip", cell=cell, detail=new_skips[cell]))
+        out.append(Change(kind="skip", cell=cell, detail=new_skips[cell].reason))
     for cell in sorted(old_skips.keys() - new_skips.keys()):
         out.append(Change(kind="unskip", cell=cell, detail="no longer a cell known not to build"))
-    return out
+    for cell in sorted(old_skips.keys() & new_skips.keys()):
+        a, b = old_skips[cell], new_skips[cell]
+        diffs = [f"{name} {x!r} -> {y!r}" for name, x, y in
+                 (("package", a.package, b.package), ("reason", a.reason, b.reason)) if x != y]
+        if diffs:
+            out.append(Change(kind="reason", cell=cell, detail="; ".join(diffs)))
+    return out + (_fact_changes(old, new) if old is not None else [])
+
+
+# What each kind of change is called in a summary ("2 added, 1 changed").
+CHANGE_WORDS = {"rules": "rules changed", "add": "added", "drop": "dropped", "change": "changed",
+                "skip": "newly known not to build", "unskip": "no longer known not to build",
+                "reason": "with a new reason not to build",
+                "fact": "fact(s) new, gone or read elsewhere"}
+
+
+def change_summary(found: Iterable[Change]) -> str:
+    rows = list(found)
+    return ", ".join(word if kind == "rules" else f"{n} {word}"
+                     for kind, word in CHANGE_WORDS.items()
+                     if (n := sum(c.kind == kind for c in rows)))
 
 
 def change_table(found: Iterable[Change]) -> list[str]:

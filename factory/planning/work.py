@@ -7,21 +7,25 @@ one's kernels from the compile cache. For the largest allocation an engine may g
 (``memory`` and ``cpus``: a Slurm node or partition limit, a Kubernetes node size, a queue
 worker's own machine), the planner plans the group's first cell; the group then asks for the
 CPUs that plan keeps busy (jobs x the archs each compiles at once), or fewer where fewer are
-predicted within 5 % of that time (``fewest_cpus``), and the memory of its predicted peak at
-the high end of the range. Inside such an allocation the planner, reading
-the allocation's own cgroup limit, makes the same plan: the CPUs cap the jobs at the same
-number, and the memory is at least the peak it predicts for them.
+predicted within 5 % of that time (``fewest_cpus``), and the memory of the top of the planner's
+peak range (planned lower where that top would not fit the allocation). Inside such an
+allocation the planner, reading the allocation's own cgroup limit, makes the same plan: the
+CPUs cap the jobs at the same number, and the memory is at least the peak it predicts for them.
 
 Time: the group alone in its allocation as the schedule's cell model runs it
 (``cell_times``: the first cell's compile, the cached later ones, the per-cell overhead),
-given as a range, and the limit an engine should set (``time_limit_seconds``): the high end
-plus an allowance for what the model leaves out (a fresh node installs torch into its venv
-and unpacks the toolkit before the first compile).
+given as a range, and the limit an engine should set (``time_limit_seconds``): the top of the
+range plus an allowance for what the model leaves out (a fresh node installs torch into its
+venv and unpacks the toolkit before the first compile).
 
-The ranges: the planner's points with the spreads measured against real runs (until the
-planner gives ranges of its own): a peak up to 7 % above the prediction (the worst
-out-of-sample peak error, docs/BENCHMARKS.md "Per-object memory and time") and down to 7 %
-below; a span from 15 % shorter (VMs of one kind differ by 14 %) to 25 % longer (the
+The ranges are the planner's (``BuildPlan.predicted_peak_range`` and
+``predicted_seconds_range``, from the recorded runs the plan drew on: planning/spread.py): the
+peak's as it gives it, and the group's time as its point times the planner's compile range over
+its compile point (the later cells and the overhead run on the same machine). Where a plan has
+no range (no recorded object times for the package: no compile time range; a re-plan after an
+OOM: neither), the fixed spreads measured against real runs stand in: a peak from 7 % below to
+7 % above the prediction (the worst out-of-sample peak error, docs/BENCHMARKS.md "Per-object
+memory and time"), a time from 15 % shorter (VMs of one kind differ by 14 %) to 25 % longer (the
 prediction was 19.6 % short of a 32-job run it had not seen: real = predicted / 0.804).
 """
 
@@ -42,8 +46,10 @@ from factory.planning.planner import BuildPlan, plan_for
 from factory.units import format_size
 
 WORK_VERSION = 1
-PEAK_SPREAD = (0.93, 1.07)  # predicted peak x these: the range (see the module docstring)
-SECONDS_SPREAD = (0.85, 1.25)  # predicted span x these
+# Where a plan has no range of its own (see the module docstring): its point x these.
+PEAK_SPREAD = (0.93, 1.07)
+SECONDS_SPREAD = (0.85, 1.25)
+PLAN_TRIES = 3  # plans lowered until the top of the peak range fits the allocation
 SETUP_ALLOWANCE_SECONDS = 15 * 60.0  # a fresh node: venv with torch, toolkit, sysroot
 MEMORY_ROUND = 256 * 2**20  # allocations are asked for in whole 256 MiB
 CPU_SLACK = 0.05  # an allocation takes the fewest CPUs within this of the fastest prediction
@@ -55,6 +61,39 @@ def plan_group(g: Group, *, memory: int, cpus: int, history: MemoryHistory) -> B
     return plan_for(pc.cell, supports_threads=pc.recipe.supports_threads(),
                     memory_model_key=pc.recipe.memory_model_key or pc.recipe.name,
                     memory=memory, cpus=cpus, history=history)
+
+
+def peak_range(plan: BuildPlan) -> tuple[tuple[int, int], bool]:
+    """The plan's peak range (the point always inside it), and whether it is the planner's
+    (else the point x PEAK_SPREAD)."""
+    point = plan.predicted_peak_bytes
+    if plan.predicted_peak_range is None:
+        return (int(point * PEAK_SPREAD[0]), int(point * PEAK_SPREAD[1])), False
+    lo, hi = plan.predicted_peak_range
+    return (min(lo, point), max(hi, point)), True
+
+
+def seconds_factors(plan: BuildPlan) -> tuple[tuple[float, float], bool]:
+    """How far below and above its point the planner puts the compile time (its range over
+    its point, 1 always inside), and whether that is the planner's (else SECONDS_SPREAD)."""
+    point, got = plan.predicted_seconds, plan.predicted_seconds_range
+    if got is None or not point:
+        return SECONDS_SPREAD, False
+    return (min(1.0, got[0] / point), max(1.0, got[1] / point)), True
+
+
+def plan_within(g: Group, *, memory: int, cpus: int, history: MemoryHistory) -> BuildPlan:
+    """The plan for an allocation of at most ``memory``: at ``memory``, lowered (up to
+    PLAN_TRIES times) by the ratio of its peak range's top to its point until that top fits."""
+    budget = memory
+    plan = plan_group(g, memory=budget, cpus=cpus, history=history)
+    for _ in range(PLAN_TRIES - 1):
+        top = peak_range(plan)[0][1]
+        if top <= memory:
+            break
+        budget = int(budget * plan.predicted_peak_bytes / top)
+        plan = plan_group(g, memory=budget, cpus=cpus, history=history)
+    return plan
 
 
 def group_id(g: Group) -> str:
@@ -83,6 +122,8 @@ class WorkGroup:
     predicted_seconds: float  # the point between them
     max_jobs: int
     nvcc_threads: int
+    # whose ranges: "planner" for both, else what stood in for the planner's (docstring)
+    ranges_from: str = "planner"
     group: Group = dataclasses.field(repr=False, compare=False)
 
     @property
@@ -105,6 +146,7 @@ class WorkGroup:
             "predicted_seconds_range": [round(s, 1) for s in self.seconds],
             "time_limit_seconds": round(self.time_limit_seconds),
             "max_jobs": self.max_jobs, "nvcc_threads": self.nvcc_threads,
+            "ranges_from": self.ranges_from,
         }
 
     def line(self) -> str:
@@ -163,28 +205,31 @@ def _round_up(n: float, step: int) -> int:
 def work_group(g: Group, *, memory: int, cpus: int, history: MemoryHistory,
                times: CellTimes | None = None, spread: bool = True) -> WorkGroup:
     """The group's allocation within ``memory`` and ``cpus``; PlanError when it fits none.
-    With ``spread`` (an allocation to ask for) planned at ``memory`` over the peak's high
-    spread, so the high end fits it; without (a worker's own machine) at ``memory`` itself,
-    as a build there plans."""
-    plan = plan_group(g, memory=int(memory / PEAK_SPREAD[1]) if spread else memory, cpus=cpus,
-                      history=history)
+    With ``spread`` (an allocation to ask for) planned so that the top of its peak range fits
+    ``memory``; without (a worker's own machine) at ``memory`` itself, as a build there plans."""
+    plan = (plan_within(g, memory=memory, cpus=cpus, history=history) if spread
+            else plan_group(g, memory=memory, cpus=cpus, history=history))
     archs = len(g.cells[0].cell.archs)
     used = max(1, min(cpus, plan.max_jobs * min(plan.nvcc_threads, archs)))
     peak = plan.predicted_peak_bytes
-    low, high = (int(peak * f) for f in PEAK_SPREAD)
+    (low, high), peak_planned = peak_range(plan)
     ask = min(memory, max(_round_up(high, MEMORY_ROUND), peak))
     times = times or CellTimes(history)
     phases = times.phases(g, ask, used)
     if phases is None:  # the planner took the whole allocation and refuses the share
         raise PlanError(f"{g.name}: no plan at {format_size(ask)} and {used} CPU(s)")
     point = shared_span(used, [phases])[0]
-    lo, hi = (point * f for f in SECONDS_SPREAD)
+    factors, seconds_planned = seconds_factors(plan)
+    lo, hi = (point * f for f in factors)
+    fixed = [what for what, planned in (("peak", peak_planned), ("time", seconds_planned))
+             if not planned]
     return WorkGroup(
         id=group_id(g), name=g.name, machine=g.cells[0].cell.platform, platform=g.platform,
         cells=tuple(pc.cell.id for pc in g.cells),
         content_keys=tuple(pc.content_key for pc in g.cells), cpus=used, memory_bytes=ask,
         peak_bytes=(low, high), seconds=(lo, hi), predicted_seconds=point,
         max_jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, group=g,
+        ranges_from="planner" if not fixed else f"fixed spread for the {' and '.join(fixed)}",
     )
 
 

@@ -212,16 +212,28 @@ def prepare_wheelhouse(
         entry = done.get(req.key)
         if isinstance(entry, dict) and all((dest / f).is_file() for f in entry.get("files", [])):
             continue
-        files = download_wheels(
-            req.requirements,
-            dest,
-            python=cell.python,
-            glibc_minor=glibc,
-            platform=platform,
-            index_url=req.index,
-            extra_index_urls=(default_index,) if req.index else (),
-            log_path=dest / "download.log",
-        )
+        log = dest / "download.log"
+        logged = log.stat().st_size if log.exists() else 0
+        try:
+            files = download_wheels(
+                req.requirements,
+                dest,
+                python=cell.python,
+                glibc_minor=glibc,
+                platform=platform,
+                index_url=req.index,
+                extra_index_urls=(default_index,) if req.index else (),
+                log_path=log,
+            )
+        except BuildError:
+            if req.index and pc.torch_declared and _not_found(log, logged, torch_req):
+                raise BuildError(
+                    f"{req.index} has no {torch_req} wheel for {cell.python_tag} {platform}: "
+                    f"{cell.id} rests on a declared torch {cell.torch} CUDA {cell.cuda} build "
+                    "(written down from release notes, never read from that index)",
+                    tip="'factory lock' where that index answers replaces declared builds "
+                    "with what it lists, or exclude the cell in matrix.toml") from None
+            raise
         done[req.key] = {
             **dataclasses.asdict(req),
             "files": sorted(f.name for f in files),
@@ -230,6 +242,18 @@ def prepare_wheelhouse(
     if platform == cell.platform:  # a cross build's host wheelhouse holds the builder's torch
         _check_locked_torch(pc, dest, manifest, manifest_path)
     return dest
+
+
+def _not_found(log: Path, start: int, requirement: str) -> bool:
+    """Whether pip's run logged from byte ``start`` on said the index has no ``requirement``
+    (not that it could not reach it)."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(start)
+            said = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return f"No matching distribution found for {requirement}" in said
 
 
 def _check_locked_torch(pc: PlannedCell, dest: Path, manifest: dict[str, object],

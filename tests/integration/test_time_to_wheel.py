@@ -1,8 +1,9 @@
 """A new torch release becomes an installable wheel with no edit to the matrix: the nightly's
 real commands against a PyPI stand-in on loopback (tests/time_to_wheel.py). torch 2.99.0
 appears between two nightlies; the next one locks its cell, builds it for real in docker (the
-compile cache holds its kernels: its headers are 2.14.1's), publishes it, and pip resolves it
-from the served index. A nightly with nothing new builds nothing and leaves the lock as it was.
+compile cache holds its kernels: its headers are 2.14.1's), publishes it, and pip installs it
+from the served index into a clean venv, where it imports. A nightly with nothing new builds
+nothing and leaves the lock as it was.
 
 One real build: the cell of the torch already there stands for last night's build (a small
 wheel published under its name and content key), so it is not built again."""
@@ -55,9 +56,12 @@ def test_a_torch_release_becomes_a_wheel_and_a_quiet_night_builds_nothing(
         assert f"built     {NEW_CELL}" in build.stderr
         assert f"files/factory-example-ext/{NEW_WHEEL}" in _files(s.store)
         with s.served() as index:
-            got = installed(s.install(index).check())
+            install = s.install(index).check()
+        got = installed(install)
         assert got["torch"] == NEW_TORCH
         assert got[PACKAGE] == "0.1.0+cu130torch2.99sm100"
+        # installed into a clean venv, it imports: its operators registered with that torch
+        assert install.imported == f"{NEW_TORCH} 0.1.0+cu130torch2.99sm100 add scale relu square"
 
         # The next night: nothing new. The lock stays byte for byte, nothing is built.
         before, published = lock_path(s.matrix).read_bytes(), _files(s.store)

@@ -2,6 +2,8 @@
 S3 store (moto on loopback) and build a 6-cell example matrix with the local runner, no cell
 built twice; one of them is killed (SIGKILL: no release) while it builds a cell, its
 leases expire, and another worker takes the group and builds the cell: nothing is lost.
+Before them, a fourth worker whose memory is below what any group needs finds every group
+free and takes none of them, saying why for each (no build: it never claims).
 The cells' trees are shared with test_slurm (tests/engine_builds.py): a cell one of them built
 resumes in the other."""
 
@@ -27,13 +29,16 @@ from engine_builds import (
     wheel_version,
 )
 
+from factory.store import open_store
+
 moto_endpoint = index_fixtures.moto_endpoint
 s3_env = index_fixtures.s3_env
 s3_spec = index_fixtures.s3_spec
 
 pytestmark = pytest.mark.slow
 
-CAPS = (("6g", "1"), ("5g", "1"), ("4500m", "1"))  # each fits one job of the example (3.8 GiB)
+CAPS = (("6g", "1"), ("5g", "1"), ("4500m", "1"))  # each fits one job of the example (3.9 GiB)
+TOO_SMALL = ("3g", "1")  # below one job of the example: no group fits
 TTL = "20"
 
 
@@ -41,6 +46,21 @@ def test_three_workers_build_six_cells_once_and_a_killed_worker_loses_nothing(
         tmp_path: Path, s3_spec: str, s3_env: dict[str, str]) -> None:
     matrix = engine_matrix(tmp_path / "matrix.toml", ARCHS_QUEUE)
     env = {**os.environ, **s3_env}
+    # every group is free, and none fits this worker's memory: it claims none and says why
+    small = subprocess.run(
+        [sys.executable, "-m", "factory", "work", "--matrix", str(matrix), "--store", s3_spec,
+         "--memory", TOO_SMALL[0], "--cpus", TOO_SMALL[1], "--lease-ttl", TTL, "--poll", "5",
+         "--out", str(tmp_path / "dist-small"), *BUILD_ARGS],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    said = small.stdout + small.stderr
+    assert small.returncode == 0, said
+    refusals = [line for line in said.splitlines() if "not for this worker: " in line]
+    assert len(refusals) == len(ARCHS_QUEUE), said  # one group per cell here
+    assert all("needs at least" in line and "the budget is 3.0 GiB" in line
+               for line in refusals), refusals
+    assert "0 group(s) built here; nothing left that fits this worker" in said
+    assert "claimed " not in said and not built_counts([said])
+    assert not list(open_store(s3_spec).list("leases/", sizes=False))  # nothing claimed
     logs = [tmp_path / f"worker-{i}.log" for i in range(len(CAPS))]
     procs = []
     for i, (memory, cpus) in enumerate(CAPS):

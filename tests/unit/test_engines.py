@@ -76,6 +76,9 @@ def test_a_slurm_script_asks_for_the_plan_and_runs_the_group_in_one_allocation(
         sbatch = dict(ln[len("#SBATCH --"):].split("=", 1) for ln in text.splitlines()
                       if ln.startswith("#SBATCH --"))
         assert sbatch["mem"] == f"{-(-g.memory_bytes // 2**20)}M"
+        # --mem and --time from the tops of the planner's own ranges (flash-attn's recorded
+        # runs), not from fixed spreads around its points
+        assert g.ranges_from == "planner"
         assert int(sbatch["mem"][:-1]) * 2**20 >= g.peak_bytes[1]  # the range's high end
         assert sbatch["cpus-per-task"] == str(g.cpus)
         assert sbatch["constraint"] == g.machine
@@ -178,6 +181,9 @@ def test_kubernetes_jobs_for_the_default_matrix_validate_and_ask_for_the_plan(
         assert box["command"][:2 + len(group["cells"])] == ["factory", "build", *group["cells"]]
         assert "--uncapped" in box["command"] and "--publish" in box["command"]
         assert 0 <= doc["spec"]["activeDeadlineSeconds"] - group["time_limit_seconds"] <= 1
+        # the planner's ranges; a package with no recorded object times has no time range
+        assert group["ranges_from"] == ("planner" if group["name"].startswith(
+            ("flash-attn", "factory-example-ext")) else "fixed spread for the time")
         assert doc["metadata"]["namespace"] == "wheels"
         assert len(doc["metadata"]["name"]) <= 63
     assert seen == set(planned) - refused

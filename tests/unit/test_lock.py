@@ -17,7 +17,17 @@ from pypi_standin import StandIn
 from factory.cli import main
 from factory.errors import CellError, ConfigError, UsageError
 from factory.matrix.load import load_matrix
-from factory.matrix.lock import loads, lock_path, read_lock
+from factory.matrix.lock import (
+    Lock,
+    LockedCell,
+    LockedSkip,
+    UsedFact,
+    change_summary,
+    changes,
+    loads,
+    lock_path,
+    read_lock,
+)
 from factory.matrix.rules import (
     cuda_rule,
     python_range,
@@ -29,7 +39,7 @@ from factory.matrix.rules import (
     torch_rule,
     version_rule,
 )
-from factory.upstream.facts import shipped_snapshot
+from factory.upstream.facts import Origin, shipped_snapshot
 
 FA = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
 
@@ -237,11 +247,78 @@ def test_check_is_one_table_and_exit_1_and_writes_nothing(
         "flash-attn-2.8.3.post2-torch2.14.1-cu130-sm100-cp312-aarch64",
         "flash-attn-2.8.3.post2-torch2.15.0-cu132-sm100-cp312-aarch64"]
     assert all(line.startswith("drop") for line in table[1:])
-    assert out[-1].startswith("nightly.lock is out of date (2 dropped)")
+    assert any(line.startswith("rules   -") for line in out)
+    assert out[-1].startswith("nightly.lock is out of date (rules changed, 2 dropped)")
     assert path.read_bytes() == before
     assert main(["lock", "--matrix", str(matrix_file), "--offline", "--json", "--check"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["changed"] is True and doc["written"] is False and len(doc["changes"]) == 2
+    assert doc["changed"] is True and doc["written"] is False and len(doc["changes"]) == 3
+
+
+def test_check_names_every_field_that_differs(
+        matrix_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A lock that differs from a refresh in a field other than the version or a hash (here
+    the sdist's name, as a lock written before a project was read has it) is one row per cell
+    naming the field, and the summary counts them."""
+    assert main(["lock", "--matrix", str(matrix_file), "--offline"]) == 0
+    path = lock_path(matrix_file)
+    path.write_text("\n".join(line for line in path.read_text().splitlines()
+                              if not line.startswith("sdist = ")) + "\n")
+    capsys.readouterr()
+    assert main(["lock", "--matrix", str(matrix_file), "--offline", "--check"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    rows = [line.split(None, 2) for line in out if line.startswith("change ")][1:]
+    assert len(rows) == 4 and {r[2] for r in rows} == {
+        "sdist (none) -> flash_attn-2.8.3.post2.tar.gz"}
+    assert out[-1] == "nightly.lock is out of date (4 changed); 'factory lock' writes it"
+
+
+def _locked(**changed: object) -> LockedCell:
+    cell = LockedCell(id="c", package="p", version="1.0", sdist="p-1.0.tar.gz", sha256="a" * 64,
+                      torch="2.14.1", torch_index="pypi", torch_wheel="torch.whl",
+                      torch_sha256="b" * 64, cuda="13.0", cuda_release="13.0.3", archs=(100,),
+                      python="3.12", platform="x86_64", manylinux=None)
+    return dataclasses.replace(cell, **changed)
+
+
+def test_every_difference_of_a_lock_is_a_named_row() -> None:
+    fact = UsedFact(what="torch 2.14.1: releases", origin=Origin(
+        source="https://pypi.org/simple/torch/", fetched="2026-12-01T00:00:00Z", via="get"))
+    old = Lock(matrix="m1", locked="t", facts=(fact,), cells=(_locked(),),
+               skips=(LockedSkip(package="p", cell="s", reason="old reason"),))
+    other = {"package": "q", "version": "1.1", "sdist": None, "sha256": "c" * 64,
+             "torch": "2.15.0", "torch_index": "https://download.pytorch.org/whl/cu132",
+             "torch_wheel": None, "torch_sha256": "d" * 64, "cuda": "13.2",
+             "cuda_release": "13.2.2", "archs": (90,), "python": "3.13",
+             "platform": "aarch64", "manylinux": "manylinux_2_28"}
+    assert set(other) == {f.name for f in dataclasses.fields(LockedCell)} - {"id"}
+    for name, value in other.items():
+        new = dataclasses.replace(old, cells=(_locked(**{name: value}),))
+        assert not new.same_cells(old)
+        (row,) = changes(old, new)
+        assert row.kind == "change" and row.detail.startswith(name.replace("_", "-") + " "), row
+    assert changes(old, dataclasses.replace(old, cells=(_locked(sdist=None),)))[0].detail == (
+        "sdist p-1.0.tar.gz -> (none)")
+    assert changes(old, dataclasses.replace(old, cells=(_locked(sha256="c" * 64),)))[0].detail \
+        == "sha256 aaaaaaaaaaaa -> cccccccccccc"
+    moved = dataclasses.replace(fact, origin=dataclasses.replace(
+        fact.origin, source="https://mirror.example/simple/torch/", fetched="later"))
+    new = Lock(matrix="m2", locked="t2", facts=(moved,), cells=(_locked(),),
+               skips=(LockedSkip(package="p", cell="s", reason="new reason"),))
+    rows = [(c.kind, c.cell, c.detail) for c in changes(old, new)]
+    assert rows == [
+        ("rules", "-", "matrix.toml's rules changed (digest m1 -> m2)"),
+        ("reason", "s", "reason 'old reason' -> 'new reason'"),
+        ("fact", "-", "torch 2.14.1: releases: https://pypi.org/simple/torch/ (get) -> "
+                      "https://mirror.example/simple/torch/ (get)")]
+    assert change_summary(changes(old, new)) == (
+        "rules changed, 1 with a new reason not to build, 1 fact(s) new, gone or read elsewhere")
+    # the time a fact was read is no change, nor is the order cells and skips come in
+    reread = dataclasses.replace(old, facts=(dataclasses.replace(
+        fact, origin=dataclasses.replace(fact.origin, fetched="later")),))
+    assert reread.same_cells(old) and changes(old, reread) == []
+    two = dataclasses.replace(old, cells=(_locked(), _locked(id="d")))
+    assert dataclasses.replace(two, cells=two.cells[::-1]).same_cells(two)
 
 
 def test_matrix_shows_the_summary_the_facts_and_the_reasons(
@@ -261,13 +338,26 @@ def test_matrix_shows_the_summary_the_facts_and_the_reasons(
     assert (out.index("where the facts came from") < out.index("\ncells\n")
             < out.index("known not to build (never attempted)"))
     assert "torch 2.14.1, 2.15.0: releases, Pythons and CPUs" in out
-    assert "https://pypi.org/simple/torch/, read 2026-12-01" in out
+    assert "https://pypi.org/simple/torch/, read 2026-12-02" in out
     assert "declared (PyTorch 2.14 release notes" in out
     assert "why       sm_100 needs CUDA >= 12.8" in out
+    # the cells on declared torch builds, plainly, in the summary (before the facts) and each
+    summary = out[:out.index("where the facts came from")].splitlines()
+    at = next(i for i, line in enumerate(summary) if line.startswith("    declared: "))
+    declared = [c for c in load_matrix(matrix_file).cells if c.torch_declared]
+    assert declared and {(c.cell.torch, c.cell.cuda) for c in declared} == {
+        ("2.14.1", "12.6"), ("2.14.1", "13.2")}
+    assert summary[at].startswith(f"    declared: {len(declared)} cell(s) rest on torch builds "
+                                  "no index was read for")
+    assert summary[at + 1].startswith(
+        "        torch 2.14.1 CUDA 12.6 on https://download.pytorch.org/whl/cu126: ")
+    assert out.count("(a declared build: unverified)") == len(declared)
     assert main(["matrix", "--matrix", str(matrix_file), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["lock"]["state"] == "none" and doc["skipped"] and doc["facts"]
     assert all(set(s) == {"package", "cell", "reason"} for s in doc["skipped"])
+    assert main(["lock", "--matrix", str(matrix_file), "--offline"]) == 0
+    assert f"declared: {len(declared)} cell(s) rest on" in capsys.readouterr().out
 
 
 # -- a refresh against an index (a PyPI stand-in on loopback) --------------------------------------
@@ -343,4 +433,10 @@ def test_the_shipped_lock_is_current_and_tracks_what_users_run() -> None:
     assert {c.python for c in fa if c.torch == "2.15.0"} == {"3.11", "3.12", "3.13", "3.14",
                                                              "3.15"}
     assert len(m.cells_of(["factory-example-ext"])) == 1  # the quick start builds one cell
+    # every PyPI package of the default matrix is in the snapshot: its cells name their sdist
+    lock = read_lock(lock_path(repo / "matrix.toml"))
+    assert lock is not None
+    pypi = {name for name, pkg in m.packages.items() if pkg.source == "pypi"}
+    assert pypi >= {"flash-attn", "grouped-gemm", "torch-scatter"}
+    assert [c.id for c in lock.cells if c.package in pypi and not (c.sdist and c.sha256)] == []
     assert all("needs CUDA >= 12.8" in s.reason for s in m.skipped)

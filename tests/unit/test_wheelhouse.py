@@ -101,6 +101,46 @@ def test_the_torch_wheel_must_be_the_one_the_lock_names(
         wh.prepare_wheelhouse(cell, tmp_path)
 
 
+def test_a_declared_torch_build_the_index_lacks_fails_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell on a declared build (CUDA 13.2 of torch 2.14.1: from the release notes, never
+    read from download.pytorch.org): when pip finds no such wheel there, the build's error
+    says so and why; when pip could not reach the index, pip's own error stands."""
+    from factory.matrix.load import load_matrix
+
+    repo = Path(__file__).resolve().parents[2]
+    cell = load_matrix(repo / "matrix.toml").find(
+        "flash-attn-2.8.3.post2-torch2.14.1-cu132-sm100-cp311")
+    assert cell.torch_declared and cell.torch_wheel is None
+    said = {"pip": "ERROR: No matching distribution found for torch==2.14.1+cu132\n"}
+
+    def fake_download(reqs: Any, dest: Path, **kw: Any) -> list[Path]:
+        with open(kw["log_path"], "a") as fh:
+            fh.write(f"+ pip download {reqs[0]}\n{said['pip']}")
+        raise BuildError(f"pip download failed with exit code 1 (log: {kw['log_path']})")
+
+    monkeypatch.setattr(wh, "download_wheels", fake_download)
+    with pytest.raises(BuildError) as got:
+        wh.prepare_wheelhouse(cell, tmp_path)
+    assert got.value.message == (
+        "https://download.pytorch.org/whl/cu132 has no torch==2.14.1+cu132 wheel for cp311 "
+        "x86_64: flash-attn-2.8.3.post2-torch2.14.1-cu132-sm100-cp311 rests on a declared "
+        "torch 2.14.1 CUDA 13.2 build (written down from release notes, never read from that "
+        "index)")
+    # the index could not be reached: not a verdict on the declared build (an earlier run's
+    # "no matching distribution" in the same log does not count)
+    said["pip"] = "ERROR: Could not find a version (connection refused)\n"
+    with pytest.raises(BuildError, match="^pip download failed with exit code 1"):
+        wh.prepare_wheelhouse(cell, tmp_path)
+    # a build read from an index that fails the same way: pip's error stands
+    said["pip"] = "ERROR: No matching distribution found for torch==2.14.1+cu132\n"
+    read = dataclasses.replace(cell, torch_wheel="torch-2.14.1+cu132-cp311-cp311-x.whl")
+    assert not read.torch_declared
+    with pytest.raises(BuildError, match="^pip download failed with exit code 1"):
+        wh.prepare_wheelhouse(read, tmp_path)
+
+
 # -- sdists from a PEP 503 index on loopback --------------------------------------------------
 
 SDIST = b"not really a tarball, but bytes with a hash"

@@ -3,8 +3,11 @@ allocation its plan needs, and the planner inside that allocation making the sam
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,12 +15,19 @@ from factory.cli import main
 from factory.matrix.load import PlannedCell, load_matrix
 from factory.planning.memory_model import MemoryHistory, shipped_history_path
 from factory.planning.planner import plan_for
+from factory.planning import work as work_module
+from factory.planning.groups import group_cells
+from factory.planning.planner import BuildPlan
 from factory.planning.work import (
     CPU_SLACK,
+    MEMORY_ROUND,
     PEAK_SPREAD,
     SECONDS_SPREAD,
     SETUP_ALLOWANCE_SECONDS,
+    peak_range,
+    plan_group,
     plan_work,
+    seconds_factors,
     work_group,
 )
 from factory.units import GIB
@@ -71,28 +81,67 @@ def test_groups_share_kernels_and_run_longest_first(cells: list[PlannedCell]) ->
     assert work.groups[-1].planned[0].cell.package == "factory-example-ext"
 
 
-def test_a_groups_allocation_is_its_plan_at_the_high_end_of_the_range(
+def test_a_groups_allocation_is_the_top_of_the_planners_ranges(
         cells: list[PlannedCell]) -> None:
+    """--mem / requests from the top of the planner's own peak range, --time from the top of
+    its time range (its compile range over its point, times the group's time), not fixed
+    spreads around its points."""
     h = history()
+    widths: set[float] = set()
     for memory, cpus in ((256 * GIB, 64), (64 * GIB, 16), (12 * GIB, 4)):
         work = plan_work(cells, memory=memory, cpus=cpus, history=h)
         for g in work.groups:
             assert g.memory_bytes <= memory and 1 <= g.cpus <= cpus
-            lo, hi = g.peak_bytes
-            assert lo < hi <= g.memory_bytes  # the high end fits what is asked for
-            assert g.seconds[0] < g.predicted_seconds < g.seconds[1]
-            assert g.seconds == pytest.approx(tuple(g.predicted_seconds * f
-                                                    for f in SECONDS_SPREAD))
-            assert g.time_limit_seconds == g.seconds[1] + SETUP_ALLOWANCE_SECONDS
             # inside the allocation the planner reads its limits and makes the same plan
             pc = g.planned[0]
             inside = plan_for(pc.cell, supports_threads=pc.recipe.supports_threads(),
                               memory_model_key=pc.recipe.memory_model_key or pc.recipe.name,
                               memory=g.memory_bytes, cpus=g.cpus, history=h)
             assert (inside.max_jobs, inside.nvcc_threads) == (g.max_jobs, g.nvcc_threads)
-            assert inside.predicted_peak_bytes * PEAK_SPREAD[1] <= g.memory_bytes + 2**20
+            (lo, hi), planned = peak_range(inside)
+            assert planned and inside.predicted_peak_range is not None
+            assert g.ranges_from == "planner"
+            # the planner's range (its width is the chosen option's; the point moves a little
+            # with the budget it was planned at), its top rounded up is what is asked for
+            assert g.peak_bytes[1] / g.peak_bytes[0] == pytest.approx(hi / lo, rel=1e-6)
+            assert g.memory_bytes == min(memory, math.ceil(g.peak_bytes[1] / MEMORY_ROUND)
+                                         * MEMORY_ROUND)
+            assert hi <= g.memory_bytes  # the top of the range inside fits it
+            factors, planned = seconds_factors(inside)
+            assert planned and factors[0] <= 1 <= factors[1]
+            assert g.seconds == pytest.approx(tuple(g.predicted_seconds * f for f in factors),
+                                              rel=1e-3)  # the planner rounds to 0.1 s
+            assert g.time_limit_seconds == g.seconds[1] + SETUP_ALLOWANCE_SECONDS
             # and its CPUs are the ones that plan keeps busy
             assert g.cpus == g.max_jobs * min(g.nvcc_threads, len(pc.cell.archs))
+            widths.add(round(g.peak_bytes[1] / g.peak_bytes[0], 3))
+    # the planner's widths (the example's point alone; flash-attn's from its recorded runs),
+    # never the fixed spread's
+    assert 1.0 in widths and len(widths) > 1
+    assert round(PEAK_SPREAD[1] / PEAK_SPREAD[0], 3) not in widths
+
+
+def test_a_plan_without_ranges_takes_the_fixed_spreads(
+        cells: list[PlannedCell], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the planner gives no range (a re-plan after an OOM; no object times for the
+    package), the fixed spreads around its points stand in, and the group says so."""
+    h = history()
+    g = next(g for g in group_cells(cells) if g.name.startswith("flash-attn"))
+
+    def bare(*args: Any, **kw: Any) -> BuildPlan:
+        return dataclasses.replace(plan_group(*args, **kw), predicted_peak_range=None,
+                                   predicted_seconds_range=None)
+
+    monkeypatch.setattr(work_module, "plan_group", bare)
+    w = work_group(g, memory=64 * GIB, cpus=16, history=h)
+    plan = bare(g, memory=64 * GIB, cpus=16, history=h)
+    assert w.ranges_from == "fixed spread for the peak and time"
+    assert w.peak_bytes[1] / w.peak_bytes[0] == pytest.approx(PEAK_SPREAD[1] / PEAK_SPREAD[0],
+                                                              rel=1e-6)
+    assert peak_range(plan) == ((int(plan.predicted_peak_bytes * PEAK_SPREAD[0]),
+                                 int(plan.predicted_peak_bytes * PEAK_SPREAD[1])), False)
+    assert w.peak_bytes[1] <= w.memory_bytes <= 64 * GIB
+    assert w.seconds == pytest.approx(tuple(w.predicted_seconds * f for f in SECONDS_SPREAD))
 
 
 def test_a_group_no_allocation_fits_is_refused_with_the_planners_reason(
@@ -105,12 +154,20 @@ def test_a_group_no_allocation_fits_is_refused_with_the_planners_reason(
 
 
 def test_a_worker_plans_at_its_own_memory_not_below_it(cells: list[PlannedCell]) -> None:
-    example = [pc for pc in cells if pc.cell.package == "factory-example-ext"]
-    # 3.9 GiB holds one example job (3.8 GiB) but not with the 7 % the allocation adds
-    asked = plan_work(example, memory=int(3.9 * GIB), cpus=2, history=history())
-    own = plan_work(example, memory=int(3.9 * GIB), cpus=2, history=history(), spread=False)
+    h = history()
+    g = next(g for g in group_cells(cells)
+             if g.name.startswith("flash-attn") and "-sm90-" in g.name)
+    one = plan_group(g, memory=12 * GIB, cpus=1, history=h)
+    (_, top), planned = peak_range(one)
+    assert planned and top > one.predicted_peak_bytes
+    # between one job's predicted peak and the top of its range: a build there plans one job,
+    # an allocation of that size cannot hold the range's top (and no smaller plan exists)
+    memory = (one.predicted_peak_bytes + top) // 2
+    asked = plan_work(g.cells, memory=memory, cpus=1, history=h)
+    own = plan_work(g.cells, memory=memory, cpus=1, history=h, spread=False)
     assert not asked.groups and asked.refused
-    assert own.groups and not own.refused
+    assert "needs at least" in asked.refused[0].reason
+    assert own.groups and not own.refused and own.groups[0].max_jobs == 1
 
 
 def test_cli_prints_the_work_and_its_json(tmp_path: Path,

@@ -65,7 +65,7 @@ def test_nightly_refreshes_the_lock_before_it_schedules() -> None:
     lock = jobs["lock"]
     assert lock["permissions"] == {"contents": "write"}
     run = " ".join(s.get("run", "") for s in lock["steps"])
-    assert "factory lock | tee lock.txt" in run and "GITHUB_STEP_SUMMARY" in run
+    assert "factory lock 2>&1 | tee lock.txt" in run and "GITHUB_STEP_SUMMARY" in run
     assert "git add matrix.lock" in run and 'git push -q origin "HEAD:$BRANCH"' in run
     schedule = jobs["schedule"]
     assert schedule["needs"] == "lock"
@@ -97,15 +97,21 @@ def test_nightly_schedules_missing_cells_one_job_per_builder() -> None:
     assert 'factory index rebuild --store "$FACTORY_STORE"' in " ".join(s.get("run", "") for s in index["steps"])
 
 
-def _run_job(steps: list[dict[str, Any]], fake_bin: Path) -> tuple[bool, list[str]]:
-    """The job's run steps in order as a runner takes them: bash -e each (GitHub's default
-    shell), a failed step skips the later ones unless it has continue-on-error, and
-    ``if: steps.ID.outcome == 'failure'`` runs a step only when that step failed. Returns
-    whether the job failed and the name of each step that ran."""
+# How a Linux runner starts a step's script: GitHub's default shell, and `shell: bash`.
+SHELLS = {None: ["bash", "-e", "-c"], "bash": ["bash", "--noprofile", "--norc", "-eo",
+                                                 "pipefail", "-c"]}
+
+
+def _run_job(steps: list[dict[str, Any]], fake_bin: Path, *, cwd: Path | None = None,
+             env_extra: dict[str, str] | None = None) -> tuple[bool, list[str]]:
+    """The job's run steps in order as a runner takes them: each in its shell (bash -e, or
+    bash -eo pipefail for ``shell: bash``), a failed step skips the later ones unless it has
+    continue-on-error, and ``if: steps.ID.outcome == 'failure'`` runs a step only when that
+    step failed. Returns whether the job failed and the name of each step that ran."""
     outcomes: dict[str, str] = {}
     failed, ran = False, []
     env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}",
-           "FACTORY_STORE": "s3://bucket/x", "KEEP": "3"}
+           "FACTORY_STORE": "s3://bucket/x", "KEEP": "3", **(env_extra or {})}
     for step in steps:
         if "run" not in step:
             continue
@@ -117,8 +123,8 @@ def _run_job(steps: list[dict[str, Any]], fake_bin: Path) -> tuple[bool, list[st
         elif failed:
             continue
         ran.append(step["name"])
-        proc = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run([*SHELLS[step.get("shell")], step["run"]], env=env, cwd=cwd,
+                              capture_output=True, text=True, timeout=60)
         outcomes[step.get("id", step["name"])] = "success" if proc.returncode == 0 else "failure"
         if proc.returncode != 0 and not step.get("continue-on-error"):
             failed = True
@@ -144,6 +150,45 @@ def test_nightly_rebuilds_the_index_even_when_retention_fails(tmp_path: Path) ->
     (fake / "factory").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexit 0\n')
     failed, _ = _run_job([s for s in steps if "install" not in s.get("name", "")], fake)
     assert not failed and len(calls.read_text().splitlines()) == 4
+
+
+def test_nightly_lock_step_fails_with_the_lock_and_summarises_its_diff(tmp_path: Path) -> None:
+    """The lock step as a runner runs it, in a checkout with a committed matrix.lock: a lock
+    that fails (exit 12, its error on stderr) fails the step although tee succeeds, and its
+    error is in the summary; a lock that changes the file puts its table and the file's diff
+    (fenced) in the summary and says changed=true."""
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    (repo / "matrix.lock").write_text("cell = 1\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "matrix.lock"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "lock"], check=True)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "factory").write_text(
+        '#!/bin/sh\nif [ -n "$FAIL" ]; then echo "ERROR cannot reach pypi.org" >&2; exit 12; fi\n'
+        'echo "cell = 2" > matrix.lock\necho "change  c  torch 2.14.0 -> 2.14.1"\n')
+    (fake / "factory").chmod(0o755)
+    step = next(s for s in _load("nightly.yml")["jobs"]["lock"]["steps"] if s.get("id") == "lock")
+
+    def run(**env: str) -> tuple[bool, str, str]:
+        summary, output = tmp_path / "summary.md", tmp_path / "output"
+        summary.write_text("")
+        output.write_text("")
+        failed, _ = _run_job([step], fake, cwd=repo, env_extra={
+            "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output), **env})
+        return failed, summary.read_text(), output.read_text()
+
+    failed, summary, output = run(FAIL="1")
+    assert failed, "a failing 'factory lock' must fail the step (pipefail)"
+    assert "ERROR cannot reach pypi.org" in summary and "changed=" not in output
+    failed, summary, output = run()
+    assert not failed and output == "changed=true\n"
+    assert "```\nchange  c  torch 2.14.0 -> 2.14.1\n```" in summary
+    assert "matrix.lock | 2 +-" in summary
+    assert "```diff\ndiff --git a/matrix.lock b/matrix.lock" in summary
+    assert "-cell = 1\n+cell = 2\n```" in summary
 
 
 def test_builder_slots_prints_one_line_per_slot() -> None:
