@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -90,8 +91,6 @@ def add_wheel_limit_args(parser: argparse.ArgumentParser) -> None:
 
 
 def wheel_limits_from_args(args: argparse.Namespace) -> Any:
-    import dataclasses
-
     limits = DEFAULT_LIMITS
     if args.max_unpacked is not None:
         size = parse_size(args.max_unpacked, what="--max-unpacked")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from packaging.utils import parse_wheel_filename
+
 from factory.commands._common import add_store_arg, print_json, store_from_args
 from factory.errors import CellError, WheelError
 from factory.matrix.cell import Cell
@@ -36,8 +38,6 @@ def _from_file(path: Path) -> Manifest | None:
 
 
 def _lookup(args: argparse.Namespace) -> list[tuple[Manifest, str | None]]:
-    from packaging.utils import parse_wheel_filename
-
     target = str(args.target)
     local = _from_file(Path(target))
     if local is not None:

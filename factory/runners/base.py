@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import tempfile
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -193,8 +195,6 @@ def write_inside_script(run_dir: Path) -> Path:
     """The in-container build script (the ``inside`` package, stdlib only) as one zip archive
     any python3 runs: ``python3 inside.pyz job.json``. Written per run, so a build always runs
     the factory's own copy."""
-    import zipfile
-
     target = run_dir / INSIDE_SCRIPT_NAME
     with zipfile.ZipFile(target, "w") as zf:
         zf.writestr("__main__.py", _INSIDE_MAIN)
@@ -208,8 +208,6 @@ def prepare_run(job: BuildJob, *extra_dirs: Path) -> tuple[Path, Path]:
 
     The report sits next to the log (``<log>.report.json``) so it survives the run dir.
     """
-    import tempfile
-
     for d in (job.out_dir, job.log_path.parent, *extra_dirs):
         d.mkdir(parents=True, exist_ok=True)
     if job.cache_dir:
@@ -230,8 +228,6 @@ def events_path(log_path: Path) -> Path:
 
 def read_report(path: Path) -> dict[str, Any]:
     """inside.py's report; {} when it never got to write one (killed, or failed to start)."""
-    import json
-
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -184,6 +184,7 @@ def ensure_cibuildwheel_image(image: str, python: str) -> str:
     target = cibuildwheel_image(image)
     if target == image:
         return image
+    # heavy: the docker SDK, imported when used
     from docker.errors import APIError, ImageNotFound
 
     client = docker_client()
@@ -216,6 +217,7 @@ def ensure_cibuildwheel_image(image: str, python: str) -> str:
 
 def image_id(client: Any, image: str) -> str:
     """The base's id: a remade base makes the twin stale."""
+    # heavy: the docker SDK, imported when used
     from docker.errors import ImageNotFound
 
     try:

@@ -281,6 +281,7 @@ class DockerRunner:
 
     @contextlib.contextmanager
     def _container(self, job: BuildJob, name: str, run_dir: Path) -> Iterator[Any]:
+        # heavy: the docker SDK, imported when used
         from docker.errors import APIError
 
         try:

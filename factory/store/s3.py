@@ -40,6 +40,7 @@ def unreachable(endpoint: str, exc: Exception) -> StoreError:
 def check_reachable(client: Any, bucket: str) -> None:
     """One request with no retries and a short connect timeout: a down endpoint fails here in
     seconds, not after the store's eight retries. Any answer, even an error, means it is up."""
+    # heavy: botocore (boto3's), imported when S3 is used
     from botocore.exceptions import (
         ConnectionClosedError,
         ConnectTimeoutError,
@@ -73,6 +74,7 @@ def s3_client(
     """A boto3 S3 client. The endpoint and region default to what the environment says
     (``FACTORY_S3_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, else us-east-1);
     ``config`` adds botocore settings (timeouts)."""
+    # heavy: boto3, imported when S3 is used
     import boto3
     from botocore.config import Config
 
@@ -154,6 +156,7 @@ class S3Store(StoreBase):
 
     # -- reads --------------------------------------------------------------------------------
     def read_with_token(self, key: str) -> tuple[bytes | None, str | None]:
+        # heavy: botocore (boto3's), imported when S3 is used
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -173,6 +176,7 @@ class S3Store(StoreBase):
         return parallel_reads(self, keys)
 
     def list(self, prefix: str, *, sizes: bool = True) -> Iterator[StoreObject]:
+        # heavy: botocore (boto3's), imported when S3 is used
         from botocore.exceptions import BotoCoreError, ClientError
 
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix
@@ -189,6 +193,7 @@ class S3Store(StoreBase):
 
     # -- writes -------------------------------------------------------------------------------
     def _put(self, key: str, body: Any, content_type: str, **conditions: str) -> bool:
+        # heavy: botocore (boto3's), imported when S3 is used
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -227,6 +232,7 @@ class S3Store(StoreBase):
         return self._put(key, data, content_type, IfMatch=token)
 
     def delete(self, key: str) -> None:
+        # heavy: botocore (boto3's), imported when S3 is used
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,44 @@ def test_factory_imports_sit_at_module_top() -> None:
     assert len(inside) <= MAX_FUNCTION_LEVEL
     bare = [f"{i.importer}:{i.line}" for i in inside if "#" not in i.text]
     assert bare == [], "an import inside a function needs a comment: the heavy dependency"
+
+
+def _commented(lines: list[str], line: int) -> bool:
+    """A comment on the import's line, or above the block of imports it is in."""
+    if "#" in lines[line - 1]:
+        return True
+    for text in reversed(lines[: line - 1]):
+        text = text.strip()
+        if text.startswith("#"):
+            return True
+        if text and not text.startswith(("import ", "from ")):
+            return False
+    return False
+
+
+def test_imports_inside_functions_are_heavy_dependencies_said_so() -> None:
+    """The standard library loads at module top; an import inside a function is a heavy or
+    optional third-party module (docker, boto3, pyelftools, ...), with a comment saying so."""
+    found = []
+    for module, path in MODULES.items():
+        text = path.read_text()
+        lines = text.splitlines()
+
+        def walk(node: ast.AST, in_function: bool, lines: list[str] = lines,
+                 module: str = module) -> None:
+            for child in ast.iter_child_nodes(node):
+                if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                    name = (child.names[0].name if isinstance(child, ast.Import)
+                            else child.module or "")
+                    if name.split(".")[0] in sys.stdlib_module_names:
+                        found.append(f"{module}:{child.lineno}: {name} (stdlib: at module top)")
+                    elif not _commented(lines, child.lineno):
+                        found.append(f"{module}:{child.lineno}: {name} (no comment)")
+                walk(child, in_function or isinstance(
+                    child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+        walk(ast.parse(text), False)
+    assert found == []
 
 
 def test_no_module_over_600_lines() -> None:
