@@ -45,11 +45,6 @@ def _interactive(stream: TextIO) -> bool:
     return stream.isatty() and os.environ.get("CI", "").lower() not in ("1", "true")
 
 
-def current_cell() -> str | None:
-    """The short id of the cell whose build is writing (``cell_lines``), if any."""
-    return _CELL.get()
-
-
 @contextlib.contextmanager
 def cell_lines(short_id: str, title: str | None = None) -> Iterator[None]:
     """Lines written inside name the cell (outside a terminal); on GitHub Actions they fold into

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -58,7 +57,7 @@ from factory.toolchain.sysroot import FloorPlan
 from factory.units import format_size
 from factory.wheels.finalize import finalize_wheel
 from factory.wheels.floor import lower_floor_tip, wheel_floor
-from factory.wheels.provenance import write_manifest
+from factory.wheels.provenance import manifest_name, sha256_file, write_manifest
 from factory.wheels.verify import verify_wheel
 
 
@@ -484,7 +483,7 @@ def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: BuildPlan, wheel: P
                       opts: BuildOptions, floor: dict[str, object] | None = None) -> Path:
     data = {
         "wheel": wheel.name,
-        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "sha256": sha256_file(wheel),
         "cell": {**pc.cell.as_dict(), "id": pc.cell.id, "variant": pc.variant},
         "content_key": pc.content_key,
         "recipe": {"name": pc.recipe.name, "revision": pc.recipe.revision},
@@ -500,7 +499,7 @@ def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: BuildPlan, wheel: P
         "cache": {"hits": result.cache_hits, "misses": result.cache_misses},
         "floor": floor or {},
     }
-    path = wheel.with_name(wheel.name + ".provenance.json")
+    path = wheel.with_name(manifest_name(wheel.name))
     write_manifest(path, data)
     return path
 

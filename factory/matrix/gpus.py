@@ -25,12 +25,6 @@ def runs_on(built: int, gpu: int) -> bool:
     return built // 10 == gpu // 10 and gpu >= built
 
 
-@functools.lru_cache(maxsize=256)
-def products_for(archs: tuple[int, ...]) -> tuple[str, ...]:
-    """The products a build with kernels for ``archs`` runs on, in the table's order."""
-    return tuple(name for name, sm in gpu_sms().items() if any(runs_on(a, sm) for a in archs))
-
-
 def normalized(name: str) -> str:
     """'RTX PRO 6000' / 'rtx-pro-6000' / 'rtxpro6000' -> 'rtxpro6000' (how people type it)."""
     return re.sub(r"[^a-z0-9]", "", name.lower())

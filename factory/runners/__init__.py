@@ -21,9 +21,6 @@ from factory.runners.base import INSIDE, BuildJob, Runner, RunResult
 class RunnerKind:
     name: str
     target: str  # "module:Class", imported by load()
-    # installs the build's requirements offline from the wheelhouse (the local runner's modes
-    # that use the interpreter's own packages do not: Runner.needs_wheelhouse says per instance)
-    needs_wheelhouse: bool
     cross_compiles: bool  # builds an aarch64 cell on an x86_64 builder (the cross image)
     # builds in the matrix's builder image as it is: its python<X.Y> and, for CUDA 12.x, the
     # toolkit stacked on it ('factory image cuda')
@@ -38,13 +35,12 @@ class RunnerKind:
 
 RUNNERS: dict[str, RunnerKind] = {kind.name: kind for kind in (
     RunnerKind(name="docker", target="factory.runners.docker:DockerRunner",
-               needs_wheelhouse=True, cross_compiles=True, image_toolkit=True, host_glibc=False),
+               cross_compiles=True, image_toolkit=True, host_glibc=False),
     RunnerKind(name="local", target="factory.runners.local:LocalRunner",
-               needs_wheelhouse=True, cross_compiles=True, image_toolkit=False, host_glibc=True,
+               cross_compiles=True, image_toolkit=False, host_glibc=True,
                options=("mode", "uncapped", "interpreter")),
     RunnerKind(name="cibuildwheel", target="factory.runners.cibuildwheel:CibuildwheelRunner",
-               needs_wheelhouse=True, cross_compiles=False, image_toolkit=False,
-               host_glibc=False),
+               cross_compiles=False, image_toolkit=False, host_glibc=False),
 )}
 
 

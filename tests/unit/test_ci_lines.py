@@ -110,13 +110,6 @@ def test_the_schedule_summary_is_markdown(capsys: pytest.CaptureFixture[str]) ->
     assert "Predicted makespan" in md
 
 
-def test_a_fenced_block_outlasts_the_backticks_inside() -> None:
-    text = "pip install x\n```not the end```"
-    md = actions.fenced(text)
-    tokens = MarkdownIt("commonmark").parse(md)
-    assert [t.type for t in tokens] == ["fence"] and tokens[0].content == text + "\n"
-
-
 def test_a_failed_command_is_annotated_on_actions(monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
