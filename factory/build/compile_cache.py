@@ -46,8 +46,8 @@ from typing import Any
 from factory.errors import ConfigError
 from factory.matrix.settings import DEFAULT_CACHE_SIZE, Settings
 from factory.runners.base import INSIDE
+from factory.store.s3 import DEFAULT_REGION, endpoint_from, region_from, s3_url
 from factory.store.s3 import parse_url as parse_s3_url
-from factory.store.s3 import s3_url
 from factory.units import parse_size
 
 # The fixed links in every build container's run dir (the same inside paths on every run).
@@ -122,13 +122,12 @@ class RemoteCache:
     bucket: str
     prefix: str
     endpoint: str | None = None
-    region: str = "us-east-1"
+    region: str = DEFAULT_REGION
 
     @classmethod
     def from_store(cls, store: str, *, environ: Mapping[str, str] | None = None) -> RemoteCache:
         """``s3://bucket/prefix`` -> the cache under ``prefix/compile-cache/``; the endpoint and
         region come from the same variables the S3 store reads."""
-        env = os.environ if environ is None else environ
         parts = parse_s3_url(store)
         if parts is None:
             raise ConfigError(f"a remote compile cache needs an s3:// store, not {store!r}")
@@ -136,13 +135,8 @@ class RemoteCache:
         if not bucket:
             raise ConfigError(f"remote compile cache {store!r} names no bucket")
         prefix = "/".join(p for p in (prefix, "compile-cache") if p)
-        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
-        return cls(
-            bucket=bucket,
-            prefix=prefix,
-            endpoint=env.get("FACTORY_S3_ENDPOINT_URL") or None,
-            region=region,
-        )
+        return cls(bucket=bucket, prefix=prefix, endpoint=endpoint_from(environ),
+                   region=region_from(environ))
 
     @property
     def url(self) -> str:

@@ -10,6 +10,7 @@ import re
 import shlex
 
 from factory.errors import UsageError
+from factory.matrix.cell import sm_id
 from factory.planning.work import Refused, Work, WorkGroup
 
 
@@ -73,7 +74,7 @@ def job_name(group: WorkGroup, *, limit: int = 63) -> str:
     first = group.planned[0].cell
     stem = "-".join([first.package, first.version, f"t{first.torch}",
                      f"cu{first.cuda.replace('.', '')}",
-                     "+".join(f"sm{a}" for a in first.archs), group.machine])
+                     sm_id(first.archs), group.machine])
     stem = _UNSAFE.sub("-", stem.lower()).strip("-")
     short = group.id[:9]
     room = limit - len(short) - 1

@@ -21,7 +21,7 @@ def gpu_sms() -> dict[str, int]:
 
 def runs_on(built: int, gpu: int) -> bool:
     """SASS for sm_``built`` runs on an sm_``gpu`` GPU: the same major, a minor at least as
-    high (FIELD-NOTES s.10)."""
+    high (FIELD-NOTES s.10): sm_80 code runs on sm_86, sm_100 code not on sm_120."""
     return built // 10 == gpu // 10 and gpu >= built
 
 

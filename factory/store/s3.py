@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,21 @@ from factory.store.base import (
 )
 
 ENDPOINT_ENV = S3_ENDPOINT_ENV
+DEFAULT_REGION = "us-east-1"
 CONNECT_TIMEOUT_S = 3  # an endpoint that does not answer a TCP connect in this is down
+
+
+def endpoint_from(environ: Mapping[str, str] | None = None) -> str | None:
+    """The S3 endpoint the environment names (``FACTORY_S3_ENDPOINT_URL``); None: AWS's."""
+    env = os.environ if environ is None else environ
+    return env.get(ENDPOINT_ENV) or None
+
+
+def region_from(environ: Mapping[str, str] | None = None) -> str:
+    """The AWS region the environment names (``AWS_REGION``, ``AWS_DEFAULT_REGION``), else
+    us-east-1."""
+    env = os.environ if environ is None else environ
+    return env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
 
 
 def unreachable(endpoint: str, exc: Exception) -> StoreError:
@@ -81,11 +95,8 @@ def s3_client(
     config.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     return boto3.client(
         "s3",
-        endpoint_url=endpoint or os.environ.get(ENDPOINT_ENV) or None,
-        region_name=region
-        or os.environ.get("AWS_REGION")
-        or os.environ.get("AWS_DEFAULT_REGION")
-        or "us-east-1",
+        endpoint_url=endpoint or endpoint_from(),
+        region_name=region or region_from(),
         config=Config(
             retries={"max_attempts": max_attempts, "mode": "standard"},
             max_pool_connections=32,

@@ -23,6 +23,7 @@ from factory.build.compile_cache import (
 from factory.errors import ConfigError
 from factory.matrix.load import load_matrix
 from factory.matrix.settings import Settings, sccache_size
+from factory.store.s3 import s3_client
 
 # The shape of `sccache --show-stats --stats-format json` (0.16), from a real second compile whose
 # object missed but whose nvcc stages hit.
@@ -106,6 +107,10 @@ def test_remote_cache_from_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyP
         endpoint="http://127.0.0.1:9000",
         region="eu-west-1",
     )
+    # the S3 store's own client reads the same endpoint and region (one home: store/s3.py)
+    client = s3_client()
+    assert (client.meta.endpoint_url, client.meta.region_name) == (s.remote.endpoint,
+                                                                   s.remote.region)
     env = s.remote.env()
     assert env["SCCACHE_MULTILEVEL_CHAIN"] == "disk,s3"  # the local disk stays the first level
     assert env["SCCACHE_S3_KEY_PREFIX"] == "index/compile-cache"
