@@ -27,6 +27,7 @@ from factory.build.job import (
     build_image,
     cache_for,
     cell_work_dir,
+    check_cross,
     ensure_floor_sysroot,
     floor_plan,
     make_job,
@@ -198,6 +199,7 @@ def _build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                    f"{pc.wheel}); nothing to build")
         return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
                             detail="already published")
+    check_cross(pc, run.kind)
     floor = floor_plan(matrix, pc, run.kind)  # an unreachable floor fails here
     log.detail(floor.describe())
     history = load_history(matrix)

@@ -27,8 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from factory.build.compile_cache import DIRECT_SUBDIR, SCCACHE_SUBDIR, RemoteCache
+from factory.build.compile_cache import RemoteCache
 from factory.errors import StoreError
+from factory.runners.cache_config import DIRECT_SUBDIR, SCCACHE_SUBDIR
 from factory.store.s3 import error_code, s3_client
 from factory.units import format_size
 

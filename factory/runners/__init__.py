@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Callable
 from typing import Any, cast
 
 from factory.errors import UsageError
@@ -52,6 +53,11 @@ def runner_kind(name: str) -> RunnerKind:
     return kind
 
 
+def runner_flags(able: Callable[[RunnerKind], bool]) -> str:
+    """'--runner docker or --runner local': the kinds ``able`` picks, for a TIP."""
+    return " or ".join(f"--runner {k.name}" for k in RUNNERS.values() if able(k))
+
+
 def get_runner(name: str, **options: Any) -> Runner:
     """A runner by name; ``options`` go to its constructor (e.g. local: uncapped=True, mode=...)."""
     return runner_kind(name).load()(**options)
@@ -59,5 +65,5 @@ def get_runner(name: str, **options: Any) -> Runner:
 
 __all__ = [
     "INSIDE", "RUNNERS", "BuildJob", "RunResult", "Runner", "RunnerKind", "get_runner",
-    "runner_kind",
+    "runner_flags", "runner_kind",
 ]

@@ -1,7 +1,8 @@
 """The house in its documented order (docs/ARCHITECTURE.md): an ast walk over every import in
-factory/, also those inside functions and under ``if``. No import circle (importing ``a.b`` also
-runs ``a/__init__.py``: that counts too), no import that climbs a stage except the listed ones,
-factory imports at module top, no module over 600 lines."""
+factory/, also those inside functions and under ``if``, and the runner registry's targets
+(``RunnerKind(target="module:Class")``, imported by ``RunnerKind.load``). No import circle
+(importing ``a.b`` also runs ``a/__init__.py``: that counts too), no import that climbs a stage
+except the listed ones, factory imports at module top, no module over 600 lines."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from factory.runners import RUNNERS
 
 REPO = Path(__file__).resolve().parents[2]
 FACTORY = REPO / "factory"
@@ -91,6 +94,16 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom, is_package: bool) -
     return {t for t in found if t and t != module}
 
 
+def _kind_target(node: ast.AST) -> str | None:
+    """The module a ``RunnerKind(..., target="module:Class")`` names: an import when it loads."""
+    if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "RunnerKind"):
+        return None
+    target = next((k.value for k in node.keywords if k.arg == "target"), None)
+    if not (isinstance(target, ast.Constant) and isinstance(target.value, str)):
+        return None
+    return target.value.partition(":")[0]
+
+
 def _imports() -> list[Import]:
     out = []
     for module, path in MODULES.items():
@@ -106,6 +119,10 @@ def _imports() -> list[Import]:
                     for target in _targets(module, child, path.name == "__init__.py"):
                         out.append(Import(module, target, child.lineno, in_function,
                                           lines[child.lineno - 1]))
+                loaded = _kind_target(child)
+                if loaded is not None:
+                    out.append(Import(module, loaded, child.lineno, in_function,
+                                      lines[child.lineno - 1]))
                 walk(child, inside)
 
         walk(tree, False)
@@ -192,6 +209,17 @@ def test_every_module_has_a_floor() -> None:
 
 def test_no_import_circle() -> None:
     assert _circles(_graph()) == []
+
+
+def test_the_runner_registry_targets_count_as_imports() -> None:
+    """Each kind's class is imported when a build asks for it: an edge like any other, and the
+    only import by name in factory/ (RunnerKind.load's import_module)."""
+    loaded = {imp.target for imp in IMPORTS if imp.importer == "factory.runners"}
+    assert {kind.target.partition(":")[0] for kind in RUNNERS.values()} <= loaded
+    by_name = [f"{m}:{n.lineno}" for m, p in MODULES.items() if ".inside" not in m
+               for n in ast.walk(ast.parse(p.read_text()))
+               if isinstance(n, ast.Attribute) and n.attr == "import_module"]
+    assert len(by_name) == 1 and by_name[0].startswith("factory.runners:"), by_name
 
 
 def test_the_circle_finder_finds_one() -> None:

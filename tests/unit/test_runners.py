@@ -9,9 +9,11 @@ import pytest
 from conftest import FLASH_ATTN_MATRIX, write_example_matrix
 from ops_builds import factory_cli
 
-from factory.errors import ConfigError
+from factory.build.job import check_cross
+from factory.errors import ConfigError, EngineError
 from factory.matrix.load import load_matrix
 from factory.runners import RUNNERS, BuildJob, get_runner, runner_kind
+from factory.toolchain.cross import builder_platform
 
 
 def _job(tmp: Path, *, cuda_home: Path | None, image: str = "factory-base:bookworm") -> BuildJob:
@@ -87,3 +89,20 @@ def test_the_local_kind_takes_its_options_and_the_others_refuse_them(tmp_path: P
     r = factory_cli("build", "--all", "--runner", "docker", "--uncapped", "--dry-run",
                     "--matrix", str(write_example_matrix(tmp_path / "m.toml", work_dir=tmp_path)))
     assert r.returncode != 0 and "apply to the local runner only" in r.stderr
+
+
+@pytest.mark.parametrize("name", sorted(RUNNERS))
+def test_a_cell_for_another_cpu_needs_a_kind_that_cross_compiles(name: str) -> None:
+    """The build refuses it before anything is fetched, naming the kinds that cross-compile."""
+    other = "aarch64" if builder_platform() == "x86_64" else "x86_64"
+    (pc,) = load_matrix(text=FLASH_ATTN_MATRIX.replace(
+        "\n[packages.", f'\nplatform = ["{other}"]\n[packages.', 1)).cells
+    kind = runner_kind(name)
+    if kind.cross_compiles:
+        check_cross(pc, kind)
+        return
+    able = [k for k in RUNNERS.values() if k.cross_compiles]
+    with pytest.raises(EngineError, match=f"only for this builder's CPU .*, not {other}") as exc:
+        check_cross(pc, kind)
+    assert exc.value.tip == "cross-build the cell with " + " or ".join(
+        f"--runner {k.name}" for k in able) and able
