@@ -26,7 +26,7 @@ from factory.planning.critical_path import prepare_build_tree
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import BuildPlan
 from factory.process import run_command
-from factory.runners import RunnerKind, runner_flags
+from factory.runners import DEFAULT_RUNNER, RunnerKind, runner_flags
 from factory.runners.base import BuildJob, Runner, shared_venv_name
 from factory.tarsafe import extract
 from factory.toolchain.cross import (
@@ -59,7 +59,7 @@ EPOCH_1980 = 315532800
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BuildOptions:
-    runner: str = "docker"
+    runner: str = DEFAULT_RUNNER
     budget: BudgetRequest = BudgetRequest()  # what it leaves None: detect from the runner's limits
     out_dir: Path = Path("dist")
     store: str | None = None

@@ -14,7 +14,7 @@ from factory.errors import UsageError
 from factory.matrix.load import Matrix, load_matrix
 from factory.matrix.paths import default_matrix_path, matrix_path
 from factory.matrix.settings import DEFAULT_STORE, default_settings
-from factory.runners import RUNNERS
+from factory.runners import RUNNERS, runner_help
 from factory.store import URL_FORMS
 from factory.units import parse_size
 from factory.wheels.checks import DEFAULT_LIMITS
@@ -28,10 +28,7 @@ def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def add_runner_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--runner", choices=tuple(RUNNERS), default=None,
-        help="where the build runs: a docker container, a cgroup on this host (local), or "
-        "cibuildwheel (default: the matrix's settings.runner)")
+    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None, help=runner_help())
 
 
 def add_store_arg(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,4 @@
-"""factory build CELL... | --all | --missing [--dry-run] [--runner docker|local|cibuildwheel]
-[--memory SIZE] [--out DIR]"""
+"""factory build CELL... | --all | --missing [--dry-run] [--runner R] [--memory SIZE] [--out DIR]"""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from factory.commands.matrix import selected_cells
 from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
 from factory.planning.budget import requested_budget
-from factory.runners import RUNNERS, runner_kind
+from factory.runners import kinds_taking, runner_kind
 from factory.units import format_duration, format_size
 
 
@@ -57,11 +56,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="print outcomes (and dry-run details) as JSON")
     parser.add_argument(
         "--python-env", choices=("venv", "system-site", "existing"), default=None,
-        help="local runner: a fresh venv from the wheelhouse (default), a venv that sees the "
-        "interpreter's packages (a preinstalled torch), or the interpreter as it is",
+        help=f"{kinds_taking('mode')} runner: a fresh venv from the wheelhouse (default), a venv "
+        "that sees the interpreter's packages (a preinstalled torch), or the interpreter as it is",
     )
     parser.add_argument("--interpreter", default=None, metavar="EXE",
-                        help="local runner: the Python to build with (default: python3.X on PATH)")
+                        help=f"{kinds_taking('interpreter')} runner: the Python to build with "
+                        "(default: python3.X on PATH)")
     parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
                         help="fix MAX_JOBS instead of planning it (to reproduce a hand-picked "
                         "value)")
@@ -78,8 +78,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --publish: how long a cell's lease in the store outlives a "
                         "builder that stopped renewing it (default 900)")
     parser.add_argument("--uncapped", action="store_true",
-                        help="local runner: run without a cgroup memory cap (where cgroups are "
-                        "not writable)")
+                        help=f"{kinds_taking('uncapped')} runner: run without a cgroup memory cap "
+                        "(where cgroups are not writable)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -221,9 +221,8 @@ def _runner_options(args: argparse.Namespace) -> dict[str, object]:
     if args.interpreter:
         opts["interpreter"] = args.interpreter
     if opts and args.runner and not set(opts) <= set(runner_kind(args.runner).options):
-        takes = " and ".join(k.name for k in RUNNERS.values() if k.options)
-        raise UsageError(f"--python-env, --uncapped and --interpreter apply to the {takes} runner "
-                         "only")
+        raise UsageError("--python-env, --uncapped and --interpreter apply to the "
+                         f"{kinds_taking(*opts)} runner only")
     return opts
 
 

@@ -12,6 +12,7 @@ import shlex
 from factory.errors import UsageError
 from factory.matrix.cell import sm_id
 from factory.planning.work import Refused, Work, WorkGroup
+from factory.runners import ENGINE_RUNNER
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -27,7 +28,7 @@ class JobCommand:
 
     def argv(self, group: WorkGroup) -> list[str]:
         out = [*self.factory, "build", *group.cells, "--matrix", self.matrix,
-               "--runner", "local", "--publish", "--store", self.store]
+               "--runner", ENGINE_RUNNER, "--publish", "--store", self.store]
         if self.cache:
             out.append("--cache")
         if self.lease_ttl is not None:
