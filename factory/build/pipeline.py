@@ -506,10 +506,17 @@ def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: BuildPlan, wheel: P
     return path
 
 
-def build_cells(cells: Sequence[PlannedCell], *, matrix: Matrix, opts: BuildOptions,
-                log: Log | None = None) -> list[BuildOutcome]:
-    log = log or Log()
+def start_run(matrix: Matrix, opts: BuildOptions) -> BuildRun:
+    """``open_run``, with the runner started (once per batch: it clears what a killed run left)
+    unless nothing is built."""
     run = open_run(matrix, opts)
     if not opts.dry_run:
         run.runner.start()
+    return run
+
+
+def build_cells(cells: Sequence[PlannedCell], *, matrix: Matrix, opts: BuildOptions,
+                log: Log | None = None) -> list[BuildOutcome]:
+    log = log or Log()
+    run = start_run(matrix, opts)
     return [build_cell(matrix, pc, opts, log, run) for pc in cells]

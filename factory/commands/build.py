@@ -10,7 +10,7 @@ from typing import Any
 
 from factory import actions
 from factory.build.job import BuildOptions
-from factory.build.pipeline import build_cells
+from factory.build.pipeline import BuildRun, build_cell, build_cells, start_run
 from factory.build.readiness import ReadinessChecker
 from factory.commands._common import (
     add_matrix_arg,
@@ -22,6 +22,7 @@ from factory.commands._common import (
 from factory.commands.matrix import selected_cells
 from factory.errors import FactoryError, ToolchainError, UsageError
 from factory.logger import Log
+from factory.matrix.load import Matrix
 from factory.planning.budget import requested_budget
 from factory.runners import kinds_taking, runner_kind
 from factory.units import format_duration, format_size
@@ -131,9 +132,12 @@ def run(args: argparse.Namespace) -> int:
                        log=log)
     failures: list[tuple[str, FactoryError]] = []
     outcomes = []
+    run = _started(matrix, opts) if cells else None
     for pc in cells:
         try:
-            outcomes.extend(build_cells([pc], matrix=matrix, opts=opts, log=log))
+            if isinstance(run, FactoryError):
+                raise run
+            outcomes.append(build_cell(matrix, pc, opts, log, run))
         except FactoryError as exc:
             if len(cells) == 1:
                 if actions.on_actions():  # the job's summary says so too
@@ -210,6 +214,15 @@ def _buildable(cells: list[Any], ready: dict[str, Any], *, skip: bool, log: Log)
         log.step(f"skipped {pc.cell.id}: no toolchain here ({r.detail})"
                  + (f"; make it: {r.command}" if r.command else ""))
     return out
+
+
+def _started(matrix: Matrix, opts: BuildOptions) -> BuildRun | FactoryError:
+    """The runner and the stores, once for the batch; an error here fails every cell, as it
+    would have failed each one's build."""
+    try:
+        return start_run(matrix, opts)
+    except FactoryError as exc:
+        return exc
 
 
 def _runner_options(args: argparse.Namespace) -> dict[str, object]:

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import EXAMPLE_CELL, write_example_matrix
 from markdown_it import MarkdownIt
 
 from factory import actions
 from factory.cli import main
 from factory.commands import build as build_command
-from factory.errors import BuildError
+from factory.errors import BuildError, EngineError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,10 +76,11 @@ def test_factory_build_appends_its_summary_on_actions(tmp_path: Path,
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     summary.write_text("earlier step\n")
 
-    def fake_build(cells: Any, **_: Any) -> list[Outcome]:
-        return [Outcome(cells[0].cell.id, "built", None, (), 12.0)]
+    def fake_build(matrix: Any, pc: Any, *_: Any) -> Outcome:
+        return Outcome(pc.cell.id, "built", None, (), 12.0)
 
-    monkeypatch.setattr("factory.commands.build.build_cells", fake_build)
+    monkeypatch.setattr("factory.commands.build.start_run", lambda matrix, opts: object())
+    monkeypatch.setattr("factory.commands.build.build_cell", fake_build)
     code = main(["build", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
                  "--matrix", str(REPO / "matrix.toml")])
     assert code == 0
@@ -157,11 +159,62 @@ def test_a_single_failed_build_is_in_the_summary_too(tmp_path: Path,
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
 
-    def failing_build(cells: Any, **_: Any) -> list[Outcome]:
+    def failing_build(*_: Any) -> Outcome:
         raise BuildError("build failed (exit 1)")
 
-    monkeypatch.setattr("factory.commands.build.build_cells", failing_build)
+    monkeypatch.setattr("factory.commands.build.start_run", lambda matrix, opts: object())
+    monkeypatch.setattr("factory.commands.build.build_cell", failing_build)
     assert main(["build", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
                  "--matrix", str(REPO / "matrix.toml")]) == BuildError.exit_code
     (table,) = tables(summary.read_text())
     assert table[1][:2] == ["factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311", "failed"]
+
+
+def _two_cells(tmp_path: Path) -> tuple[Path, list[str]]:
+    matrix = write_example_matrix(tmp_path / "m.toml", work_dir=tmp_path, archs=("9.0", "10.0"))
+    return matrix, [EXAMPLE_CELL.replace("sm100", "sm90"), EXAMPLE_CELL]
+
+
+def test_a_batch_starts_its_runner_once_and_a_failed_cell_stops_no_other(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    matrix, (sm90, sm100) = _two_cells(tmp_path)
+    run, started, built = object(), [], []
+
+    def start(matrix: Any, opts: Any) -> object:
+        started.append(opts.runner)
+        return run
+
+    def build(matrix: Any, pc: Any, opts: Any, log: Any, given: object) -> Outcome:
+        assert given is run  # the batch's runner and stores, not one per cell
+        built.append(pc.cell.id)
+        if pc.cell.id == sm90:
+            raise BuildError("build failed (exit 1)")
+        return Outcome(pc.cell.id, "built", None, (), 12.0)
+
+    monkeypatch.setattr("factory.commands.build.start_run", start)
+    monkeypatch.setattr("factory.commands.build.build_cell", build)
+    assert main(["build", "--all", "--matrix", str(matrix)]) == BuildError.exit_code
+    assert started == ["docker"] and sorted(built) == sorted([sm90, sm100])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert f"FAILED {sm90}: build failed (exit 1)" in text
+    assert f"built     {sm100} (12s)" in text and f"failed    {sm90}: build failed" in text
+
+
+def test_a_runner_that_cannot_start_fails_every_cell(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    matrix, cells = _two_cells(tmp_path)
+
+    def start(matrix: Any, opts: Any) -> object:
+        raise EngineError("cannot connect to the docker engine")
+
+    monkeypatch.setattr("factory.commands.build.start_run", start)
+    monkeypatch.setattr("factory.commands.build.build_cell",
+                        lambda *a: pytest.fail("built without a runner"))
+    assert main(["build", "--all", "--matrix", str(matrix)]) == EngineError.exit_code
+    text = "".join(capsys.readouterr())
+    for cell in cells:
+        assert f"FAILED {cell}: cannot connect to the docker engine" in text
+        assert f"failed    {cell}: cannot connect to the docker engine" in text
