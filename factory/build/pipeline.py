@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from factory.build import remote_cache
 from factory.build.compile_cache import stats_from_report
@@ -51,7 +51,7 @@ from factory.planning.shared_history import BadRecord, merge_into, push
 from factory.reports.build_report import AttemptPicture, build_report_html
 from factory.reports.page import write_page
 from factory.runners import RunnerKind, get_runner, runner_kind
-from factory.runners.base import Runner, RunResult
+from factory.runners.base import CompilerReport, Runner, RunResult
 from factory.store import Store, open_store
 from factory.store.base import published
 from factory.toolchain.sysroot import FloorPlan
@@ -78,7 +78,7 @@ class AttemptRecord(TypedDict):
     objects_built: int | None
     cache_hits: int | None
     cache_misses: int | None
-    compilers: dict[str, Any] | None  # the compiler wrappers: archs asked for and compiled
+    compilers: CompilerReport | None  # the compiler wrappers: archs asked for and compiled
     log: str
 
 
@@ -354,15 +354,15 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, run: BuildRun, log: Log, *,
             log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
         log.detail(record_build(pc, plan, result, build_tree=src, history=history,
                                 share=_share_records(run)))
-        compilers = result.report.get("compilers") or {}
-        if compilers.get("asked_archs") or compilers.get("injected"):
+        compilers = result.compilers
+        if compilers and (compilers.get("asked_archs") or compilers.get("injected")):
             log.detail(f"nvcc: {_narrowing(compilers)}")
         if result.oom_killed:
             plan = _plan_after_oom(pc, opts, log, plan, result, attempt, history=history)
             continue
         if result.exit_code != 0 or result.wheel is None:
             tail = _log_tail(job.log_path)
-            why = f": {compilers['refused']}" if compilers.get("refused") else ""
+            why = f": {compilers['refused']}" if compilers and compilers.get("refused") else ""
             raise BuildError(
                 f"{pc.cell.id}: build failed (exit {result.exit_code}){why}; "
                 f"full log: {job.log_path}",
@@ -373,7 +373,7 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, run: BuildRun, log: Log, *,
                    f"logs in {work / 'logs'}")
 
 
-def _narrowing(compilers: dict[str, Any]) -> str:
+def _narrowing(compilers: CompilerReport) -> str:
     """What the factory's nvcc wrapper did in one attempt, in one line."""
     parts = []
     if compilers.get("narrowed"):
@@ -396,7 +396,7 @@ def _attempt_record(attempt: int, plan: BuildPlan, result: RunResult,
         "objects_total": result.objects_total, "objects_built": result.objects_built,
         "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
         # the factory's compiler wrappers: archs asked for and compiled, calls narrowed
-        "compilers": result.report.get("compilers"),
+        "compilers": result.compilers,
         "log": str(log_path),
     }
 

@@ -15,7 +15,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, cast
 
 from factory.toolchain.cross import inside_cross
 
@@ -124,6 +124,18 @@ def shared_venv_name(
     return f"{runner}-cp{python.replace('.', '')}-{key}"
 
 
+class CompilerReport(TypedDict):
+    """What the factory's compiler wrappers did in one build: the ``compilers`` entry of the
+    inside script's report (``inside/build.py``, ``compiler_summary``)."""
+
+    narrowed: int  # calls whose targets outside the cell's archs were dropped
+    injected: int  # calls that named no arch and were given the cell's
+    std_raised: int  # calls given torch's C++ standard
+    asked_archs: list[int]  # what the package asked for
+    compiled_archs: list[int]  # what nvcc compiled
+    refused: str | None  # why a compile left with no arch of the cell was refused
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunResult:
     exit_code: int
@@ -148,6 +160,12 @@ class RunResult:
     sccache_hits: int | None = None
     runner: str = ""
     report: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # inside.py's raw report
+
+    @property
+    def compilers(self) -> CompilerReport | None:
+        """What the factory's compiler wrappers did; None: the build ran without them."""
+        found = self.report.get("compilers")
+        return cast("CompilerReport", found) if isinstance(found, dict) else None
 
     @property
     def ok(self) -> bool:
