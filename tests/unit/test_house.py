@@ -320,23 +320,53 @@ def test_the_doc_says_what_adding_a_kind_touches(name: str) -> None:
 TESTS = REPO / "tests"
 
 
+TIERS = ("unit", "integration")
+
+
 def test_every_test_file_is_in_a_tier() -> None:
-    assert sorted(p.name for p in TESTS.glob("test_*.py")) == []
+    """Every test_*.py anywhere under tests/ sits in tests/unit or tests/integration."""
+    outside = sorted(p.relative_to(TESTS).as_posix() for p in TESTS.rglob("test_*.py")
+                     if p.relative_to(TESTS).parts[0] not in TIERS)
+    assert outside == []
+    assert len(list((TESTS / "unit").rglob("test_*.py"))) > 50  # the walk finds the tiers
+
+
+def _imported(node: ast.AST) -> list[str]:
+    """The modules an import names: ``from m import a`` names m and m.a (a may be a module);
+    a relative one is spelled with its dots."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = "." * node.level + (node.module or "")
+    return [base, *(f"{base.rstrip('.')}.{a.name}" if node.module else f"{base}{a.name}"
+                    for a in node.names)]
+
+
+def _names_a_test_module(name: str) -> bool:
+    parts = name.lstrip(".").split(".")
+    return parts[0] in TIERS or any(p.startswith("test_") for p in parts)
 
 
 def test_tests_take_shared_helpers_from_fixture_modules() -> None:
-    """No test module imports another test module (of its tier or the other): what two share
-    lives in a fixture module in tests/."""
-    found = []
-    for path in sorted(TESTS.rglob("test_*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            names += [f"{node.module}.{a.name}" for a in node.names] if isinstance(
-                node, ast.ImportFrom) and node.module in ("unit", "integration") else []
-            found += [f"{path.relative_to(TESTS)}: {n}" for n in names
-                      if n.split(".")[0] in ("unit", "integration") and "test_" in n]
+    """No module under tests/ imports a test module (of its tier or the other) or a tier
+    package: what two share lives in a fixture module in tests/."""
+    found = [f"{path.relative_to(TESTS)}:{node.lineno}: {name}"
+             for path in sorted(TESTS.rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             for name in _imported(node) if _names_a_test_module(name)]
     assert found == []
+
+
+def test_the_test_import_check_sees_every_spelling() -> None:
+    spellings = ["import test_cli", "from test_cli import x", "from unit import test_cli",
+                 "from integration.test_server import y", "from .test_cli import z",
+                 "from . import test_cli", "import unit"]
+    for text in spellings:
+        (node,) = ast.parse(text).body
+        assert any(_names_a_test_module(n) for n in _imported(node)), text
+    (fixture,) = ast.parse("from index_fixtures import moto_server").body
+    assert not any(_names_a_test_module(n) for n in _imported(fixture))
 
 
 def test_the_doc_names_every_fixture_module() -> None:
