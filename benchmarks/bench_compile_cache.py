@@ -296,7 +296,8 @@ def flash_attn_kernels(
 ) -> dict[str, Any]:
     import shlex
 
-    from factory.build.compile_cache import inside_config, parse_stats
+    from factory.build.compile_cache import parse_stats
+    from factory.runners.cache_config import inside_config
     from factory.runners.inside.cache import direct_stats as _direct_stats
 
     tag = "cp" + python.replace(".", "")

@@ -66,16 +66,6 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
     return "\n".join(lines) + "\n"
 
 
-def fenced(text: str, info: str = "") -> str:
-    """``text`` as a fenced code block (a fence longer than any backtick run inside it)."""
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{info}\n{text.rstrip(chr(10))}\n{fence}\n"
-
-
 def append_summary(markdown: str, path: str | os.PathLike[str] | None = None) -> bool:
     """Append to the job's step summary (``$GITHUB_STEP_SUMMARY``); False when there is none."""
     target = path or os.environ.get(SUMMARY_ENV)

@@ -50,12 +50,6 @@ def cpu_label(platform: str) -> str:
                           f"(known: {', '.join(CPU_LABELS)})") from None
 
 
-def builder_labels(builder: Builder) -> frozenset[str]:
-    """Every label the builder's runner carries."""
-    return frozenset({"self-hosted", "linux", cpu_label(builder.platform), builder.name,
-                      *builder.labels})
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunsOn:
     cpu: str  # "x64"

@@ -15,6 +15,7 @@ ENGINE_TIP = (
 def docker_client(*, timeout: int = 120) -> Any:
     """A connected ``docker.DockerClient``; EngineError (one line + tip) when there is none."""
     try:
+        # heavy: the docker SDK, imported when used
         from docker.errors import DockerException
 
         import docker
@@ -32,6 +33,7 @@ def docker_client(*, timeout: int = 120) -> Any:
 
 
 def image_exists(client: Any, name: str) -> bool:
+    # heavy: the docker SDK, imported when used
     from docker.errors import ImageNotFound
 
     try:

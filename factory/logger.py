@@ -46,11 +46,6 @@ def _interactive(stream: TextIO) -> bool:
     return stream.isatty() and os.environ.get("CI", "").lower() not in ("1", "true")
 
 
-def current_cell() -> str | None:
-    """The short id of the cell whose build is writing (``cell_lines``), if any."""
-    return _CELL.get()
-
-
 @contextlib.contextmanager
 def naming_cell(short_id: str) -> Iterator[None]:
     """Lines written inside start with the cell's short id (outside a terminal); an error that

@@ -10,7 +10,8 @@ Why the settings are what they are (measured with sccache 0.16, ccache 4.7 and n
   live in ``<venv>/lib/pythonX.Y/site-packages``, so the same kernel built for cp311 and cp313
   spells them differently. Plain: only ptxas hit. ``SCCACHE_BASEDIRS``: cudafe++, cicc and ptxas
   hit, but the object (host code with the ``__FILE__`` strings) still missed. The nvcc wrapper
-  below spells site-packages through one fixed link in every container: the whole object hits.
+  (``factory.runners.cache_config``) spells site-packages through one fixed link in every
+  container: the whole object hits.
 - The Python include dir (``-I.../python3.X``) differs per version too but is not in the key:
   sccache hashes the preprocessed output, and kernels that include only ATen never read it.
 - The host compiler and the system headers are in the key: images of two Debian releases
@@ -45,72 +46,8 @@ from typing import Any
 
 from factory.errors import ConfigError
 from factory.matrix.settings import DEFAULT_CACHE_SIZE, Settings
-from factory.runners.base import INSIDE
+from factory.store.s3 import DEFAULT_REGION, endpoint_from, region_from, s3_url
 from factory.store.s3 import parse_url as parse_s3_url
-from factory.store.s3 import s3_url
-from factory.units import parse_size
-
-# The fixed links in every build container's run dir (the same inside paths on every run).
-INSIDE_SITE_LINK = f"{INSIDE['run']}/site-packages"
-INSIDE_INCLUDE_LINK = f"{INSIDE['run']}/python-include"
-SCCACHE_SUBDIR = "sccache"
-DIRECT_SUBDIR = "ccache"
-DIRECT_SHARE = 4  # the direct layer gets 1/DIRECT_SHARE of the size bound
-DIRECT_STATS_LOG = "ccache-stats.log"
-# ccache's key holds the compiler's identity: nvcc's version and its host compiler's (or the
-# C++ compiler's own, for the C++ wrapper, where %compiler% is it).
-DIRECT_COMPILER_CHECK = "%compiler% --version; gcc --version"
-WRAPPER_NAME = "nvcc-cached"
-CXX_WRAPPER_NAME = "cxx-cached"
-
-# A compiler through the cache, with the venv's site-packages and the interpreter's include dir
-# spelled through fixed links. Every Python version then compiles an object with the same command
-# and the same preprocessed text. The links are made on first use, atomically (ninja starts
-# several compilers at once). With the direct layer on (CCACHE_DIR set, ccache in the image):
-# ccache, which runs sccache on its misses (CCACHE_PREFIX); otherwise sccache alone.
-_CACHED_COMPILER = r"""#!/bin/sh
-# Written by factory.build.compile_cache: @WHAT@ through the compile cache, paths spelled one way.
-set -eu
-link="@LINK@"
-inc_link="@INCLUDE_LINK@"
-if [ ! -e "$link" ] || [ ! -e "$inc_link" ]; then
-    paths=$(python -c 'import sysconfig; p = sysconfig.get_paths()
-print(p["purelib"]); print(p["include"])')
-    ln -sfn "$(printf '%s\n' "$paths" | sed -n 1p)" "$link.$$"
-    mv -Tf "$link.$$" "$link"
-    ln -sfn "$(printf '%s\n' "$paths" | sed -n 2p)" "$inc_link.$$"
-    mv -Tf "$inc_link.$$" "$inc_link"
-fi
-site=$(readlink "$link")
-inc=$(readlink "$inc_link")
-for arg do
-    shift
-    case $arg in
-        *"$site"*) arg=$(printf '%s\n' "$arg" | sed "s|$site|$link|g") ;;
-    esac
-    case $inc in
-        */python3*) case $arg in
-            *"$inc"*) arg=$(printf '%s\n' "$arg" | sed "s|$inc|$inc_link|g") ;;
-        esac ;;
-    esac
-    set -- "$@" "$arg"
-done
-if [ -n "${CCACHE_DIR:-}" ] && command -v ccache >/dev/null 2>&1; then
-    exec ccache @COMPILER@ "$@"
-fi
-exec sccache @COMPILER@ "$@"
-"""
-# The real nvcc: CUDA_HOME's is the factory's arch wrapper (factory/runners/inside/toolkit.py),
-# which runs this one next.
-NVCC_WRAPPER = _CACHED_COMPILER.replace("@WHAT@", "nvcc").replace(
-    "@COMPILER@", '"${FACTORY_REAL_NVCC:-${CUDA_HOME:+$CUDA_HOME/bin/}nvcc}"'
-)
-# The host C++ compiler for .cpp objects (torch's ninja file takes it from $CXX): the extension's
-# own C++ (flash_api.cpp, op registrations) reads torch's headers from site-packages as well.
-# FACTORY_HOST_CXX is the compiler the build would have used without the cache.
-CXX_WRAPPER = _CACHED_COMPILER.replace("@WHAT@", "the C++ compiler").replace(
-    "@COMPILER@", '"${FACTORY_HOST_CXX:-c++}"'
-)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -122,13 +59,12 @@ class RemoteCache:
     bucket: str
     prefix: str
     endpoint: str | None = None
-    region: str = "us-east-1"
+    region: str = DEFAULT_REGION
 
     @classmethod
     def from_store(cls, store: str, *, environ: Mapping[str, str] | None = None) -> RemoteCache:
         """``s3://bucket/prefix`` -> the cache under ``prefix/compile-cache/``; the endpoint and
         region come from the same variables the S3 store reads."""
-        env = os.environ if environ is None else environ
         parts = parse_s3_url(store)
         if parts is None:
             raise ConfigError(f"a remote compile cache needs an s3:// store, not {store!r}")
@@ -136,13 +72,8 @@ class RemoteCache:
         if not bucket:
             raise ConfigError(f"remote compile cache {store!r} names no bucket")
         prefix = "/".join(p for p in (prefix, "compile-cache") if p)
-        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
-        return cls(
-            bucket=bucket,
-            prefix=prefix,
-            endpoint=env.get("FACTORY_S3_ENDPOINT_URL") or None,
-            region=region,
-        )
+        return cls(bucket=bucket, prefix=prefix, endpoint=endpoint_from(environ),
+                   region=region_from(environ))
 
     @property
     def url(self) -> str:
@@ -191,59 +122,6 @@ def cache_settings(settings: Settings, *, store: str | None = None) -> CacheSett
     elif config.remote:
         remote = RemoteCache.from_store(config.remote)
     return CacheSettings(dir=config.dir, size=config.size, remote=remote)
-
-
-# -- inside the container -----------------------------------------------------------------------
-
-
-def split_size(size: str) -> tuple[str, str]:
-    """The bound of the whole cache -> (sccache's, the direct layer's), in the units each tool
-    reads: sccache ``K`` (KiB), ccache ``KiB``."""
-    total_kib = parse_size(size) // 1024
-    direct_kib = total_kib // DIRECT_SHARE
-    return f"{total_kib - direct_kib}K", f"{direct_kib}KiB"
-
-
-def inside_config(
-    *, root: str, size: str, normalize_paths: bool, remote: RemoteCache | None = None
-) -> dict[str, Any]:
-    """The ``cache`` entry of inside.py's job: sccache's dir and bound, extra environment and the
-    compiler wrappers to write. ``root`` is the cache dir as the build sees it.
-    ``normalize_paths`` only where every build sees the same inside paths (the docker runner):
-    elsewhere the links would differ per run and break same-cell hits; the direct layer (ccache,
-    called by the wrappers) comes with them."""
-    cache_size, direct_size = split_size(size) if normalize_paths else (size, "")
-    env = {"SCCACHE_CACHE_SIZE": cache_size}
-    if remote is not None:
-        env.update(remote.env())
-    config: dict[str, Any] = {
-        "dir": f"{root}/{SCCACHE_SUBDIR}",
-        "size": cache_size,
-        "env": env,
-    }
-    if normalize_paths:
-        run_dir = INSIDE_SITE_LINK.rsplit("/", 1)[0]
-
-        def wrapper(name: str, text: str) -> dict[str, str]:
-            text = text.replace("@LINK@", INSIDE_SITE_LINK)
-            return {"path": f"{run_dir}/{name}",
-                    "text": text.replace("@INCLUDE_LINK@", INSIDE_INCLUDE_LINK)}
-
-        config["nvcc_wrapper"] = wrapper(WRAPPER_NAME, NVCC_WRAPPER)
-        config["cxx_wrapper"] = wrapper(CXX_WRAPPER_NAME, CXX_WRAPPER)
-        # ccache's settings: depend mode (the key from the compiler's own -MD depfile, no
-        # preprocessor run), sccache behind it, one stats record per object in the run dir.
-        config["direct"] = {
-            "env": {
-                "CCACHE_DIR": f"{root}/{DIRECT_SUBDIR}",
-                "CCACHE_MAXSIZE": direct_size,
-                "CCACHE_PREFIX": "sccache",
-                "CCACHE_DEPEND": "1",
-                "CCACHE_COMPILERCHECK": DIRECT_COMPILER_CHECK,
-                "CCACHE_STATSLOG": f"{run_dir}/{DIRECT_STATS_LOG}",
-            },
-        }
-    return config
 
 
 # -- stats ----------------------------------------------------------------------------------------

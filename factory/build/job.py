@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from factory.build.compile_cache import CacheSettings, cache_settings
-from factory.errors import BuildError
+from factory.errors import BuildError, EngineError
 from factory.logger import Log
 from factory.matrix.load import Matrix, PlannedCell
 from factory.matrix.manylinux import host_glibc, parse_manylinux, plat_for_image
@@ -26,7 +26,7 @@ from factory.planning.critical_path import prepare_build_tree
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import BuildPlan
 from factory.process import run_command
-from factory.runners import RunnerKind
+from factory.runners import DEFAULT_RUNNER, RunnerKind, runner_flags
 from factory.runners.base import BuildJob, Runner, shared_venv_name
 from factory.tarsafe import extract
 from factory.toolchain.cross import (
@@ -59,7 +59,7 @@ EPOCH_1980 = 315532800
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BuildOptions:
-    runner: str = "docker"
+    runner: str = DEFAULT_RUNNER
     budget: BudgetRequest = BudgetRequest()  # what it leaves None: detect from the runner's limits
     out_dir: Path = Path("dist")
     store: str | None = None
@@ -129,6 +129,17 @@ def planned_cuda_home(matrix: Matrix, pc: PlannedCell) -> Path | None:
     if tc.nvcc_source == "pypi":
         return matrix.settings.toolkits_dir / f"cuda-{tc.cuda}"
     return None
+
+
+def check_cross(pc: PlannedCell, kind: RunnerKind) -> None:
+    """A cell for another CPU needs a runner kind that cross-compiles: refused before anything
+    is fetched, naming the kinds that do."""
+    if is_cross(pc.cell) and not kind.cross_compiles:
+        raise EngineError(
+            f"the {kind.name} runner builds only for this builder's CPU ({builder_platform()}), "
+            f"not {pc.cell.platform}",
+            tip="cross-build the cell with " + runner_flags(lambda k: k.cross_compiles),
+        )
 
 
 # -- the glibc floor -------------------------------------------------------------------------

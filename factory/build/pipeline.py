@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -19,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from factory.build import remote_cache
 from factory.build.compile_cache import stats_from_report
@@ -28,6 +27,7 @@ from factory.build.job import (
     build_image,
     cache_for,
     cell_work_dir,
+    check_cross,
     ensure_floor_sysroot,
     floor_plan,
     make_job,
@@ -51,14 +51,14 @@ from factory.planning.shared_history import BadRecord, merge_into, push
 from factory.reports.build_report import AttemptPicture, build_report_html
 from factory.reports.page import write_page
 from factory.runners import RunnerKind, get_runner, runner_kind
-from factory.runners.base import Runner, RunResult
+from factory.runners.base import CompilerReport, Runner, RunResult
 from factory.store import Store, open_store
 from factory.store.base import published
 from factory.toolchain.sysroot import FloorPlan
 from factory.units import format_size
 from factory.wheels.finalize import finalize_wheel
 from factory.wheels.floor import lower_floor_tip, wheel_floor
-from factory.wheels.provenance import write_manifest
+from factory.wheels.provenance import manifest_name, sha256_file, write_manifest
 from factory.wheels.verify import verify_wheel
 
 
@@ -78,7 +78,7 @@ class AttemptRecord(TypedDict):
     objects_built: int | None
     cache_hits: int | None
     cache_misses: int | None
-    compilers: dict[str, Any] | None  # the compiler wrappers: archs asked for and compiled
+    compilers: CompilerReport | None  # the compiler wrappers: archs asked for and compiled
     log: str
 
 
@@ -199,6 +199,7 @@ def _build_cell(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
                    f"{pc.wheel}); nothing to build")
         return BuildOutcome(cell_id=pc.cell.id, status="skipped", seconds=time.monotonic() - t0,
                             detail="already published")
+    check_cross(pc, run.kind)
     floor = floor_plan(matrix, pc, run.kind)  # an unreachable floor fails here
     log.detail(floor.describe())
     history = load_history(matrix)
@@ -353,15 +354,15 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, run: BuildRun, log: Log, *,
             log.detail(f"compile cache: {stats.summary() if stats else 'none reported'}")
         log.detail(record_build(pc, plan, result, build_tree=src, history=history,
                                 share=_share_records(run)))
-        compilers = result.report.get("compilers") or {}
-        if compilers.get("asked_archs") or compilers.get("injected"):
+        compilers = result.compilers
+        if compilers and (compilers.get("asked_archs") or compilers.get("injected")):
             log.detail(f"nvcc: {_narrowing(compilers)}")
         if result.oom_killed:
             plan = _plan_after_oom(pc, opts, log, plan, result, attempt, history=history)
             continue
         if result.exit_code != 0 or result.wheel is None:
             tail = _log_tail(job.log_path)
-            why = f": {compilers['refused']}" if compilers.get("refused") else ""
+            why = f": {compilers['refused']}" if compilers and compilers.get("refused") else ""
             raise BuildError(
                 f"{pc.cell.id}: build failed (exit {result.exit_code}){why}; "
                 f"full log: {job.log_path}",
@@ -372,7 +373,7 @@ def _run_attempts(matrix: Matrix, pc: PlannedCell, run: BuildRun, log: Log, *,
                    f"logs in {work / 'logs'}")
 
 
-def _narrowing(compilers: dict[str, Any]) -> str:
+def _narrowing(compilers: CompilerReport) -> str:
     """What the factory's nvcc wrapper did in one attempt, in one line."""
     parts = []
     if compilers.get("narrowed"):
@@ -395,7 +396,7 @@ def _attempt_record(attempt: int, plan: BuildPlan, result: RunResult,
         "objects_total": result.objects_total, "objects_built": result.objects_built,
         "cache_hits": result.cache_hits, "cache_misses": result.cache_misses,
         # the factory's compiler wrappers: archs asked for and compiled, calls narrowed
-        "compilers": result.report.get("compilers"),
+        "compilers": result.compilers,
         "log": str(log_path),
     }
 
@@ -484,7 +485,7 @@ def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: BuildPlan, wheel: P
                       opts: BuildOptions, floor: dict[str, object] | None = None) -> Path:
     data = {
         "wheel": wheel.name,
-        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "sha256": sha256_file(wheel),
         "cell": {**pc.cell.as_dict(), "id": pc.cell.id, "variant": pc.variant},
         "content_key": pc.content_key,
         "recipe": {"name": pc.recipe.name, "revision": pc.recipe.revision},
@@ -500,15 +501,22 @@ def _write_provenance(matrix: Matrix, pc: PlannedCell, plan: BuildPlan, wheel: P
         "cache": {"hits": result.cache_hits, "misses": result.cache_misses},
         "floor": floor or {},
     }
-    path = wheel.with_name(wheel.name + ".provenance.json")
+    path = wheel.with_name(manifest_name(wheel.name))
     write_manifest(path, data)
     return path
+
+
+def start_run(matrix: Matrix, opts: BuildOptions) -> BuildRun:
+    """``open_run``, with the runner started (once per batch: it clears what a killed run left)
+    unless nothing is built."""
+    run = open_run(matrix, opts)
+    if not opts.dry_run:
+        run.runner.start()
+    return run
 
 
 def build_cells(cells: Sequence[PlannedCell], *, matrix: Matrix, opts: BuildOptions,
                 log: Log | None = None) -> list[BuildOutcome]:
     log = log or Log()
-    run = open_run(matrix, opts)
-    if not opts.dry_run:
-        run.runner.start()
+    run = start_run(matrix, opts)
     return [build_cell(matrix, pc, opts, log, run) for pc in cells]

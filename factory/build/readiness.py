@@ -11,7 +11,7 @@ from factory.engine import docker_client, image_exists
 from factory.errors import EngineError, ToolchainError
 from factory.matrix.load import PlannedCell
 from factory.matrix.settings import Settings
-from factory.runners import RUNNERS, runner_kind
+from factory.runners import runner_flags, runner_kind
 from factory.toolchain.images import make_command
 from factory.toolchain.python_image import base_for_python, lacks_python
 
@@ -83,7 +83,7 @@ class ReadinessChecker:
                 detail=f"CUDA {tc.cuda} comes in image {tc.image}, which the "
                 f"{self.kind.name} runner does not use",
                 command=f'a system CUDA {tc.cuda} toolkit (toolkit = ["system"]) or '
-                + " or ".join(f"--runner {k.name}" for k in RUNNERS.values() if k.image_toolkit),
+                + runner_flags(lambda k: k.image_toolkit),
             )
         here = self._image_here(tc.image)
         if here is None:

@@ -27,8 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from factory.build.compile_cache import DIRECT_SUBDIR, SCCACHE_SUBDIR, RemoteCache
+from factory.build.compile_cache import RemoteCache
 from factory.errors import StoreError
+from factory.runners.cache_config import DIRECT_SUBDIR, SCCACHE_SUBDIR
 from factory.store.s3 import error_code, s3_client
 from factory.units import format_size
 
@@ -123,6 +124,7 @@ def _s3_error(remote: RemoteCache, what: str, exc: Exception) -> StoreError:
 def pull(remote: RemoteCache, cache_dir: Path, *, client: Any = None) -> SyncResult:
     """Download the entries this builder lacks. Each lands under a temporary name and is renamed
     into place: a build never reads half an entry, a killed pull leaves no partial one."""
+    # heavy: botocore (boto3's), imported when S3 is used
     from botocore.exceptions import BotoCoreError, ClientError
 
     t0 = time.monotonic()
@@ -159,6 +161,7 @@ def pull(remote: RemoteCache, cache_dir: Path, *, client: Any = None) -> SyncRes
 def push(remote: RemoteCache, cache_dir: Path, *, client: Any = None) -> SyncResult:
     """Upload the entries S3 lacks (one that is there stays: results are keyed by what made
     them, and a manifest there is as good as ours)."""
+    # heavy: botocore (boto3's), imported when S3 is used
     from botocore.exceptions import BotoCoreError, ClientError
 
     t0 = time.monotonic()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from factory.errors import UsageError
 from factory.matrix.load import Matrix, load_matrix
 from factory.matrix.paths import default_matrix_path, matrix_path
 from factory.matrix.settings import DEFAULT_STORE, default_settings
-from factory.runners import RUNNERS
+from factory.runners import RUNNERS, runner_help
 from factory.store import URL_FORMS
 from factory.units import parse_size
 from factory.wheels.checks import DEFAULT_LIMITS
@@ -27,10 +28,7 @@ def add_matrix_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def add_runner_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--runner", choices=tuple(RUNNERS), default=None,
-        help="where the build runs: a docker container, a cgroup on this host (local), or "
-        "cibuildwheel (default: the matrix's settings.runner)")
+    parser.add_argument("--runner", choices=tuple(RUNNERS), default=None, help=runner_help())
 
 
 def add_store_arg(parser: argparse.ArgumentParser) -> None:
@@ -90,8 +88,6 @@ def add_wheel_limit_args(parser: argparse.ArgumentParser) -> None:
 
 
 def wheel_limits_from_args(args: argparse.Namespace) -> Any:
-    import dataclasses
-
     limits = DEFAULT_LIMITS
     if args.max_unpacked is not None:
         size = parse_size(args.max_unpacked, what="--max-unpacked")

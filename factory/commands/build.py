@@ -1,5 +1,4 @@
-"""factory build CELL... | --all | --missing [--dry-run] [--runner docker|local|cibuildwheel]
-[--memory SIZE] [--out DIR]"""
+"""factory build CELL... | --all | --missing [--dry-run] [--runner R] [--memory SIZE] [--out DIR]"""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from typing import Any
 
 from factory import actions
 from factory.build.job import BuildOptions
-from factory.build.pipeline import build_cells
+from factory.build.pipeline import BuildRun, build_cell, build_cells, start_run
 from factory.build.readiness import ReadinessChecker
 from factory.commands._common import (
     add_matrix_arg,
@@ -26,8 +25,9 @@ from factory.commands.matrix import selected_cells
 from factory.errors import CellError, FactoryError, ToolchainError, UsageError
 from factory.logger import Log, naming_cell
 from factory.matrix.cell import Cell
+from factory.matrix.load import Matrix
 from factory.planning.budget import requested_budget
-from factory.runners import RUNNERS, runner_kind
+from factory.runners import kinds_taking, runner_kind
 from factory.units import format_duration, format_size
 
 
@@ -60,11 +60,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="print outcomes (and dry-run details) as JSON")
     parser.add_argument(
         "--python-env", choices=("venv", "system-site", "existing"), default=None,
-        help="local runner: a fresh venv from the wheelhouse (default), a venv that sees the "
-        "interpreter's packages (a preinstalled torch), or the interpreter as it is",
+        help=f"{kinds_taking('mode')} runner: a fresh venv from the wheelhouse (default), a venv "
+        "that sees the interpreter's packages (a preinstalled torch), or the interpreter as it is",
     )
     parser.add_argument("--interpreter", default=None, metavar="EXE",
-                        help="local runner: the Python to build with (default: python3.X on PATH)")
+                        help=f"{kinds_taking('interpreter')} runner: the Python to build with "
+                        "(default: python3.X on PATH)")
     parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
                         help="fix MAX_JOBS instead of planning it (to reproduce a hand-picked "
                         "value)")
@@ -81,8 +82,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --publish: how long a cell's lease in the store outlives a "
                         "builder that stopped renewing it (default 900)")
     parser.add_argument("--uncapped", action="store_true",
-                        help="local runner: run without a cgroup memory cap (where cgroups are "
-                        "not writable)")
+                        help=f"{kinds_taking('uncapped')} runner: run without a cgroup memory cap "
+                        "(where cgroups are not writable)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -134,9 +135,12 @@ def run(args: argparse.Namespace) -> int:
                        log=log)
     failures: list[tuple[str, FactoryError]] = []
     outcomes = []
+    run = _started(matrix, opts) if cells else None
     for pc in cells:
         try:
-            outcomes.extend(build_cells([pc], matrix=matrix, opts=opts, log=log))
+            if isinstance(run, FactoryError):
+                raise run
+            outcomes.append(build_cell(matrix, pc, opts, log, run))
         except FactoryError as exc:
             if len(cells) == 1:
                 if actions.on_actions():  # the job's summary says so too
@@ -234,6 +238,15 @@ def _buildable(cells: list[Any], ready: dict[str, Any], *, skip: bool, log: Log)
     return out
 
 
+def _started(matrix: Matrix, opts: BuildOptions) -> BuildRun | FactoryError:
+    """The runner and the stores, once for the batch; an error here fails every cell, as it
+    would have failed each one's build."""
+    try:
+        return start_run(matrix, opts)
+    except FactoryError as exc:
+        return exc
+
+
 def _runner_options(args: argparse.Namespace) -> dict[str, object]:
     opts: dict[str, object] = {}
     if args.python_env:
@@ -243,9 +256,8 @@ def _runner_options(args: argparse.Namespace) -> dict[str, object]:
     if args.interpreter:
         opts["interpreter"] = args.interpreter
     if opts and args.runner and not set(opts) <= set(runner_kind(args.runner).options):
-        takes = " and ".join(k.name for k in RUNNERS.values() if k.options)
-        raise UsageError(f"--python-env, --uncapped and --interpreter apply to the {takes} runner "
-                         "only")
+        raise UsageError("--python-env, --uncapped and --interpreter apply to the "
+                         f"{kinds_taking(*opts)} runner only")
     return opts
 
 

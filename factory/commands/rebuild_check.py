@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import shutil
 
 from factory.build.job import BuildOptions
@@ -26,6 +25,7 @@ from factory.logger import Log
 from factory.planning.budget import requested_budget
 from factory.store import file_key, open_existing_store
 from factory.wheels.compare import compare_wheels
+from factory.wheels.provenance import sha256_file
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         first.parent.mkdir()
         first.write_bytes(published)
         diffs = compare_wheels(first, outcome.wheel)
-        rebuilt_sha = hashlib.sha256(outcome.wheel.read_bytes()).hexdigest()
+        rebuilt_sha = sha256_file(outcome.wheel)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

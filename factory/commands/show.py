@@ -10,11 +10,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from packaging.utils import parse_wheel_filename
+
 from factory.commands._common import add_store_arg, print_json, store_from_args
 from factory.errors import CellError, WheelError
 from factory.matrix.cell import Cell
 from factory.store import open_store
-from factory.wheels.provenance import SUFFIX, Manifest, published_builds, read_manifest, render_text
+from factory.wheels.provenance import (
+    SUFFIX,
+    Manifest,
+    manifest_name,
+    published_builds,
+    read_manifest,
+    render_text,
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,15 +38,13 @@ def _from_file(path: Path) -> Manifest | None:
         return None
     if path.name.endswith(SUFFIX) and path.is_file():
         return read_manifest(path)
-    side = path.with_name(path.name + SUFFIX)
+    side = path.with_name(manifest_name(path.name))
     if path.name.endswith(".whl") and side.is_file():
         return read_manifest(side)
     return None
 
 
 def _lookup(args: argparse.Namespace) -> list[tuple[Manifest, str | None]]:
-    from packaging.utils import parse_wheel_filename
-
     target = str(args.target)
     local = _from_file(Path(target))
     if local is not None:

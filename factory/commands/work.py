@@ -12,6 +12,7 @@ from factory.build.job import BuildOptions
 from factory.build.lease import LEASE_TTL_SECONDS, POLL_SECONDS
 from factory.commands._common import (
     add_matrix_arg,
+    add_runner_arg,
     add_store_arg,
     matrix_from_args,
     store_from_args,
@@ -22,6 +23,7 @@ from factory.errors import UsageError
 from factory.logger import Log
 from factory.matrix.cell import PLATFORMS
 from factory.planning.budget import requested_budget
+from factory.runners import kinds_taking, runner_kind
 from factory.toolchain.cross import builder_platform
 from factory.units import format_size
 
@@ -37,11 +39,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", default=None, metavar="CPU",
                         help="this worker's CPU (default: this machine's, e.g. x86_64)")
     parser.add_argument("--package", action="append", default=None, help="only these packages")
-    parser.add_argument("--runner", choices=("docker", "local", "cibuildwheel"), default=None,
-                        help="where the builds run: a docker container, a cgroup on this host "
-                        "(local), or cibuildwheel (default: the matrix's settings.runner)")
+    add_runner_arg(parser)
     parser.add_argument("--uncapped", action="store_true",
-                        help="local runner: no cgroup of its own (the allocation is the cap)")
+                        help=f"{kinds_taking('uncapped')} runner: no cgroup of its own (the "
+                        "allocation is the cap)")
     parser.add_argument("--cache", action="store_true", help="use the compile cache (sccache)")
     parser.add_argument("--out", type=Path, default=Path("dist"),
                         help="where the wheels go before they are published (default: dist/)")
@@ -67,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown --platform {args.platform!r}; known: {', '.join(PLATFORMS)}")
     matrix = matrix_from_args(args)
     runner = args.runner or matrix.settings.runner
-    if args.uncapped and runner != "local":
-        raise UsageError("--uncapped applies to the local runner only")
+    if args.uncapped and "uncapped" not in runner_kind(runner).options:
+        raise UsageError(f"--uncapped applies to the {kinds_taking('uncapped')} runner only")
     request = requested_budget(matrix.settings, memory=args.memory, cpus=args.cpus)
     found = request.resolve()
     store = store_from_args(args)

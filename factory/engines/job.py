@@ -10,7 +10,9 @@ import re
 import shlex
 
 from factory.errors import UsageError
+from factory.matrix.cell import sm_id
 from factory.planning.work import Refused, Work, WorkGroup
+from factory.runners import ENGINE_RUNNER
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -26,7 +28,7 @@ class JobCommand:
 
     def argv(self, group: WorkGroup) -> list[str]:
         out = [*self.factory, "build", *group.cells, "--matrix", self.matrix,
-               "--runner", "local", "--publish", "--store", self.store]
+               "--runner", ENGINE_RUNNER, "--publish", "--store", self.store]
         if self.cache:
             out.append("--cache")
         if self.lease_ttl is not None:
@@ -73,7 +75,7 @@ def job_name(group: WorkGroup, *, limit: int = 63) -> str:
     first = group.planned[0].cell
     stem = "-".join([first.package, first.version, f"t{first.torch}",
                      f"cu{first.cuda.replace('.', '')}",
-                     "+".join(f"sm{a}" for a in first.archs), group.machine])
+                     sm_id(first.archs), group.machine])
     stem = _UNSAFE.sub("-", stem.lower()).strip("-")
     short = group.id[:9]
     room = limit - len(short) - 1

@@ -22,6 +22,7 @@ from factory.hosts.probe import (
     version_tuple,
 )
 from factory.matrix.cell import sm_name, sm_names
+from factory.matrix.gpus import runs_on
 from factory.matrix.manylinux import glibc_text
 from factory.matrix.tags import platform_tag_parts as _manylinux
 from factory.recipes import default_archs_for
@@ -72,12 +73,6 @@ def _needed_glibc(files: Iterable[IndexFile]) -> str:
             if glibc:
                 needs.add(glibc)
     return glibc_text(min(needs)) if needs else "?"
-
-
-def _sm_runs(gpu_sm: int, built: int) -> bool:
-    """A cubin for sm_XY runs on sm_XZ with Z >= Y (same major): sm_80 code runs on sm_86, but
-    sm_100 code does not run on sm_120."""
-    return gpu_sm // 10 == built // 10 and gpu_sm % 10 >= built % 10
 
 
 def _arch_set(f: IndexFile, default_archs: tuple[int, ...] | None) -> tuple[int, ...] | None:
@@ -237,7 +232,7 @@ def _for_gpus(
         archs = _arch_set(f, default)
         if archs is None:
             unknown.append(f)
-        elif all(any(_sm_runs(sm, a) for a in archs) for sm in host.sms):
+        elif all(any(runs_on(a, sm) for a in archs) for sm in host.sms):
             fits.append(f)
     if not fits and unknown:
         warnings.append(

@@ -139,6 +139,7 @@ def parse_nvidia_smi(text: str) -> tuple[str | None, tuple[Gpu, ...], str | None
 def _read_nvml() -> tuple[str | None, tuple[Gpu, ...], str | None] | None:
     """None when pynvml is not importable; else what NVML says."""
     try:
+        # optional: nvidia-ml-py, not a dependency
         import pynvml
     except ImportError:
         return None

@@ -35,6 +35,7 @@ from factory.hosts.index_reader import IndexAccess
 from factory.hosts.probe import PYTHON_FROM_PATH, HostInfo
 from factory.hosts.snippets import pip_command, pip_interpreter, render_snippet
 from factory.index.pages import simple_root
+from factory.matrix.cell import sm_names
 from factory.matrix.gpus import gpu_sms
 from factory.matrix.tags import glibc_floor, parse_local, wheel_platform
 from factory.store.base import FILES, WheelEntry
@@ -130,7 +131,7 @@ def _cells(row: FinderRow) -> _Cells:
     pythons = sorted({t.interpreter for t in tags})
     platforms = sorted({t.platform for t in tags})
     archs = tuple(lt.archs) if lt and lt.archs else ()
-    arch = ("+".join(f"sm_{a}" for a in archs) if archs else "default") if lt else ""
+    arch = (sm_names(archs, "+") if archs else "default") if lt else ""
     text = {
         "package": row.project, "version": str(version),
         "torch": lt.torch_minor if lt else "", "cuda": lt.cuda if lt else "", "arch": arch,

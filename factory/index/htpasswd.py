@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 
+import bcrypt
+
 from factory.errors import AuthError
 
 _BCRYPT_RE = re.compile(r"^\$2[by]\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}$")
@@ -145,8 +147,6 @@ def verify(entry: HashEntry, password: bytes) -> bool:
     if b"\0" in password:  # C strings: everything after a NUL would be ignored
         return False
     if entry.scheme == "bcrypt":
-        import bcrypt
-
         return bool(bcrypt.checkpw(password[:_BCRYPT_MAX_BYTES], entry.hashed.encode()))
     return hmac.compare_digest(sha512_crypt(password, entry.hashed), entry.hashed)
 
@@ -163,8 +163,6 @@ def _dummy(kind: Kind) -> HashEntry:
     scheme, cost = kind
     secret = secrets.token_urlsafe(24).encode()
     if scheme == "bcrypt":
-        import bcrypt
-
         hashed = bcrypt.hashpw(secret, bcrypt.gensalt(rounds=cost)).decode()
     else:
         salt = secrets.token_urlsafe(12).replace("-", ".").replace("_", "/")[:16]
@@ -301,7 +299,5 @@ def _warn_mixed(path: Path, entries: dict[str, HashEntry]) -> None:
 
 def bcrypt_line(user: str, password: str, *, cost: int = 12) -> str:
     """An htpasswd line with a bcrypt hash (what ``htpasswd -nbB`` prints)."""
-    import bcrypt
-
     hashed = bcrypt.hashpw(password.encode()[:_BCRYPT_MAX_BYTES], bcrypt.gensalt(rounds=cost))
     return f"{user}:{hashed.decode()}"

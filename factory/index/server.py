@@ -92,12 +92,10 @@ class ServerConfig:
 
 @dataclasses.dataclass
 class ServerStats:
-    requests: int = 0
     not_found: int = 0
     auth_failures: int = 0
     uploads: int = 0
     server_errors: int = 0
-    bytes_sent: int = 0
     malformed: int = 0  # requests refused before a handler ran (bad request line, TLS, ...)
     busy: int = 0  # connections answered 503: the connection cap was reached
     handler_errors: int = 0  # exceptions that escaped a handler (logged as one line)
@@ -160,12 +158,6 @@ class ConnectionSlots:
             with self._shared.get_lock():
                 counts = self._shared.get_obj()
                 counts[self._index] = max(0, counts[self._index] - 1)
-
-    def in_use(self) -> int:
-        if self._shared is None:
-            return self._mine
-        with self._shared.get_lock():
-            return int(sum(self._shared.get_obj()))
 
 
 class SlowClients:
@@ -280,7 +272,6 @@ class IndexServer(ThreadingHTTPServer):
         headers: Headers | None = None,
     ) -> Answer:
         status = int(response[9:12])
-        self.stats.add(requests=1, bytes_sent=len(body))
         log_access(client=client, method=method, target=target, version="HTTP/1.1",
                    status=status, size=len(body), headers=headers)
         return Answer(head=response, body=body)
@@ -348,7 +339,6 @@ class IndexServer(ThreadingHTTPServer):
         sending = status == HTTPStatus.OK and method != "HEAD" and size > 0
         if not isinstance(content, bytes) and not sending:
             content.close()
-        self.stats.add(requests=1, bytes_sent=size if sending else 0)
         log_access(client=client, method=method, target=target, version="HTTP/1.1",
                    status=int(status), size=size if sending else 0, headers=headers)
         response = head(status, fields)

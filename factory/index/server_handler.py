@@ -262,8 +262,6 @@ class Handler(BaseHTTPRequestHandler):
             self.server.stats.add(not_found=1)
         elif status >= 500:
             self.server.stats.add(server_errors=1)
-        if self.command != "HEAD":
-            self.server.stats.add(bytes_sent=len(body))
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -300,7 +298,6 @@ class Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self) -> None:
-        self.server.stats.add(requests=1)
         try:
             if self.server.config.read_auth and not self._authorized():
                 return
@@ -388,12 +385,10 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD" and last >= first:
             self.wfile.flush()
-            sent = self.connection.sendfile(f, first, last - first + 1)
-            self.server.stats.add(bytes_sent=sent)
+            self.connection.sendfile(f, first, last - first + 1)
 
     # -- uploads --------------------------------------------------------------------------
     def do_POST(self) -> None:
-        self.server.stats.add(requests=1)
         try:
             self._post()
         except SlowClient:

@@ -27,6 +27,7 @@ import base64
 import csv
 import functools
 import hashlib
+import html
 import io
 import json
 import zipfile
@@ -169,8 +170,6 @@ def write_wheel_variants(store: Store, entries: Iterable[WheelEntry]) -> int:
 
 
 def _project_page(store: Store, project: str) -> bytes:
-    import html
-
     prefix = f"{TREE}/files/{project}/"
     keys = sorted(o.key for o in store.list(prefix, sizes=False))
     done = {k[: -len(".sha256")] for k in keys if k.endswith(".sha256")}

@@ -84,11 +84,6 @@ def cc_list(archs: Iterable[int]) -> str:
     return ";".join(arch_cc(a) for a in archs)
 
 
-def sm_list(archs: Iterable[int]) -> str:
-    """(90, 100) -> '90;100' (flash-attn's FLASH_ATTN_CUDA_ARCHS)."""
-    return ";".join(str(a) for a in archs)
-
-
 def sm_name(sm: int) -> str:
     """100 -> 'sm_100': nvcc's and cuobjdump's name, the one people read."""
     return f"sm_{sm}"

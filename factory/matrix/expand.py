@@ -58,12 +58,6 @@ def rules_of(pkg: PackageSpec) -> dict[str, list[Rule]]:
     }
 
 
-def tracks(pkg: PackageSpec) -> bool:
-    """True when any of the package's axis values or versions is a rule."""
-    return any(r.tracking for rs in rules_of(pkg).values() for r in rs) or any(
-        r.tracking for r in pkg.version_rules)
-
-
 def product(pkg: PackageSpec, facts: Facts) -> Iterator[dict[str, Any] | Skipped]:
     """Every combination of the package's resolved axes (as a dict of cell values), and a
     Skipped where a rule names none (a torch with no CUDA default for a CPU)."""

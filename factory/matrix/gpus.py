@@ -21,14 +21,8 @@ def gpu_sms() -> dict[str, int]:
 
 def runs_on(built: int, gpu: int) -> bool:
     """SASS for sm_``built`` runs on an sm_``gpu`` GPU: the same major, a minor at least as
-    high (FIELD-NOTES s.10)."""
+    high (FIELD-NOTES s.10): sm_80 code runs on sm_86, sm_100 code not on sm_120."""
     return built // 10 == gpu // 10 and gpu >= built
-
-
-@functools.lru_cache(maxsize=256)
-def products_for(archs: tuple[int, ...]) -> tuple[str, ...]:
-    """The products a build with kernels for ``archs`` runs on, in the table's order."""
-    return tuple(name for name, sm in gpu_sms().items() if any(runs_on(a, sm) for a in archs))
 
 
 def normalized(name: str) -> str:

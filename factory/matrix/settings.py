@@ -19,7 +19,7 @@ from factory.environment import ENVIRONMENT, STORE_ENV, env_value
 from factory.errors import CellError, ConfigError, FactoryError, StoreError, UsageError, WheelError
 from factory.matrix.cell import parse_python
 from factory.matrix.manylinux import floor_policy
-from factory.runners import RUNNERS
+from factory.runners import DEFAULT_RUNNER, RUNNERS
 from factory.store import URL_FORMS, open_store, url_scheme
 from factory.units import parse_size
 
@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "wheelhouse": ".cache/factory/wheelhouse",
     "work-dir": ".cache/factory/work",
     "venv-dir": ".cache/factory/venvs",  # build venvs, shared by cells with the same torch
-    "runner": "docker",
+    "runner": DEFAULT_RUNNER,
     "memory": "auto",
     "cpus": 0,  # 0: all the runner may use
     "base-image": "factory-base:bookworm",

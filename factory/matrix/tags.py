@@ -18,9 +18,7 @@ in it: the x86_64 and aarch64 wheels of one cell differ only in their platform t
 and uv already choose by, so one URL serves every host of that variant (PyPI's own layout). One
 URL, one build per version and CPU.
 
-The tag round-trips: ``parse_local(local_tag(...))`` gives the values back, and
-``cell_from_wheel_filename`` rebuilds the cell (given the package's default arch set; the tag
-holds only the torch minor, so pass the full torch version to get it back exactly).
+The tag round-trips: ``parse_local(local_tag(...))`` gives the values back.
 """
 
 from __future__ import annotations
@@ -30,10 +28,10 @@ import re
 from collections.abc import Iterable
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
-from factory.errors import CellError, WheelError
-from factory.matrix.cell import DEFAULT_PLATFORM, Cell, parse_sm_tag, sm_tag
+from factory.errors import WheelError
+from factory.matrix.cell import DEFAULT_PLATFORM, parse_sm_tag, sm_tag
 
 _LOCAL_RE = re.compile(
     r"cu(?P<cu>[1-9]\d)(?P<cumin>\d{1,2})torch(?P<tmaj>\d+)\.(?P<tmin>\d+)"
@@ -188,47 +186,3 @@ def variant_of_filename(filename: str) -> str | None:
     None when the wheel carries no factory tag."""
     lt = local_tag_of_filename(filename)
     return None if lt is None else lt.variant
-
-
-def cell_from_wheel_filename(
-    filename: str, default_archs: Iterable[int] | None = None, *, torch: str | None = None
-) -> Cell:
-    """Rebuild the Cell a wheel was built from. Raises WheelError if the name carries no tag.
-
-    The tag holds only the torch minor; ``torch`` (the full version, e.g. from provenance)
-    restores the patch level, else it reads as ``MAJ.MIN.0``.
-    """
-    name, version, _, tags = _parse_filename(filename)
-    if version.local is None:
-        raise WheelError(f"{filename}: no local version tag, not a factory wheel")
-    lt = parse_local(version.local)
-    archs = lt.archs if lt.archs is not None else tuple(default_archs or ())
-    if not archs:
-        raise WheelError(f"{filename}: arch set not in the tag and no default arch set given")
-    if torch is None:
-        torch = f"{lt.torch_minor}.0"
-    else:
-        try:
-            tv = Version(torch)
-        except InvalidVersion:
-            raise WheelError(f"unparseable torch version {torch!r}") from None
-        if f"{tv.major}.{tv.minor}" != lt.torch_minor:
-            raise WheelError(f"{filename}: tagged for torch {lt.torch_minor}, not torch {torch}")
-    interps = sorted({t.interpreter for t in tags})
-    plats = sorted({m for m in (platform_tag_parts(t.platform)[1] for t in tags) if m in _MACHINES})
-    if len(interps) != 1 or not re.fullmatch(r"cp3\d+", interps[0]):
-        raise WheelError(
-            f"{filename}: expected one CPython tag like cp311, got {'.'.join(interps)}"
-        )
-    try:
-        return Cell(
-            package=str(name),
-            version=version.public,
-            torch=torch,
-            cuda=lt.cuda,
-            archs=archs,
-            python=f"3.{interps[0][3:]}",
-            **({"platform": plats[0]} if len(plats) == 1 else {}),
-        )
-    except CellError as exc:
-        raise WheelError(f"{filename}: {exc.message}") from None

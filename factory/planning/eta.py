@@ -93,10 +93,6 @@ class EtaModel:
     def total(self) -> int:
         return len(self.predicted)
 
-    def planned_span(self) -> float:
-        """Every object at its prediction, nothing started: where the ETA begins."""
-        return self._makespan([], [self.predicted[k] for k in self.order])
-
     def _speed(self, finished: Mapping[str, float], running: Mapping[str, float]) -> float:
         took = predicted = self.prior
         for key, seconds in finished.items():

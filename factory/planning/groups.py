@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
+from factory.matrix.cell import sm_id
 from factory.matrix.load import PlannedCell
 
 
@@ -33,7 +34,7 @@ class Group:
     def name(self) -> str:
         first = self.cells[0].cell
         return (f"{first.package}-{first.version}-torch{first.torch}-cu"
-                f"{first.cuda.replace('.', '')}-{'+'.join(f'sm{a}' for a in first.archs)}"
+                f"{first.cuda.replace('.', '')}-{sm_id(first.archs)}"
                 f"-{self.platform}")
 
 

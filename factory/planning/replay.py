@@ -38,7 +38,6 @@ def contention_factor(compilers: float, cpus: int) -> float:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Replay:
     peak_bytes: int  # compile memory only (add the non-compile memory to compare with a cap)
-    peak_at_seconds: float
     span_seconds: float
 
 
@@ -59,9 +58,8 @@ def replay(objects: Sequence[tuple[float, int]], jobs: int) -> Replay:
         else:
             events.append((end, 0, -float(peak)))
     events.sort()
-    level = best = at = 0.0
-    for time, _, delta in events:
+    level = best = 0.0
+    for _, _, delta in events:
         level += delta
-        if level > best:
-            best, at = level, time
-    return Replay(peak_bytes=int(round(best)), peak_at_seconds=at, span_seconds=span)
+        best = max(best, level)
+    return Replay(peak_bytes=int(round(best)), span_seconds=span)

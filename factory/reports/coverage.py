@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from packaging.version import InvalidVersion, Version
 
 from factory.errors import CellError, FactoryError
-from factory.matrix.cell import Cell, parse_cuda, parse_python
+from factory.matrix.cell import Cell, parse_cuda, parse_python, sm_names
 from factory.matrix.load import Matrix, PlannedCell, plan_cell
 from factory.matrix.package import PackageSpec
 from factory.reports.page import COLORS, esc, legend, page
@@ -154,7 +154,7 @@ STYLE = "".join([
 
 def _column_head(column: tuple[str, tuple[int, ...], str]) -> str:
     cuda, archs, platform = column
-    arch = "+".join(f"sm_{a}" for a in archs)
+    arch = sm_names(archs, "+")
     return f"CUDA {esc(cuda)}<br>{esc(arch)}<br>{esc(platform)}"
 
 

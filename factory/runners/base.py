@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import tempfile
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, cast
 
 from factory.toolchain.cross import inside_cross
 
@@ -122,6 +124,18 @@ def shared_venv_name(
     return f"{runner}-cp{python.replace('.', '')}-{key}"
 
 
+class CompilerReport(TypedDict):
+    """What the factory's compiler wrappers did in one build: the ``compilers`` entry of the
+    inside script's report (``inside/build.py``, ``compiler_summary``)."""
+
+    narrowed: int  # calls whose targets outside the cell's archs were dropped
+    injected: int  # calls that named no arch and were given the cell's
+    std_raised: int  # calls given torch's C++ standard
+    asked_archs: list[int]  # what the package asked for
+    compiled_archs: list[int]  # what nvcc compiled
+    refused: str | None  # why a compile left with no arch of the cell was refused
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunResult:
     exit_code: int
@@ -146,6 +160,12 @@ class RunResult:
     sccache_hits: int | None = None
     runner: str = ""
     report: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # inside.py's raw report
+
+    @property
+    def compilers(self) -> CompilerReport | None:
+        """What the factory's compiler wrappers did; None: the build ran without them."""
+        found = self.report.get("compilers")
+        return cast("CompilerReport", found) if isinstance(found, dict) else None
 
     @property
     def ok(self) -> bool:
@@ -193,8 +213,6 @@ def write_inside_script(run_dir: Path) -> Path:
     """The in-container build script (the ``inside`` package, stdlib only) as one zip archive
     any python3 runs: ``python3 inside.pyz job.json``. Written per run, so a build always runs
     the factory's own copy."""
-    import zipfile
-
     target = run_dir / INSIDE_SCRIPT_NAME
     with zipfile.ZipFile(target, "w") as zf:
         zf.writestr("__main__.py", _INSIDE_MAIN)
@@ -208,8 +226,6 @@ def prepare_run(job: BuildJob, *extra_dirs: Path) -> tuple[Path, Path]:
 
     The report sits next to the log (``<log>.report.json``) so it survives the run dir.
     """
-    import tempfile
-
     for d in (job.out_dir, job.log_path.parent, *extra_dirs):
         d.mkdir(parents=True, exist_ok=True)
     if job.cache_dir:
@@ -230,8 +246,6 @@ def events_path(log_path: Path) -> Path:
 
 def read_report(path: Path) -> dict[str, Any]:
     """inside.py's report; {} when it never got to write one (killed, or failed to start)."""
-    import json
-
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

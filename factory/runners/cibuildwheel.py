@@ -30,12 +30,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from factory.build.compile_cache import SCCACHE_SUBDIR
 from factory.engine import docker_client
 from factory.errors import EngineError
 from factory.process import run_command
-from factory.runners import RUNNERS
 from factory.runners.base import INSIDE, BuildJob, LineCallback, RunResult
+from factory.runners.cache_config import SCCACHE_SUBDIR
 from factory.runners.inside import toolkit
 from factory.runners.oom import was_oom_killed
 from factory.toolchain.cross import builder_platform
@@ -98,8 +97,7 @@ def cibuildwheel_environment(
         raise EngineError(
             f"the cibuildwheel runner builds only for this builder's CPU ({machine}), "
             f"not {job.cross_target}",
-            tip="cross-build the cell with "
-            + " or ".join(f"--runner {k.name}" for k in RUNNERS.values() if k.cross_compiles),
+            tip="cross-build the cell with a runner that cross-compiles (factory build --runner)",
         )
     create = ["--network=none"]
     if job.memory_limit_bytes:
@@ -184,6 +182,7 @@ def ensure_cibuildwheel_image(image: str, python: str) -> str:
     target = cibuildwheel_image(image)
     if target == image:
         return image
+    # heavy: the docker SDK, imported when used
     from docker.errors import APIError, ImageNotFound
 
     client = docker_client()
@@ -216,6 +215,7 @@ def ensure_cibuildwheel_image(image: str, python: str) -> str:
 
 def image_id(client: Any, image: str) -> str:
     """The base's id: a remade base makes the twin stale."""
+    # heavy: the docker SDK, imported when used
     from docker.errors import ImageNotFound
 
     try:

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from factory.build.compile_cache import inside_config
 from factory.engine import docker_client, image_exists
 from factory.environment import KEEP_CONTAINER_ENV
 from factory.errors import EngineError, raise_interrupted
@@ -44,6 +43,7 @@ from factory.runners.base import (
     result_from_report,
     write_inside_script,
 )
+from factory.runners.cache_config import inside_config
 from factory.runners.oom import was_oom_killed
 from factory.toolchain.cross import base_of_cross_image, ensure_cross_image
 from factory.toolchain.images import make_command
@@ -281,6 +281,7 @@ class DockerRunner:
 
     @contextlib.contextmanager
     def _container(self, job: BuildJob, name: str, run_dir: Path) -> Iterator[Any]:
+        # heavy: the docker SDK, imported when used
         from docker.errors import APIError
 
         try:

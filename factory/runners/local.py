@@ -27,7 +27,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from factory.build.compile_cache import inside_config
 from factory.errors import EngineError
 from factory.planning import cgroup
 from factory.runners.base import (
@@ -39,6 +38,7 @@ from factory.runners.base import (
     result_from_report,
     write_inside_script,
 )
+from factory.runners.cache_config import inside_config
 from factory.runners.docker import owner_alive, owner_token
 from factory.runners.oom import was_oom_killed
 from factory.toolchain.sysroot import sysroot_env

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,21 @@ from factory.store.base import (
 )
 
 ENDPOINT_ENV = S3_ENDPOINT_ENV
+DEFAULT_REGION = "us-east-1"
 CONNECT_TIMEOUT_S = 3  # an endpoint that does not answer a TCP connect in this is down
+
+
+def endpoint_from(environ: Mapping[str, str] | None = None) -> str | None:
+    """The S3 endpoint the environment names (``FACTORY_S3_ENDPOINT_URL``); None: AWS's."""
+    env = os.environ if environ is None else environ
+    return env.get(ENDPOINT_ENV) or None
+
+
+def region_from(environ: Mapping[str, str] | None = None) -> str:
+    """The AWS region the environment names (``AWS_REGION``, ``AWS_DEFAULT_REGION``), else
+    us-east-1."""
+    env = os.environ if environ is None else environ
+    return env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
 
 
 def unreachable(endpoint: str, exc: Exception) -> StoreError:
@@ -40,6 +54,7 @@ def unreachable(endpoint: str, exc: Exception) -> StoreError:
 def check_reachable(client: Any, bucket: str) -> None:
     """One request with no retries and a short connect timeout: a down endpoint fails here in
     seconds, not after the store's eight retries. Any answer, even an error, means it is up."""
+    # heavy: botocore (boto3's), imported when S3 is used
     from botocore.exceptions import (
         ConnectionClosedError,
         ConnectTimeoutError,
@@ -73,17 +88,15 @@ def s3_client(
     """A boto3 S3 client. The endpoint and region default to what the environment says
     (``FACTORY_S3_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, else us-east-1);
     ``config`` adds botocore settings (timeouts)."""
+    # heavy: boto3, imported when S3 is used
     import boto3
     from botocore.config import Config
 
     config.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     return boto3.client(
         "s3",
-        endpoint_url=endpoint or os.environ.get(ENDPOINT_ENV) or None,
-        region_name=region
-        or os.environ.get("AWS_REGION")
-        or os.environ.get("AWS_DEFAULT_REGION")
-        or "us-east-1",
+        endpoint_url=endpoint or endpoint_from(),
+        region_name=region or region_from(),
         config=Config(
             retries={"max_attempts": max_attempts, "mode": "standard"},
             max_pool_connections=32,
@@ -154,6 +167,7 @@ class S3Store(StoreBase):
 
     # -- reads --------------------------------------------------------------------------------
     def read_with_token(self, key: str) -> tuple[bytes | None, str | None]:
+        # heavy: botocore (boto3's), imported when S3 is used
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -173,6 +187,7 @@ class S3Store(StoreBase):
         return parallel_reads(self, keys)
 
     def list(self, prefix: str, *, sizes: bool = True) -> Iterator[StoreObject]:
+        # heavy: botocore (boto3's), imported when S3 is used
         from botocore.exceptions import BotoCoreError, ClientError
 
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix
@@ -189,6 +204,7 @@ class S3Store(StoreBase):
 
     # -- writes -------------------------------------------------------------------------------
     def _put(self, key: str, body: Any, content_type: str, **conditions: str) -> bool:
+        # heavy: botocore (boto3's), imported when S3 is used
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -227,6 +243,7 @@ class S3Store(StoreBase):
         return self._put(key, data, content_type, IfMatch=token)
 
     def delete(self, key: str) -> None:
+        # heavy: botocore (boto3's), imported when S3 is used
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:

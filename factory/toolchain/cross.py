@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import platform as _platform
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -118,6 +121,7 @@ def _packages_label(python: str, target: str) -> str:
 def ensure_cross_image(base: str, *, target: str, python: str, client: Any | None = None) -> str:
     """The cross builder image for ``base`` (made once: a container from ``base`` with the
     network on installs the packages, then is committed). Returns its name."""
+    # heavy: the docker SDK, imported when used
     from docker.errors import APIError, ImageNotFound
 
     client = client or docker_client()
@@ -164,6 +168,7 @@ def ensure_cross_image(base: str, *, target: str, python: str, client: Any | Non
 
 
 def _image_id(client: Any, image: str) -> str:
+    # heavy: the docker SDK, imported when used
     from docker.errors import ImageNotFound
 
     try:
@@ -276,8 +281,6 @@ _FAKE_CPU_FILES = {
 
 def find_qemu(target: str) -> str | None:
     """qemu-user for ``target`` (qemu-user-static's name first)."""
-    import shutil
-
     return shutil.which(f"qemu-{target}-static") or shutil.which(f"qemu-{target}")
 
 
@@ -293,10 +296,6 @@ def ensure_target_sysroot(
     ``root/sysroot-<suite>-<arch>``. Made once with ``debootstrap --foreign`` and the packages
     unpacked with ``dpkg-deb -x`` (no emulated second stage: the interpreter needs files, not
     configured packages). Raises EngineError when no Debian suite ships that Python."""
-    import os
-    import shutil
-    import tempfile
-
     suite = sysroot_suite(python)
     if suite is None:
         raise EngineError(

@@ -79,6 +79,7 @@ def rootfs_tarball(work_dir: Path, suite: str) -> Path:
 
 def image_state(client: Any, name: str) -> str:
     """'missing', 'current' (made from today's package set) or 'stale'."""
+    # heavy: the docker SDK, imported when used
     from docker.errors import ImageNotFound
 
     try:
@@ -115,6 +116,7 @@ def ensure_base_image(
     repo, _, tag = name.rpartition(":") if ":" in name.split("/")[-1] else (name, "", "latest")
     _log.info(f"+ docker import {tarball} {name}")
     start = time.monotonic()
+    # heavy: the docker SDK, imported when used
     from docker.errors import APIError
 
     size = format_size(tarball.stat().st_size)

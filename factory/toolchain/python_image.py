@@ -103,6 +103,7 @@ def check_image_python(image: str, python: str, *, run_image: bool = True) -> No
     lacks = lacks_python(image, python)
     reason = f"{image} {lacks}" if lacks else None
     if reason is None and run_image and image_pythons(image) is None:
+        # heavy: the docker SDK, imported when used
         from docker.errors import APIError, ContainerError
 
         try:
@@ -145,6 +146,7 @@ def build_python_image(base: str, name: str, *, python: str) -> str:
     if source_suite is None:
         known = ", ".join(sorted(SOURCE_SUITES))
         raise EngineError(f"no Debian source package known for Python {python} (known: {known})")
+    # heavy: the docker SDK, imported when used
     from docker.errors import APIError, ContainerError
 
     client = docker_client()

@@ -226,6 +226,7 @@ def image_dockerfile(cuda: str, *, base: str) -> str:
 
 def make_cuda_image(home: Path, cuda: str, *, base: str, name: str) -> str:
     """Build ``name`` from ``base`` plus the toolkit in ``home`` (no network, no registry)."""
+    # heavy: the docker SDK, imported when used
     from docker.errors import APIError, BuildError
 
     client = docker_client()

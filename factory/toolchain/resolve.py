@@ -16,6 +16,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.resources
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 from packaging.version import Version
@@ -125,9 +129,6 @@ def find_system_cuda(cuda: str, *, system_root: Path = Path("/usr/local")) -> Pa
     """A toolkit on this host whose nvcc reports exactly ``cuda`` (major.minor), looked for where
     torch's builder looks: $CUDA_HOME, the directory above ``nvcc`` on PATH, then the usual
     install directories."""
-    import os
-    import shutil
-
     candidates: list[Path] = []
     if os.environ.get("CUDA_HOME"):
         candidates.append(Path(os.environ["CUDA_HOME"]))
@@ -151,9 +152,6 @@ def find_system_cuda(cuda: str, *, system_root: Path = Path("/usr/local")) -> Pa
 
 def nvcc_version(nvcc: Path) -> Version:
     """Parse ``nvcc --version`` ('release 13.0, V13.0.88')."""
-    import re
-    import subprocess
-
     try:
         out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
                              check=True).stdout

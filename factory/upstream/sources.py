@@ -37,7 +37,6 @@ from typing import Protocol
 from factory.errors import UpstreamError
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
-HTML_ACCEPT = "text/html"
 PAGE_ACCEPT = f"{JSON_ACCEPT}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 # Answers that mean "there is no such page" (PyTorch's S3-backed host says 403 for those).
 ABSENT = frozenset({403, 404, 410})

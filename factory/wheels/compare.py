@@ -36,6 +36,7 @@ class MemberDiff:
 def _elf_sections(data: bytes) -> dict[str, bytes] | None:
     if not data.startswith(b"\x7fELF"):
         return None
+    # heavy: pyelftools, imported when ELF files are read
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 

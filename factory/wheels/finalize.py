@@ -180,6 +180,7 @@ def normalize_nvcc_temp_names(data: bytes) -> bytes:
     constant; anything else is returned as it is."""
     if not data.startswith(b"\x7fELF") or _NVCC_TEMP_NAME.search(data) is None:
         return data
+    # heavy: pyelftools, imported when ELF files are read
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 

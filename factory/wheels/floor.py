@@ -92,6 +92,7 @@ class BinaryFloor:
 
 def elf_needs(data: bytes, member: str) -> list[VersionNeed]:
     """The symbol versions one ELF file needs (from ``.gnu.version_r``), with their symbols."""
+    # heavy: pyelftools, imported when ELF files are read
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection

@@ -12,10 +12,10 @@ import pytest
 from cache_fixtures import HEADER, KERNEL, compile_in_a_fresh_server, fake_tools, free_port
 from tools import find_nvcc, tool
 
-from factory.build import compile_cache
 from factory.build.compile_cache import (
     RemoteCache,
 )
+from factory.runners import cache_config
 
 # -- settings -------------------------------------------------------------------------------------
 
@@ -31,7 +31,7 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
     link = tmp_path / "run/site-packages"  # one link path, as /factory/run in every container
     link.parent.mkdir()
     wrapper = link.parent / "nvcc-cached"
-    wrapper.write_text(compile_cache.NVCC_WRAPPER.replace("@LINK@", str(link)).replace(
+    wrapper.write_text(cache_config.NVCC_WRAPPER.replace("@LINK@", str(link)).replace(
         "@INCLUDE_LINK@", str(link.parent / "python-include")))
     wrapper.chmod(0o755)
     base_env = {

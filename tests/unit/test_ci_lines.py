@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import EXAMPLE_CELL, write_example_matrix
 from markdown_it import MarkdownIt
 
 from factory import actions
 from factory.cli import main
 from factory.commands import build as build_command
-from factory.errors import BuildError
+from factory.errors import BuildError, EngineError
 from factory.logger import Log, cell_lines, configure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,10 +77,11 @@ def test_factory_build_appends_its_summary_on_actions(tmp_path: Path,
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     summary.write_text("earlier step\n")
 
-    def fake_build(cells: Any, **_: Any) -> list[Outcome]:
-        return [Outcome(cells[0].cell.id, "built", None, (), 12.0)]
+    def fake_build(matrix: Any, pc: Any, *_: Any) -> Outcome:
+        return Outcome(pc.cell.id, "built", None, (), 12.0)
 
-    monkeypatch.setattr("factory.commands.build.build_cells", fake_build)
+    monkeypatch.setattr("factory.commands.build.start_run", lambda matrix, opts: object())
+    monkeypatch.setattr("factory.commands.build.build_cell", fake_build)
     code = main(["build", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
                  "--matrix", str(REPO / "matrix.toml")])
     assert code == 0
@@ -109,13 +111,6 @@ def test_the_schedule_summary_is_markdown(capsys: pytest.CaptureFixture[str]) ->
     assert table[0][:4] == ["builder", "slot", "memory", "CPUs"]
     assert len(table) > 1 and all(row[2].endswith("GiB") for row in table[1:])
     assert "Predicted makespan" in md
-
-
-def test_a_fenced_block_outlasts_the_backticks_inside() -> None:
-    text = "pip install x\n```not the end```"
-    md = actions.fenced(text)
-    tokens = MarkdownIt("commonmark").parse(md)
-    assert [t.type for t in tokens] == ["fence"] and tokens[0].content == text + "\n"
 
 
 def test_a_failed_command_is_annotated_on_actions(monkeypatch: pytest.MonkeyPatch,
@@ -165,10 +160,11 @@ def test_a_single_failed_build_is_in_the_summary_too(tmp_path: Path,
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
 
-    def failing_build(cells: Any, **_: Any) -> list[Outcome]:
+    def failing_build(*_: Any) -> Outcome:
         raise BuildError("build failed (exit 1)")
 
-    monkeypatch.setattr("factory.commands.build.build_cells", failing_build)
+    monkeypatch.setattr("factory.commands.build.start_run", lambda matrix, opts: object())
+    monkeypatch.setattr("factory.commands.build.build_cell", failing_build)
     assert main(["build", "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311",
                  "--matrix", str(REPO / "matrix.toml")]) == BuildError.exit_code
     (table,) = tables(summary.read_text())
@@ -181,25 +177,24 @@ CONV = "causal-conv1d-1.7.0-torch2.14.1-cu130-sm100-cp311"
 CONV_SHORT = "causal-conv1d@cu130-torch2.14-sm100-cp311"
 
 
-def _builds(failing: set[str]) -> Any:
-    """build_cells as the pipeline runs it: each cell inside its cell_lines; those in
-    ``failing`` raise."""
-    def build(cells: Any, *, matrix: Any, **_: Any) -> list[Outcome]:
-        out = []
-        for pc in cells:
-            with cell_lines(matrix.short_id(pc.cell), pc.cell.id):
-                Log().step(f"cell {pc.cell.id}")
-                if pc.cell.id in failing:
-                    raise BuildError("build failed (exit 1)", tip="the log: build.log")
-                out.append(Outcome(pc.cell.id, "built", None, (), 12.0))
-        return out
-    return build
+def _builds(monkeypatch: pytest.MonkeyPatch, failing: set[str]) -> None:
+    """build_cell as the pipeline runs it: each cell inside its cell_lines; those in
+    ``failing`` raise. The runner's start is a stand-in."""
+    def build(matrix: Any, pc: Any, opts: Any, log: Any, run: object) -> Outcome:
+        with cell_lines(matrix.short_id(pc.cell), pc.cell.id):
+            Log().step(f"cell {pc.cell.id}")
+            if pc.cell.id in failing:
+                raise BuildError("build failed (exit 1)", tip="the log: build.log")
+        return Outcome(pc.cell.id, "built", None, (), 12.0)
+
+    monkeypatch.setattr("factory.commands.build.start_run", lambda matrix, opts: object())
+    monkeypatch.setattr("factory.commands.build.build_cell", build)
 
 
 def test_the_lines_of_a_failed_build_end_naming_its_cell(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Builds side by side in one CI job: the final ERROR and TIP lines name the cell too."""
-    monkeypatch.setattr("factory.commands.build.build_cells", _builds({EXT}))
+    _builds(monkeypatch, {EXT})
     assert main(["build", EXT, "--matrix", str(REPO / "matrix.toml")]) == BuildError.exit_code
     err = capsys.readouterr().err.splitlines()
     assert err[-2:] == [f"[{EXT_SHORT}] ERROR build failed (exit 1)",
@@ -209,7 +204,7 @@ def test_the_lines_of_a_failed_build_end_naming_its_cell(
 
 def test_failed_and_summary_lines_name_their_cells(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr("factory.commands.build.build_cells", _builds({CONV}))
+    _builds(monkeypatch, {CONV})
     assert main(["build", CONV, EXT, "--matrix", str(REPO / "matrix.toml")]) == 7
     err = capsys.readouterr().err.splitlines()
     failed = next(line for line in err if "FAILED" in line)
@@ -232,3 +227,53 @@ def test_a_one_cell_summary_names_the_cell_and_group_names_stay_bare(
     assert err[0].startswith(f"[{EXT_SHORT}] [") and err[0].endswith("] summary")
     assert err[1].startswith(f"[{EXT_SHORT}] ")
     assert err[2].endswith("] summary") and err[3].strip().startswith("failed    flash-attn-sm90")
+
+
+def _two_cells(tmp_path: Path) -> tuple[Path, list[str]]:
+    matrix = write_example_matrix(tmp_path / "m.toml", work_dir=tmp_path, archs=("9.0", "10.0"))
+    return matrix, [EXAMPLE_CELL.replace("sm100", "sm90"), EXAMPLE_CELL]
+
+
+def test_a_batch_starts_its_runner_once_and_a_failed_cell_stops_no_other(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    matrix, (sm90, sm100) = _two_cells(tmp_path)
+    run, started, built = object(), [], []
+
+    def start(matrix: Any, opts: Any) -> object:
+        started.append(opts.runner)
+        return run
+
+    def build(matrix: Any, pc: Any, opts: Any, log: Any, given: object) -> Outcome:
+        assert given is run  # the batch's runner and stores, not one per cell
+        built.append(pc.cell.id)
+        if pc.cell.id == sm90:
+            raise BuildError("build failed (exit 1)")
+        return Outcome(pc.cell.id, "built", None, (), 12.0)
+
+    monkeypatch.setattr("factory.commands.build.start_run", start)
+    monkeypatch.setattr("factory.commands.build.build_cell", build)
+    assert main(["build", "--all", "--matrix", str(matrix)]) == BuildError.exit_code
+    assert started == ["docker"] and sorted(built) == sorted([sm90, sm100])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert f"FAILED {sm90}: build failed (exit 1)" in text
+    assert f"built     {sm100} (12s)" in text and f"failed    {sm90}: build failed" in text
+
+
+def test_a_runner_that_cannot_start_fails_every_cell(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    matrix, cells = _two_cells(tmp_path)
+
+    def start(matrix: Any, opts: Any) -> object:
+        raise EngineError("cannot connect to the docker engine")
+
+    monkeypatch.setattr("factory.commands.build.start_run", start)
+    monkeypatch.setattr("factory.commands.build.build_cell",
+                        lambda *a: pytest.fail("built without a runner"))
+    assert main(["build", "--all", "--matrix", str(matrix)]) == EngineError.exit_code
+    text = "".join(capsys.readouterr())
+    for cell in cells:
+        assert f"FAILED {cell}: cannot connect to the docker engine" in text
+        assert f"failed    {cell}: cannot connect to the docker engine" in text

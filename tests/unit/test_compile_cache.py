@@ -17,12 +17,14 @@ from factory.build.compile_cache import (
     CacheSettings,
     RemoteCache,
     cache_settings,
-    inside_config,
     parse_stats,
 )
 from factory.errors import ConfigError
 from factory.matrix.load import load_matrix
 from factory.matrix.settings import Settings, sccache_size
+from factory.runners import cache_config
+from factory.runners.cache_config import inside_config
+from factory.store.s3 import s3_client
 
 # The shape of `sccache --show-stats --stats-format json` (0.16), from a real second compile whose
 # object missed but whose nvcc stages hit.
@@ -106,6 +108,10 @@ def test_remote_cache_from_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyP
         endpoint="http://127.0.0.1:9000",
         region="eu-west-1",
     )
+    # the S3 store's own client reads the same endpoint and region (one home: store/s3.py)
+    client = s3_client()
+    assert (client.meta.endpoint_url, client.meta.region_name) == (s.remote.endpoint,
+                                                                   s.remote.region)
     env = s.remote.env()
     assert env["SCCACHE_MULTILEVEL_CHAIN"] == "disk,s3"  # the local disk stays the first level
     assert env["SCCACHE_S3_KEY_PREFIX"] == "index/compile-cache"
@@ -138,7 +144,7 @@ def test_inside_config_carries_the_bound_and_the_wrapper() -> None:
 
 
 def test_split_size_adds_up() -> None:
-    sccache, direct = compile_cache.split_size("1000M")
+    sccache, direct = cache_config.split_size("1000M")
     assert int(sccache[:-1]) + int(direct[:-3]) == 1000 * 1024
     assert int(direct[:-3]) == 1000 * 1024 // 4
 
@@ -286,7 +292,7 @@ def _wrapper_setup(tmp_path: Path, text: str, python: str) -> tuple[Path, Path, 
 
 @pytest.mark.parametrize("direct", [False, True])
 def test_wrapper_spells_site_packages_through_the_link(tmp_path: Path, direct: bool) -> None:
-    site, link, wrapper = _wrapper_setup(tmp_path, compile_cache.NVCC_WRAPPER, "3.13")
+    site, link, wrapper = _wrapper_setup(tmp_path, cache_config.NVCC_WRAPPER, "3.13")
     include = tmp_path / "usr/include/python3.13"
     env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "CUDA_HOME": "/opt/cuda"}
     if direct:
@@ -314,7 +320,7 @@ def test_wrapper_spells_site_packages_through_the_link(tmp_path: Path, direct: b
 def test_cxx_wrapper_runs_the_builds_own_compiler_through_the_link(
     tmp_path: Path, host_cxx: str | None
 ) -> None:
-    site, link, wrapper = _wrapper_setup(tmp_path, compile_cache.CXX_WRAPPER, "3.11")
+    site, link, wrapper = _wrapper_setup(tmp_path, cache_config.CXX_WRAPPER, "3.11")
     env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
     if host_cxx:
         env["FACTORY_HOST_CXX"] = host_cxx

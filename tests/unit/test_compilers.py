@@ -14,6 +14,7 @@ from tools import cuda_toolkit
 
 from factory.matrix.cell import Cell
 from factory.recipes import get_recipe
+from factory.runners.base import BuildJob, CompilerReport, RunResult, result_from_report
 from factory.runners.inside import toolkit
 from factory.runners.inside.build import compiler_summary
 from factory.runners.inside.compilers import Refused, narrow, raise_std
@@ -260,3 +261,23 @@ def test_no_toolkit_means_no_wrappers_not_a_crash(tmp_path: Path,
     assert extra is not None and extra["CXX"] == "g++" and "FACTORY_CELL_ARCHS" not in extra
     assert not (tmp_path / "tk").exists()
     assert "the compiler wrappers are off" in (tmp_path / "build.log").read_text()
+
+
+def test_the_report_of_the_wrappers_is_what_the_factory_reads(tmp_path: Path) -> None:
+    """The inside script's compiler summary (stdlib only) and the factory's type for it
+    (runners/base.CompilerReport, what the pipeline and the provenance read) name the same keys."""
+    log = tmp_path / "compilers.jsonl"
+    log.write_text(json.dumps({"asked": [80, 100], "compiled": [100], "dropped": ["sm_80"]}))
+    summary = compiler_summary(str(log))
+    assert set(summary) == CompilerReport.__required_keys__
+    job = BuildJob(cell_id="c", src_dir=tmp_path, out_dir=tmp_path, wheelhouse=tmp_path,
+                   cuda_home=None, requirements=(), log_path=tmp_path / "b.log")
+
+    def result(report: dict[str, object]) -> RunResult:
+        return result_from_report(job=job, report=report, exit_code=0, oom_killed=False,
+                                  oom_kill_count=None, cgroup_peak_bytes=None, wall_seconds=1.0,
+                                  timed_out=False, runner="local")
+
+    read = result({"compilers": summary}).compilers
+    assert read == summary and read is not None and read["narrowed"] == 1
+    assert result({}).compilers is None  # a build without the wrappers

@@ -1,15 +1,19 @@
 """The house in its documented order (docs/ARCHITECTURE.md): an ast walk over every import in
-factory/, also those inside functions and under ``if``. No import circle (importing ``a.b`` also
-runs ``a/__init__.py``: that counts too), no import that climbs a stage except the listed ones,
-factory imports at module top, no module over 600 lines."""
+factory/, also those inside functions and under ``if``, and the runner registry's targets
+(``RunnerKind(target="module:Class")``, imported by ``RunnerKind.load``). No import circle
+(importing ``a.b`` also runs ``a/__init__.py``: that counts too), no import that climbs a stage
+except the listed ones, factory imports at module top, no module over 600 lines."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
+
+from factory.runners import RUNNERS
 
 REPO = Path(__file__).resolve().parents[2]
 FACTORY = REPO / "factory"
@@ -90,6 +94,16 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom, is_package: bool) -
     return {t for t in found if t and t != module}
 
 
+def _kind_target(node: ast.AST) -> str | None:
+    """The module a ``RunnerKind(..., target="module:Class")`` names: an import when it loads."""
+    if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "RunnerKind"):
+        return None
+    target = next((k.value for k in node.keywords if k.arg == "target"), None)
+    if not (isinstance(target, ast.Constant) and isinstance(target.value, str)):
+        return None
+    return target.value.partition(":")[0]
+
+
 def _imports() -> list[Import]:
     out = []
     for module, path in MODULES.items():
@@ -105,6 +119,10 @@ def _imports() -> list[Import]:
                     for target in _targets(module, child, path.name == "__init__.py"):
                         out.append(Import(module, target, child.lineno, in_function,
                                           lines[child.lineno - 1]))
+                loaded = _kind_target(child)
+                if loaded is not None:
+                    out.append(Import(module, loaded, child.lineno, in_function,
+                                      lines[child.lineno - 1]))
                 walk(child, inside)
 
         walk(tree, False)
@@ -193,6 +211,17 @@ def test_no_import_circle() -> None:
     assert _circles(_graph()) == []
 
 
+def test_the_runner_registry_targets_count_as_imports() -> None:
+    """Each kind's class is imported when a build asks for it: an edge like any other, and the
+    only import by name in factory/ (RunnerKind.load's import_module)."""
+    loaded = {imp.target for imp in IMPORTS if imp.importer == "factory.runners"}
+    assert {kind.target.partition(":")[0] for kind in RUNNERS.values()} <= loaded
+    by_name = [f"{m}:{n.lineno}" for m, p in MODULES.items() if ".inside" not in m
+               for n in ast.walk(ast.parse(p.read_text()))
+               if isinstance(n, ast.Attribute) and n.attr == "import_module"]
+    assert len(by_name) == 1 and by_name[0].startswith("factory.runners:"), by_name
+
+
 def test_the_circle_finder_finds_one() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -226,6 +255,44 @@ def test_factory_imports_sit_at_module_top() -> None:
     assert bare == [], "an import inside a function needs a comment: the heavy dependency"
 
 
+def _commented(lines: list[str], line: int) -> bool:
+    """A comment on the import's line, or above the block of imports it is in."""
+    if "#" in lines[line - 1]:
+        return True
+    for text in reversed(lines[: line - 1]):
+        text = text.strip()
+        if text.startswith("#"):
+            return True
+        if text and not text.startswith(("import ", "from ")):
+            return False
+    return False
+
+
+def test_imports_inside_functions_are_heavy_dependencies_said_so() -> None:
+    """The standard library loads at module top; an import inside a function is a heavy or
+    optional third-party module (docker, boto3, pyelftools, ...), with a comment saying so."""
+    found = []
+    for module, path in MODULES.items():
+        text = path.read_text()
+        lines = text.splitlines()
+
+        def walk(node: ast.AST, in_function: bool, lines: list[str] = lines,
+                 module: str = module) -> None:
+            for child in ast.iter_child_nodes(node):
+                if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                    name = (child.names[0].name if isinstance(child, ast.Import)
+                            else child.module or "")
+                    if name.split(".")[0] in sys.stdlib_module_names:
+                        found.append(f"{module}:{child.lineno}: {name} (stdlib: at module top)")
+                    elif not _commented(lines, child.lineno):
+                        found.append(f"{module}:{child.lineno}: {name} (no comment)")
+                walk(child, in_function or isinstance(
+                    child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+        walk(ast.parse(text), False)
+    assert found == []
+
+
 def test_no_module_over_600_lines() -> None:
     long = {p.relative_to(REPO).as_posix(): len(p.read_text().splitlines())
             for p in MODULES.values()}
@@ -253,23 +320,53 @@ def test_the_doc_says_what_adding_a_kind_touches(name: str) -> None:
 TESTS = REPO / "tests"
 
 
+TIERS = ("unit", "integration")
+
+
 def test_every_test_file_is_in_a_tier() -> None:
-    assert sorted(p.name for p in TESTS.glob("test_*.py")) == []
+    """Every test_*.py anywhere under tests/ sits in tests/unit or tests/integration."""
+    outside = sorted(p.relative_to(TESTS).as_posix() for p in TESTS.rglob("test_*.py")
+                     if p.relative_to(TESTS).parts[0] not in TIERS)
+    assert outside == []
+    assert len(list((TESTS / "unit").rglob("test_*.py"))) > 50  # the walk finds the tiers
+
+
+def _imported(node: ast.AST) -> list[str]:
+    """The modules an import names: ``from m import a`` names m and m.a (a may be a module);
+    a relative one is spelled with its dots."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = "." * node.level + (node.module or "")
+    return [base, *(f"{base.rstrip('.')}.{a.name}" if node.module else f"{base}{a.name}"
+                    for a in node.names)]
+
+
+def _names_a_test_module(name: str) -> bool:
+    parts = name.lstrip(".").split(".")
+    return parts[0] in TIERS or any(p.startswith("test_") for p in parts)
 
 
 def test_tests_take_shared_helpers_from_fixture_modules() -> None:
-    """No test module imports another test module (of its tier or the other): what two share
-    lives in a fixture module in tests/."""
-    found = []
-    for path in sorted(TESTS.rglob("test_*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            names += [f"{node.module}.{a.name}" for a in node.names] if isinstance(
-                node, ast.ImportFrom) and node.module in ("unit", "integration") else []
-            found += [f"{path.relative_to(TESTS)}: {n}" for n in names
-                      if n.split(".")[0] in ("unit", "integration") and "test_" in n]
+    """No module under tests/ imports a test module (of its tier or the other) or a tier
+    package: what two share lives in a fixture module in tests/."""
+    found = [f"{path.relative_to(TESTS)}:{node.lineno}: {name}"
+             for path in sorted(TESTS.rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             for name in _imported(node) if _names_a_test_module(name)]
     assert found == []
+
+
+def test_the_test_import_check_sees_every_spelling() -> None:
+    spellings = ["import test_cli", "from test_cli import x", "from unit import test_cli",
+                 "from integration.test_server import y", "from .test_cli import z",
+                 "from . import test_cli", "import unit"]
+    for text in spellings:
+        (node,) = ast.parse(text).body
+        assert any(_names_a_test_module(n) for n in _imported(node)), text
+    (fixture,) = ast.parse("from index_fixtures import moto_server").body
+    assert not any(_names_a_test_module(n) for n in _imported(fixture))
 
 
 def test_the_doc_names_every_fixture_module() -> None:

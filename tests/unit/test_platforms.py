@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from conftest import FLASH_ATTN_MATRIX
+from tag_fixtures import cell_from_wheel_filename
 from wheel_fixtures import make_wheel
 
 from factory.errors import ConfigError, WheelError
 from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell, load_matrix
 from factory.matrix.tags import (
-    cell_from_wheel_filename,
     plat_for_platform,
     platform_of_plat,
     platform_tag_parts,

@@ -3,15 +3,24 @@ runner-specific branch."""
 
 from __future__ import annotations
 
+import argparse
+import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import FLASH_ATTN_MATRIX, write_example_matrix
 from ops_builds import factory_cli
 
-from factory.errors import ConfigError
+import factory
+from factory import cli
+from factory.build.job import check_cross
+from factory.errors import ConfigError, EngineError
 from factory.matrix.load import load_matrix
-from factory.runners import RUNNERS, BuildJob, get_runner, runner_kind
+from factory.runners import RUNNERS, BuildJob, get_runner, runner_help, runner_kind
+from factory.toolchain.cross import builder_platform
+
+FACTORY = Path(factory.__file__).parent
 
 
 def _job(tmp: Path, *, cuda_home: Path | None, image: str = "factory-base:bookworm") -> BuildJob:
@@ -61,21 +70,70 @@ def test_a_wheelhouse_only_where_the_build_installs(
 # -- the registry of runner kinds -----------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(RUNNERS))
 def test_every_runner_kind_loads_its_class(name: str) -> None:
-    kind = RUNNERS[name]
-    cls = kind.load()
+    cls = RUNNERS[name].load()
     assert cls.name == name  # type: ignore[attr-defined]
-    runner = get_runner(name)
-    assert runner.needs_wheelhouse == kind.needs_wheelhouse  # the default mode's
+    assert get_runner(name).name == name
+
+
+def _options(parser: argparse.ArgumentParser, command: str = "") -> Iterator[
+        tuple[str, argparse.Action]]:
+    """Every option of every subcommand of the real parser, as (command, action)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, nested in action.choices.items():
+                yield from _options(nested, f"{command} {name}".strip())
+        else:
+            yield command, action
 
 
 def test_the_cli_offers_exactly_the_registered_runners() -> None:
-    from factory import cli
+    """Every subcommand with a --runner (found in the parser, not listed here) takes the
+    registry's kinds and says where each builds; every option a kind takes names that kind."""
+    options = list(_options(cli.build_parser()))
+    runners = {c: a for c, a in options if "--runner" in a.option_strings}
+    assert {"build", "work"} <= set(runners)
+    for command, action in runners.items():
+        assert tuple(action.choices or ()) == tuple(RUNNERS), command
+        assert action.help == runner_help()
+        assert all(f"{k.name} ({k.where})" in runner_help() for k in RUNNERS.values())
+    for command, action in options:
+        if action.dest in ("uncapped", "python_env", "interpreter"):
+            option = {"python_env": "mode"}.get(action.dest, action.dest)
+            assert command in runners and action.help
+            takes = [k.name for k in RUNNERS.values() if option in k.options]
+            assert takes and action.help.startswith(f"{' and '.join(takes)} runner:"), command
 
-    for command in ("build", "rebuild-check", "request"):
-        parser = cli.build_parser()
-        sub = next(a for a in parser._actions if a.dest == "command").choices[command]
-        runner = next(a for a in sub._actions if a.dest == "runner")
-        assert tuple(runner.choices) == tuple(RUNNERS)
+
+@pytest.mark.parametrize("command", ["build", "work"])
+def test_uncapped_is_refused_for_a_kind_that_does_not_take_it(tmp_path: Path,
+                                                               command: str) -> None:
+    refusing = [k.name for k in RUNNERS.values() if "uncapped" not in k.options]
+    matrix = write_example_matrix(tmp_path / "m.toml", work_dir=tmp_path)
+    args = ["--all", "--dry-run"] if command == "build" else ["--store", str(tmp_path / "s")]
+    for name in refusing:
+        r = factory_cli(command, *args, "--runner", name, "--uncapped", "--matrix", str(matrix))
+        assert r.returncode == 2 and "to the local runner only" in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+# Where a runner kind's name is not the runner: programs, docker's cgroup paths, a host name.
+NOT_A_RUNNER = {("factory.process", "docker"), ("factory.process", "cibuildwheel"),
+                ("factory.planning.cgroup", "docker"), ("factory.upstream.sources", "local")}
+
+
+def test_no_module_outside_runners_names_a_runner_kind() -> None:
+    """docs/ARCHITECTURE.md: a new runner is its module and one line in RUNNERS. Every other
+    module reads the registry (choices, abilities, options, the default), never a kind's name."""
+    named = []
+    for path in sorted(FACTORY.rglob("*.py")):
+        module = ".".join(path.relative_to(FACTORY.parent).with_suffix("").parts)
+        if module.startswith("factory.runners"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Constant) and node.value in RUNNERS
+                    and (module, node.value) not in NOT_A_RUNNER):
+                named.append(f"{path.relative_to(FACTORY.parent)}:{node.lineno}: {node.value!r}")
+    assert named == []
 
 
 def test_an_unknown_runner_in_the_settings_is_one_line() -> None:
@@ -84,8 +142,22 @@ def test_an_unknown_runner_in_the_settings_is_one_line() -> None:
                                                    '[settings]\nrunner = "podman"\n[axes]'))
 
 
-def test_the_local_kind_takes_its_options_and_the_others_refuse_them(tmp_path: Path) -> None:
+def test_the_local_kind_takes_its_options() -> None:
     assert set(runner_kind("local").options) == {"mode", "uncapped", "interpreter"}
-    r = factory_cli("build", "--all", "--runner", "docker", "--uncapped", "--dry-run",
-                    "--matrix", str(write_example_matrix(tmp_path / "m.toml", work_dir=tmp_path)))
-    assert r.returncode != 0 and "apply to the local runner only" in r.stderr
+
+
+@pytest.mark.parametrize("name", sorted(RUNNERS))
+def test_a_cell_for_another_cpu_needs_a_kind_that_cross_compiles(name: str) -> None:
+    """The build refuses it before anything is fetched, naming the kinds that cross-compile."""
+    other = "aarch64" if builder_platform() == "x86_64" else "x86_64"
+    (pc,) = load_matrix(text=FLASH_ATTN_MATRIX.replace(
+        "\n[packages.", f'\nplatform = ["{other}"]\n[packages.', 1)).cells
+    kind = runner_kind(name)
+    if kind.cross_compiles:
+        check_cross(pc, kind)
+        return
+    able = [k for k in RUNNERS.values() if k.cross_compiles]
+    with pytest.raises(EngineError, match=f"only for this builder's CPU .*, not {other}") as exc:
+        check_cross(pc, kind)
+    assert exc.value.tip == "cross-build the cell with " + " or ".join(
+        f"--runner {k.name}" for k in able) and able

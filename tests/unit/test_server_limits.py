@@ -31,7 +31,7 @@ def test_one_process_cap() -> None:
     slots = ConnectionSlots(2)
     assert slots.take() and slots.take() and not slots.take()
     slots.give()
-    assert slots.take() and slots.in_use() == 2
+    assert slots.take() and not slots.take()  # the slot given back, and only that one
 
 
 def test_the_cap_shared_by_forked_workers() -> None:
@@ -46,10 +46,9 @@ def test_the_cap_shared_by_forked_workers() -> None:
         os._exit(0)
     assert os.read(read, 1) == b"1"
     os.waitpid(pid, 0)
-    assert slots.in_use() == 2
     assert slots.take() and not slots.take()  # the whole server's third, then the cap
     slots.forget(1)  # the worker ended: its connections went with it
-    assert slots.in_use() == 1 and slots.take()
+    assert slots.take() and slots.take() and not slots.take()  # its two back, not more
 
 
 def test_minimum_rate_after_the_grace() -> None:

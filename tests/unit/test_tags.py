@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
+from tag_fixtures import cell_from_wheel_filename
 
 from factory.errors import WheelError
 from factory.matrix.cell import Cell
@@ -15,7 +16,6 @@ from factory.matrix.load import wheel_filename
 from factory.matrix.tags import (
     VARIANT_RE,
     LocalTag,
-    cell_from_wheel_filename,
     local_tag,
     parse_local,
     torch_pin,
