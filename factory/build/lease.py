@@ -98,8 +98,9 @@ class Lease:
                     not math.isfinite(expires):
                 raise TypeError("'expires' must be a finite number")
             return cls(cell=cell, holder=holder, expires=float(expires), token=token)
-        except (ValueError, TypeError, KeyError) as exc:  # ValueError: not JSON
-            what = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:  # ValueError: not JSON
+            what = (f"no {exc}" if isinstance(exc, KeyError) else
+                    "nested too deep" if isinstance(exc, RecursionError) else str(exc))
             raise StoreError(f"corrupt lease: {what}") from None
 
 

@@ -14,8 +14,8 @@ The parts: ``server_loop.py`` (the one thread that accepts connections and answe
 reads), ``server_handler.py`` (a thread per connection for everything else: uploads, auth,
 ranges, malformed input), ``server_http.py`` (negotiation, validators, ranges, gzip, the page
 cache), ``server_routes.py`` (what a request target names). This module holds them together:
-the connection cap (shared by ``--workers`` processes), the 503s past it, slow clients, and
-starting and stopping.
+the connection cap (shared by ``--workers`` processes, ``server_slots.py``), the 503s past it,
+slow clients, and starting and stopping.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import errno
 import logging
-import multiprocessing
 import os
 import queue
 import selectors
@@ -37,7 +36,7 @@ from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from factory.errors import StoreError, UsageError
 from factory.index.htpasswd import Credentials
@@ -61,6 +60,7 @@ from factory.index.server_loop import (
     ReadLoop,
 )
 from factory.index.server_routes import route
+from factory.index.server_slots import MADE_ROOM, ConnectionSlots, HandedHeads, SlowClients
 from factory.store.local import LocalStore
 from factory.wheels.checks import DEFAULT_LIMITS, WheelLimits
 
@@ -108,79 +108,6 @@ class ServerStats:
                 setattr(self, name, getattr(self, name) + n)
 
 
-class ConnectionSlots:
-    """The connection cap: in one process, or for the whole server when ``share`` made the
-    count one that every worker process sees (each worker keeps its own tally in shared
-    memory; a slot is taken while the sum is under the cap). Fixed shares per worker refused
-    connections well below the cap whenever the kernel gave one worker more than its share."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self._lock = threading.Lock()
-        self._mine = 0
-        self._shared: Any = None  # multiprocessing Array of per-worker counts
-        self._index = 0
-
-    def share(self, workers: int) -> None:
-        """Before forking ``workers`` processes (the first is index 0)."""
-        self._shared = multiprocessing.get_context("fork").Array("q", workers)
-
-    def become(self, index: int) -> None:
-        """In a forked worker: count this process's connections under ``index``."""
-        self._index = index
-        self._lock = threading.Lock()
-
-    def forget(self, index: int) -> None:
-        """A worker ended: its connections went with it."""
-        if self._shared is not None:
-            with self._shared.get_lock():
-                self._shared.get_obj()[index] = 0
-
-    def take(self) -> bool:
-        with self._lock:
-            if self._shared is None:
-                if self._mine >= self.cap:
-                    return False
-                self._mine += 1
-                return True
-            with self._shared.get_lock():
-                counts = self._shared.get_obj()
-                if sum(counts) >= self.cap:
-                    return False
-                counts[self._index] += 1
-                return True
-
-    def give(self) -> None:
-        with self._lock:
-            if self._shared is None:
-                self._mine = max(0, self._mine - 1)
-                return
-            with self._shared.get_lock():
-                counts = self._shared.get_obj()
-                counts[self._index] = max(0, counts[self._index] - 1)
-
-
-class SlowClients:
-    """Slow clients are logged once per peer (a peer opening 500 slow connections is one
-    line), again only after ``quiet`` seconds; the set of peers is bounded."""
-
-    def __init__(self, quiet: float = 600.0, limit: int = 4096) -> None:
-        self._seen: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._quiet, self._limit = quiet, limit
-
-    def first(self, peer: str) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            seen = self._seen.get(peer)
-            if seen is not None and now - seen < self._quiet:
-                return False
-            if len(self._seen) >= self._limit:
-                self._seen.clear()
-            self._seen[peer] = now
-            return True
-
-
 class IndexServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # resolvers arrive in bursts; the default backlog is 5
@@ -204,7 +131,9 @@ class IndexServer(ThreadingHTTPServer):
         self.small_files = PageCache(
             self.store, compress=False
         )  # PEP 658 metadata (immutable, small)
-        self._handed: dict[socket.socket, bytes] = {}  # what the loop read before a hand-off
+        # what the loop read before a hand-off, and when the head began
+        self._handed: dict[socket.socket, tuple[bytes, float]] = {}
+        self.heads = HandedHeads()  # the heads handler threads are reading
         self._loop: ReadLoop | None = None
         super().__init__((config.host, config.port), Handler)
         self._loop = self._new_loop(parent=None)
@@ -230,9 +159,6 @@ class IndexServer(ThreadingHTTPServer):
         if self._loop is not None:
             self._loop.stop()
 
-    def take_slot(self) -> bool:
-        return self.slots.take()
-
     def turn_away(self, sock: socket.socket) -> None:
         """A 503 for a connection past the cap, from the turn-away thread."""
         self.stats.add(busy=1)
@@ -241,12 +167,27 @@ class IndexServer(ThreadingHTTPServer):
         except queue.Full:  # a flood: no answer at all is all that is affordable
             self.close_request(sock)
 
-    def release(self, sock: socket.socket) -> None:
+    def release(self, sock: socket.socket, *, give: bool = True) -> None:
         self.close_request(sock)
-        self.slots.give()
+        if give:  # else its slot went to the connection it made room for
+            self.slots.give()
 
-    def handed(self, sock: socket.socket) -> bytes:
-        return self._handed.pop(sock, b"")
+    def handed(self, sock: socket.socket) -> tuple[bytes, float]:
+        return self._handed.pop(sock, (b"", time.monotonic()))
+
+    def slow_handed(self, before: float) -> list[tuple[float, socket.socket]]:
+        return self.heads.slow(before)
+
+    def drop_handed(self, sock: socket.socket) -> bool:
+        """A handler thread's slow head dropped to make room: its slot is the caller's."""
+        try:
+            peer = str(sock.getpeername()[0])
+        except OSError:
+            peer = "-"  # gone already
+        if not self.heads.drop(sock):
+            return False
+        self.slow_client(peer, MADE_ROOM)
+        return True
 
     def slow_client(self, address: str, what: str) -> None:
         """A connection dropped for being slow: counted, and one line per peer."""
@@ -257,9 +198,10 @@ class IndexServer(ThreadingHTTPServer):
                 "line)", address, what,
             )
 
-    def hand_off(self, sock: socket.socket, address: tuple[str, int], data: bytes) -> None:
+    def hand_off(self, sock: socket.socket, address: tuple[str, int], data: bytes,
+                 since: float) -> None:
         """The connection to a thread of its own, from the bytes the loop already read."""
-        self._handed[sock] = data
+        self._handed[sock] = (data, since)
         try:
             super().process_request(sock, address)
         except BaseException:
@@ -354,7 +296,8 @@ class IndexServer(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.give()
+            if not self.heads.forget(request):  # else its slot went to another connection
+                self.slots.give()
 
     def _turn_away(self) -> None:
         """Answer 503 to connections past the cap, all from this one thread: send at once (a

@@ -8,7 +8,9 @@ A connection's reads here are paced (``_Paced``): a request head must arrive in 
 ``head_timeout`` of its first byte, and a body at ``min_body_rate`` bytes a second on average
 once its first ``body_grace`` seconds are over, however the bytes trickle in. Socket timeouts
 alone restart with every byte, so a client sending one byte a minute held a thread and a
-connection slot for ever. A slow client is dropped and logged once (``SlowClients``).
+connection slot for ever. A slow client is dropped and logged once (``SlowClients``). While a
+head is arriving it is in ``HandedHeads``, so that when every slot is taken the read loop can
+drop it for a new connection as it drops its own slow heads (``server_slots.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from factory.index.server_http import (
 )
 from factory.index.server_loop import too_slow
 from factory.index.server_routes import route
+from factory.index.server_slots import MADE_ROOM, HandedHeads
 from factory.index.upload import UploadError, receive
 from factory.store.local import LocalStore
 
@@ -61,8 +64,10 @@ class HandlerServer(Protocol):
     store: LocalStore
     credentials: Credentials | None
     pages: PageCache
+    heads: HandedHeads
 
-    def handed(self, sock: socket.socket) -> bytes: ...  # what the read loop had read
+    # what the read loop had read, and when the head began
+    def handed(self, sock: socket.socket) -> tuple[bytes, float]: ...
 
     def slow_client(self, address: str, what: str) -> None: ...
 
@@ -70,12 +75,15 @@ class HandlerServer(Protocol):
 class _Paced(io.RawIOBase):
     """A handed-over connection's reader: the bytes the loop read first, then the socket, with
     limits that do not move forward with every byte (see the module docstring). ``idle`` is
-    the wait for the first byte of a request (keep-alive) and for any one read."""
+    the wait for the first byte of a request (keep-alive) and for any one read; ``since``,
+    when the loop saw the head begin."""
 
-    def __init__(self, prefix: bytes, sock: socket.socket, *, idle: float, head_timeout: float,
-                 min_rate: float, grace: float, on_slow: Any) -> None:
+    def __init__(self, prefix: bytes, sock: socket.socket, *, since: float, heads: HandedHeads,
+                 idle: float, head_timeout: float, min_rate: float, grace: float,
+                 on_slow: Any) -> None:
         self._prefix = memoryview(prefix)
         self._sock = sock
+        self._heads = heads
         self._idle, self._head_timeout = idle, head_timeout
         self._min_rate, self._grace = min_rate, grace
         self._on_slow = on_slow
@@ -83,7 +91,11 @@ class _Paced(io.RawIOBase):
         self._body_started: float | None = None
         self._body_bytes = 0
         if prefix:
-            self._head_deadline = time.monotonic() + head_timeout
+            self._head_begins(since)
+
+    def _head_begins(self, now: float) -> None:
+        self._head_deadline = now + self._head_timeout
+        self._heads.begin(self._sock, now)
 
     def readable(self) -> bool:
         return True
@@ -94,7 +106,13 @@ class _Paced(io.RawIOBase):
         if not self._prefix:
             self._head_deadline = None
 
+    def head_done(self) -> None:
+        """The head is whole: no new connection may take its slot any more."""
+        if not self._heads.end(self._sock):
+            raise SlowClient(MADE_ROOM)  # dropped just before (and logged then)
+
     def start_body(self) -> None:
+        self.head_done()
         self._head_deadline = None
         self._body_started, self._body_bytes = time.monotonic(), 0
 
@@ -128,13 +146,19 @@ class _Paced(io.RawIOBase):
             if self._body_started is None and self._head_deadline is None:
                 raise  # idle between requests: an ordinary keep-alive timeout
             return self.readinto(buffer)  # the limit decides, on the next round
+        except OSError:
+            if self._heads.dropped(self._sock):
+                raise SlowClient(MADE_ROOM) from None
+            raise
         finally:
             with contextlib.suppress(OSError):
                 self._sock.settimeout(self._idle)  # writes keep the plain timeout
+        if self._heads.dropped(self._sock):  # the loop shut it down to make room
+            raise SlowClient(MADE_ROOM)
         if self._body_started is not None:
             self._body_bytes += n
         elif self._head_deadline is None and n:
-            self._head_deadline = time.monotonic() + self._head_timeout
+            self._head_begins(time.monotonic())
         return n
 
 
@@ -173,11 +197,12 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         # The read loop handed this connection over: read first what it already had.
-        self._already = self.server.handed(self.connection)
+        self._already, since = self.server.handed(self.connection)
         config = self.server.config
         peer = str(self.client_address[0])
         self._paced = _Paced(
-            self._already, self.connection, idle=self.timeout, head_timeout=config.head_timeout,
+            self._already, self.connection, since=since, heads=self.server.heads,
+            idle=self.timeout, head_timeout=config.head_timeout,
             min_rate=config.min_body_rate, grace=config.body_grace,
             on_slow=lambda what: self.server.slow_client(peer, what),
         )
@@ -244,6 +269,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def handle_expect_100(self) -> bool:
         """curl (and others) wait for this before sending a body: refuse before it comes."""
+        self._paced.head_done()  # the checks below may take a while (a hash)
         if self.command == "POST":
             if not self._upload_allowed():
                 return False

@@ -18,8 +18,9 @@ Time limits that bytes cannot push out: a request head must be complete within
 at ``min_rate`` bytes a second on average once ``grace`` seconds have passed, and a keep-alive
 connection may wait ``idle_timeout`` for its next request. When every connection slot is taken,
 a new connection takes the slot of the connection whose head has been arriving longest, if
-that has been over ``SLOW_HEAD`` seconds (a real client sends its head in one packet): slow
-clients cannot hold the slots against the others. Each slow client is reported to the server
+that has been over ``SLOW_HEAD`` seconds (a real client sends its head in one packet), be it
+read here, by a handler thread or by another worker (``server_slots.py``): slow clients cannot
+hold the slots against the others. Each slow client is reported to the server
 (``slow_client``), which logs a peer once.
 """
 
@@ -37,6 +38,8 @@ import time
 from collections.abc import Mapping
 from typing import BinaryIO, Protocol
 
+from factory.index.server_slots import MADE_ROOM, SLOW_HEAD, ConnectionSlots
+
 log = logging.getLogger("factory.index.server")
 
 MAX_HEAD = 64 * 1024  # a longer head is the threaded handler's (414, 431)
@@ -47,7 +50,6 @@ _LINGER_SECONDS = 2.0  # after 'Connection: close': drop what the client still s
 HEAD_TIMEOUT = 20.0  # seconds for a whole request head, from its first byte
 MIN_RATE = 1024.0  # bytes a second, on average: bodies read and answers sent, after the grace
 GRACE = 10.0
-SLOW_HEAD = 1.0  # a head still arriving after this long may lose its slot to a new connection
 
 
 def too_slow(elapsed: float, count: int, min_rate: float, grace: float) -> bool:
@@ -75,7 +77,7 @@ class Headers(dict[str, str]):
 class Server(Protocol):
     """What the loop needs from the server around it."""
 
-    def take_slot(self) -> bool: ...  # False: every connection slot is taken (the cap)
+    slots: ConnectionSlots  # the cap, and slow heads claimed across workers
 
     def turn_away(self, sock: socket.socket) -> None: ...  # a 503, and closed
 
@@ -83,9 +85,15 @@ class Server(Protocol):
 
     def answer(self, method: str, target: str, headers: Headers, client: str) -> Answer | None: ...
 
-    def hand_off(self, sock: socket.socket, address: tuple[str, int], data: bytes) -> None: ...
+    def hand_off(self, sock: socket.socket, address: tuple[str, int], data: bytes,
+                 since: float) -> None: ...  # ``since``: when its head began
 
-    def release(self, sock: socket.socket) -> None: ...  # close and give the slot back
+    # the heads handler threads are reading that began before ``before``, and when
+    def slow_handed(self, before: float) -> list[tuple[float, socket.socket]]: ...
+
+    def drop_handed(self, sock: socket.socket) -> bool: ...  # its slot is the caller's now
+
+    def release(self, sock: socket.socket, *, give: bool = True) -> None: ...  # close; the slot
 
 
 class _Conn:
@@ -161,6 +169,8 @@ class ReadLoop:
                             self._wake_r.recv(4096)
                     else:
                         self._ready(sel, key.data, mask)
+                if owed := self.server.slots.owed():  # other workers took slow heads' slots
+                    self.server.slots.repay(owed - self._drop_slow_heads(sel, owed))
                 now = time.monotonic()
                 if now >= next_sweep:
                     next_sweep = now + 1.0
@@ -168,6 +178,8 @@ class ReadLoop:
                         break  # a worker whose first process is gone
                     for conn in [c for c in self._conns.values() if c.deadline < now]:
                         self._drop(sel, conn, conn.why_late())  # idle, a slow head or reader
+                    if self.server.slots.shared:
+                        self.server.slots.offer(len(self._slow_heads(now)))
         finally:
             for conn in list(self._conns.values()):
                 self._close(sel, conn)
@@ -208,9 +220,7 @@ class ReadLoop:
                 return
             except OSError:  # EMFILE and the like: the listener stays, try again next round
                 return
-            if not self.server.take_slot() and not (
-                self._make_room(sel) and self.server.take_slot()
-            ):
+            if not self.server.slots.take() and not self._make_room(sel):
                 self.server.turn_away(sock)
                 continue
             sock.setblocking(False)
@@ -222,26 +232,43 @@ class ReadLoop:
             sel.register(sock, selectors.EVENT_READ, conn)
 
     def _make_room(self, sel: selectors.BaseSelector) -> bool:
-        """Every slot is taken: drop the connection whose head has been arriving longest, if
-        for over SLOW_HEAD seconds. False when there is none (the new connection gets 503)."""
-        now = time.monotonic()
-        slow = [
-            c for c in self._conns.values()
-            if c.head_started is not None and now - c.head_started > SLOW_HEAD
+        """Every slot is taken: the new connection gets the slot of the head that has been
+        arriving longest, if for over SLOW_HEAD seconds: this process's own (here or in a
+        handler thread), else another worker's. False when there is none (503)."""
+        return self._drop_slow_heads(sel, 1) == 1 or self.server.slots.claim()
+
+    def _slow_heads(self, now: float) -> list[tuple[float, _Conn | socket.socket]]:
+        """The heads of this process arriving for over SLOW_HEAD seconds, oldest first."""
+        before = now - SLOW_HEAD
+        heads: list[tuple[float, _Conn | socket.socket]] = [
+            (c.head_started, c) for c in self._conns.values()
+            if c.head_started is not None and c.head_started < before
             and c.state == "open" and not c.out and c.file is None
         ]
-        if not slow:
-            return False
-        oldest = min(slow, key=lambda c: c.head_started or now)
-        self._drop(sel, oldest, "request head still arriving while every slot was taken")
-        return True
+        heads += self.server.slow_handed(before)
+        return sorted(heads, key=lambda head: head[0])
 
-    def _drop(self, sel: selectors.BaseSelector, conn: _Conn, why: str | None) -> None:
+    def _drop_slow_heads(self, sel: selectors.BaseSelector, count: int) -> int:
+        """Drop up to ``count`` of the oldest slow heads, keeping their slots for the
+        connections they make room for; how many were dropped."""
+        dropped = 0
+        for _, head in self._slow_heads(time.monotonic()):
+            if dropped == count:
+                break
+            if isinstance(head, _Conn):
+                self._drop(sel, head, MADE_ROOM, give=False)
+                dropped += 1
+            elif self.server.drop_handed(head):
+                dropped += 1
+        return dropped
+
+    def _drop(self, sel: selectors.BaseSelector, conn: _Conn, why: str | None, *,
+              give: bool = True) -> None:
         if why is not None:
             self.server.slow_client(conn.address[0], why)
-        self._close(sel, conn)
+        self._close(sel, conn, give=give)
 
-    def _close(self, sel: selectors.BaseSelector, conn: _Conn) -> None:
+    def _close(self, sel: selectors.BaseSelector, conn: _Conn, *, give: bool = True) -> None:
         if self._conns.pop(conn.sock, None) is None:
             return
         with contextlib.suppress(KeyError, ValueError):
@@ -249,13 +276,14 @@ class ReadLoop:
         if conn.file is not None:
             conn.file.close()
             conn.file = None
-        self.server.release(conn.sock)
+        self.server.release(conn.sock, give=give)
 
     def _hand_off(self, sel: selectors.BaseSelector, conn: _Conn) -> None:
         del self._conns[conn.sock]
         sel.unregister(conn.sock)
         conn.sock.setblocking(True)
-        self.server.hand_off(conn.sock, conn.address, bytes(conn.inbuf))
+        since = conn.head_started if conn.head_started is not None else time.monotonic()
+        self.server.hand_off(conn.sock, conn.address, bytes(conn.inbuf), since)
 
     def _read(self, sel: selectors.BaseSelector, conn: _Conn) -> None:
         try:

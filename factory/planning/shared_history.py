@@ -6,6 +6,11 @@ the local store's exclusive write). Nothing is ever rewritten, so concurrent bui
 lose each other's records; a reader lists them and folds them, oldest first, into its own
 history (the shipped defaults and the builder's file), exactly as its own builds would have
 (peaks: the largest recent ones; per-object peaks: the largest seen; times: the latest).
+
+Records come from every builder that shares the store, so they are untrusted input: every field
+is checked, nested ones too (``measurement_of``), and a record that is not one is skipped with
+its key and what is wrong, never an exception that stops a build (a ``"run": 42`` used to be an
+AttributeError in every publishing build sharing the store).
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from factory.errors import FactoryError, StoreError
-from factory.matrix.cell import Cell
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory, RecordedRun
+from factory.matrix.cell import DEFAULT_PLATFORM, Cell
+from factory.planning.memory_model import PEAK_OF, BuildMeasurement, MemoryHistory, RecordedRun
 
 RECORDS_PREFIX = "history/records/"
 RECORD_VERSION = 1
@@ -52,34 +57,30 @@ def record_document(m: BuildMeasurement) -> dict[str, Any]:
 
 
 def measurement_of(doc: object) -> BuildMeasurement:
-    """A record read back, checked as untrusted input: anything else than a record this
-    module writes (another JSON type, a field of the wrong type, a cell that does not parse, a
-    number no build measures) is a StoreError naming what is wrong."""
+    """A record read back, checked as untrusted input: every field's type and range, nested
+    ones too. Anything else than a record this module writes (another JSON type, a field of
+    the wrong type, a cell that does not parse, a number no build measures) is a StoreError
+    naming what is wrong."""
     try:
         if not isinstance(doc, dict):
             raise TypeError(f"a JSON {type(doc).__name__}, not an object")
-        if doc.get("version") != RECORD_VERSION:
-            raise ValueError(f"unknown record version {doc.get('version')!r}")
-        c = doc["cell"]
-        if not isinstance(c, dict):
-            raise TypeError("'cell' is not an object")
-        archs = c["archs"]
-        if not isinstance(archs, list) or not all(_is_int(a) for a in archs):
-            raise TypeError("'archs' is not a list of numbers")
-        cell = Cell(package=_text(c, "package"), version=_text(c, "version"),
-                    torch=_text(c, "torch"), cuda=_text(c, "cuda"), archs=tuple(archs),
-                    python=_text(c, "python"))
+        version = doc.get("version")
+        if not _is_int(version) or version != RECORD_VERSION:
+            raise ValueError(f"unknown record version {_shown(version)}")
         peak = doc.get("peak_job_bytes")
+        run = doc.get("run")
         return BuildMeasurement(
-            cell=cell, nvcc_threads=_count(doc["nvcc_threads"], "nvcc_threads", 1, 1024),
+            cell=_cell(doc["cell"]),
+            nvcc_threads=_count(doc["nvcc_threads"], "nvcc_threads", 1, 1024),
             max_jobs=_count(doc["max_jobs"], "max_jobs", 1, 65536),
             cpus=_count(doc.get("cpus", 0), "cpus", 0, 65536),
             peak_job_bytes=None if peak is None else _count(peak, "peak_job_bytes", 0, _MAX_BYTES),
-            object_seconds={str(k): _seconds(v) for k, v in _table(doc, "object_seconds")},
-            object_peaks={str(k): _count(v, "an object peak", 0, _MAX_BYTES)
+            object_seconds={k: _seconds(v, "object seconds")
+                            for k, v in _table(doc, "object_seconds")},
+            object_peaks={k: _count(v, "an object peak", 0, _MAX_BYTES)
                           for k, v in _table(doc, "object_peaks")},
-            source=str(doc.get("source", "")),
-            run=RecordedRun.from_dict(doc["run"]) if doc.get("run") else None,
+            source=_text(doc, "source", ""),
+            run=None if run is None else _run(run),
         )
     except (KeyError, TypeError, ValueError, FactoryError) as exc:
         what = exc.message if isinstance(exc, FactoryError) else str(exc)
@@ -90,29 +91,75 @@ def measurement_of(doc: object) -> BuildMeasurement:
 
 _MAX_BYTES = 2**40  # 1 TiB: more than any compile job's peak
 _MAX_SECONDS = 30 * 86400.0
+_MAX_OBJECTS = 100_000  # objects in one build's order
+
+
+def _cell(c: object) -> Cell:
+    if not isinstance(c, dict):
+        raise TypeError("'cell' is not an object")
+    archs = c["archs"]
+    if not isinstance(archs, list) or not all(_is_int(a) and 0 < a < 10_000 for a in archs):
+        raise TypeError("'archs' is not a list of sm numbers")
+    return Cell(package=_text(c, "package"), version=_text(c, "version"),
+                torch=_text(c, "torch"), cuda=_text(c, "cuda"), archs=tuple(archs),
+                python=_text(c, "python"), platform=_text(c, "platform", DEFAULT_PLATFORM))
+
+
+def _run(r: object) -> RecordedRun:
+    """The whole run a record carries (``RecordedRun.as_dict``), each field checked."""
+    if not isinstance(r, dict):
+        raise TypeError(f"'run' is a JSON {type(r).__name__}, not an object")
+    order = r.get("order", [])
+    if not isinstance(order, list) or len(order) > _MAX_OBJECTS or \
+            not all(isinstance(k, str) for k in order):
+        raise TypeError("the run's 'order' is not a list of object names")
+    peak = r.get("peak_bytes")
+    peak_of = _text(r, "peak_of", "compilers")
+    if peak_of not in PEAK_OF:
+        raise ValueError(f"the run's peak_of {_shown(peak_of)} is not one of {PEAK_OF}")
+    return RecordedRun(
+        source=_text(r, "source", ""), date=_text(r, "date", ""),
+        max_jobs=_count(r["max_jobs"], "the run's max_jobs", 1, 65536),
+        cpus=_count(r["cpus"], "the run's cpus", 0, 65536),
+        compile_seconds=_seconds(r["compile_seconds"], "the run's compile seconds"),
+        peak_bytes=None if peak is None else _count(peak, "the run's peak_bytes", 0, _MAX_BYTES),
+        peak_of=peak_of, machine=_text(r, "machine", ""), order=tuple(order),
+    )
+
+
+def _shown(value: object) -> str:
+    """A value of a record in a one-line message: short, no control characters."""
+    return _one_line(repr(value)[:40])
+
+
+def _one_line(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text[:300])
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _text(doc: dict[str, Any], name: str) -> str:
-    value = doc[name]
+_REQUIRED = object()
+
+
+def _text(doc: dict[str, Any], name: str, default: object = _REQUIRED) -> str:
+    value = doc[name] if default is _REQUIRED else doc.get(name, default)
     if not isinstance(value, str):
         raise TypeError(f"{name!r} is not a string")
     return value
 
 
 def _count(value: object, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{name} {str(value)[:40]!r} is not a whole number in {low}..{high}")
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{name} {_shown(value)} is not a whole number in {low}..{high}")
     return value
 
 
-def _seconds(value: object) -> float:
+def _seconds(value: object, name: str) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or \
-            not 0 <= value <= _MAX_SECONDS:
-        raise ValueError(f"object seconds {str(value)[:40]!r} are not 0..{_MAX_SECONDS:.0f}")
+            not 0 <= value <= _MAX_SECONDS:  # NaN fails this too
+        raise ValueError(f"{name} {_shown(value)} are not 0..{_MAX_SECONDS:.0f}")
     return float(value)
 
 
@@ -149,11 +196,18 @@ def read_records(store: RecordStore) -> tuple[list[BuildMeasurement], list[BadRe
         if data is None:
             continue  # removed since the listing
         try:
-            good.append(measurement_of(json.loads(data)))
-        except ValueError:  # not JSON (UnicodeDecodeError included)
-            bad.append(BadRecord(key=key, problem="corrupt history record: not JSON"))
+            doc = json.loads(data)
+        except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError too), or nested
+            bad.append(BadRecord(key=key, problem="corrupt history record: not JSON (or "
+                                 "nested too deep)"))
+            continue
+        try:
+            good.append(measurement_of(doc))
         except StoreError as exc:
-            bad.append(BadRecord(key=key, problem=exc.message))
+            bad.append(BadRecord(key=key, problem=_one_line(exc.message)))
+        except Exception as exc:  # noqa: BLE001 - a shape no check above foresaw: still skipped
+            bad.append(BadRecord(key=key, problem=_one_line(
+                f"corrupt history record: {type(exc).__name__}: {exc}")))
     return good, bad
 
 
@@ -161,7 +215,8 @@ def merge_into(history: MemoryHistory, store: RecordStore,
                skipped: list[BadRecord] | None = None) -> int:
     """Fold every record in the store into ``history`` (in memory), oldest first; returns
     how many. A corrupt record is skipped, never fatal: a plan matters more. ``skipped``
-    collects them."""
+    collects them, each with its key and one line on what is wrong. Raises only StoreError,
+    when the store cannot be listed or read."""
     good, bad = read_records(store)
     folded = 0
     for m in good:

@@ -1,14 +1,17 @@
-"""Yank and unyank of one file racing each other, 300 times (a local store) and 40 times (S3 on
-loopback), with ``factory index verify`` after each trial: the pages must always show the
-yank state the store has. Each store primitive the writers use waits a random fraction of a
-millisecond first, so the interleavings vary from trial to trial (on the code before this
-check, 14 of the 300 local trials ended with pages showing a yank the store did not have, or
-hiding one it had, and verify said nothing)."""
+"""Yank and unyank of one file racing each other and a publish and a retention deletion (what
+`factory retain --force` runs) of other builds of the same project, 300 times (a local store)
+and 40 times (S3 on loopback), with ``factory index verify`` after each trial: the pages must
+always show the yank state the store has and list exactly the builds it has committed. Each
+store primitive the writers use waits a random fraction of a millisecond first, so the
+interleavings vary from trial to trial (on the code before page writes took part in the
+compare-and-swap, 14 of the 300 local trials of yank and unyank alone ended with pages showing
+a yank the store did not have, or hiding one it had, and verify said nothing)."""
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -20,6 +23,7 @@ from index_wheels import variant_wheel
 
 from factory.index import verify_index
 from factory.index.publish import publish, unyank, yank
+from factory.index.retention import delete_build
 from factory.store import Store, open_store
 
 moto_endpoint = index_fixtures.moto_endpoint
@@ -76,20 +80,31 @@ def _shown(store: Store, filename: str) -> set[object]:
     return out
 
 
-def _flip(
-    how: Any, store: Jittery, name: str, trial: int, delay: float, errors: list[BaseException]
-) -> None:
-    time.sleep(delay)
-    try:
-        if how is yank:
-            yank(store, name, f"trial {trial}")  # type: ignore[arg-type]
-        else:
-            unyank(store, name)  # type: ignore[arg-type]
-    except BaseException as exc:  # noqa: BLE001 - reported by the test
-        errors.append(exc)
+def _listed(store: Store) -> dict[str, set[str]]:
+    """The files each page of the demo project lists."""
+    out: dict[str, set[str]] = {}
+    for variant in ("", "cu130-torch2.14/"):
+        key = f"{variant}simple/demo/index.json"
+        doc = json.loads(store.read(key) or b"{}")
+        out[key] = {f["filename"] for f in doc["files"]}
+        key = f"{variant}simple/demo/index.html"
+        page = (store.read(key) or b"").decode()
+        out[key] = {name for name in re.findall(r'>([^<>]+\.whl)</a>', page)}
+    return out
 
 
-def test_yank_and_unyank_racing_leave_pages_that_match_the_store(
+def _race(step: Any, delay: float, errors: list[BaseException]) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay)
+        try:
+            step()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    return threading.Thread(target=run)
+
+
+def test_yank_unyank_publish_and_delete_racing_leave_pages_that_match_the_store(
     store_spec: str, tmp_path: Path
 ) -> None:
     kind = "s3" if store_spec.startswith("s3://") else "local"
@@ -97,35 +112,43 @@ def test_yank_and_unyank_racing_leave_pages_that_match_the_store(
     wheel = variant_wheel(tmp_path, "demo", "1.0", "2.14")
     publish(store, [wheel])
     name = wheel.name
+    older: str | None = None  # the previous trial's new build: this trial deletes it
     for trial in range(TRIALS[kind]):
         rng = random.Random(trial)
         start_yanked = rng.random() < 0.5
         if start_yanked:
             yank(store, name, "first")
-        racer = Jittery(store, seed=trial)
+        newer = variant_wheel(tmp_path / "new", "demo", f"1.0.{trial + 1}", "2.14")
+        racer: Any = Jittery(store, seed=trial)
         errors: list[BaseException] = []
-        # one flips the state, the other flips it back, a moment later or not
-        flips = (yank, unyank) if not start_yanked else (unyank, yank)
-        delays = (rng.uniform(0, 0.0005), rng.uniform(0, 0.002))
-        threads = [
-            threading.Thread(target=_flip, args=(how, racer, name, trial, delay, errors))
-            for how, delay in zip(flips, delays, strict=True)
-        ]
+        # one flips the state, the other flips it back, a moment later or not; a new build is
+        # published and the one before it deleted, each at a moment of its own
+        flips = [lambda: yank(racer, name, f"trial {trial}"), lambda: unyank(racer, name)]
+        steps = [*(flips if not start_yanked else flips[::-1]),
+                 lambda: publish(racer, [newer])]
+        if older is not None:
+            steps.append(lambda key=f"files/demo/{older}": delete_build(racer, key))
+        threads = [_race(step, rng.uniform(0, 0.002), errors) for step in steps]
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
         assert not errors, errors
-        in_store = {e.filename: e.yanked for e in store.wheels()}[name]
+        committed = {e.filename: e.yanked for e in store.wheels()}
+        assert set(committed) == {name, newer.name}, sorted(committed)
         shown = _shown(store, name)
         verdict = verify_index(store, deep=False)
-        assert shown == {in_store is not None}, (
-            f"trial {trial}: the pages show yanked={shown}, the store {in_store!r}; "
+        assert shown == {committed[name] is not None}, (
+            f"trial {trial}: the pages show yanked={shown}, the store {committed[name]!r}; "
             f"verify: {verdict.problems}"
         )
+        for page, files in _listed(store).items():
+            assert files == set(committed), (trial, page, sorted(files), verdict.problems)
         assert verdict.ok, (trial, verdict.problems)
-        if in_store is not None:
+        if committed[name] is not None:
             unyank(store, name)
+        older = newer.name
+        newer.unlink()
 
 
 @pytest.mark.parametrize("store_spec", ["local"], indirect=True)

@@ -112,22 +112,91 @@ class Trickle:
 
 
 SLOW_HEAD = (b"GET /simple/ HTTP/1.1\r\nHost: x\r\n", b"X-Slow: 1\r\n")
+# The three ways a head reaches the server: the read loop's (GET over HTTP/1.1) and the
+# threaded handler's (HTTP/1.0, and an upload), each trickling one byte every few seconds.
+SLOW_HEADS = (SLOW_HEAD, (b"GET /simple/ HTTP/1.0\r\n", b"X-Slow: 1\r\n"),
+              (b"POST / HTTP/1.1\r\nHost: x\r\n", b"X-Slow: 1\r\n"))
 
 
-def test_slow_heads_on_every_slot_do_not_lock_a_normal_client_out(populated: Path) -> None:
-    """20 sockets trickling a header byte at a time hold all of --max-connections 20; a new
-    client takes the slot of the one whose head has been arriving longest and gets its page.
-    (It used to get 503 until the 60 s idle timeout, which every byte pushed out, ran out:
-    never.)"""
-    with running_server(populated, max_connections=20) as server, Trickle(
-        server.port, every=0.3
-    ) as slow:
-        slow.open(*SLOW_HEAD, count=20)
-        time.sleep(1.5)  # longer than the second a real client ever takes to send its head
-        for _ in range(3):
-            response = _get(server.port, "/simple/")
-            assert _status(response) == 200, response[:200]
-        assert server.stats.slow >= 1 and server.stats.busy == 0  # a slow one made room
+def _keep_alive_get(port: int, target: str = "/simple/") -> tuple[socket.socket, int]:
+    """A GET on a connection left open after its answer (so its slot stays taken)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data and (chunk := s.recv(65536)):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next((line.split(b":")[1] for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), b"0"))
+    while len(body) < length and (chunk := s.recv(65536)):
+        body += chunk
+    return s, _status(data)
+
+
+def _cap_is(port: int, cap: int) -> None:
+    """``cap`` keep-alive connections are answered and the next one is refused: no slot was
+    lost or gained on the way (retried a few seconds while closed connections are noticed)."""
+    deadline = time.monotonic() + 10
+    while True:
+        held = []
+        try:
+            statuses = []
+            for _ in range(cap + 1):
+                s, status = _keep_alive_get(port)
+                held.append(s)
+                statuses.append(status)
+            if statuses == [200] * cap + [503] or time.monotonic() > deadline:
+                assert statuses == [200] * cap + [503], statuses
+                return
+        finally:
+            for s in held:
+                s.close()
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_slow_heads_on_every_slot_do_not_lock_a_normal_client_out(
+    populated: Path, workers: int
+) -> None:
+    """20 sockets trickling a head a byte every 3 s (GET over HTTP/1.1 and 1.0, an upload)
+    hold all of `factory serve --max-connections 20`; each new client takes the slot of the
+    head that has been arriving longest, whichever its kind, and gets its page within a
+    second. With --workers 2 the slow heads are all in one process (the other was stopped)
+    and the clients all reach the other one (the first is stopped then): the slot moves
+    across. Before, the heads the
+    threaded handler read (HTTP/1.0, uploads) could not be dropped, nor those of another
+    worker: every client got 503 until the heads' 20 s limit ran out."""
+    with _serve(populated, "--max-connections", "20", "--workers", str(workers)) as (proc, port):
+        other = _worker(proc) if workers == 2 else None
+        if other is not None:
+            os.kill(other, signal.SIGSTOP)  # every slow head goes to the first process
+        clients: list[socket.socket] = []
+        try:
+            with Trickle(port, every=3.0) as slow:
+                for i in range(20):  # the oldest three: one of each kind
+                    slow.open(*SLOW_HEADS[i % 3], count=1)
+                    time.sleep(0.02)
+                time.sleep(3.0)  # past a second (a real client's head), and offered to others
+                if other is not None:
+                    os.kill(proc.pid, signal.SIGSTOP)
+                    os.kill(other, signal.SIGCONT)  # the clients all reach the other worker
+                for _ in range(3):
+                    started = time.monotonic()
+                    sock, status = _keep_alive_get(port)  # kept open: each needs a slot
+                    elapsed = time.monotonic() - started
+                    clients.append(sock)
+                    assert status == 200 and elapsed < 1.0, (status, elapsed)
+                os.kill(proc.pid, signal.SIGCONT)  # drops the heads it owes the other worker
+                deadline = time.monotonic() + 10
+                while len(slow.closed) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                time.sleep(0.5)
+                assert slow.closed == {0, 1, 2}, "not the three oldest heads dropped"
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+            for sock in clients:
+                sock.close()
+        _cap_is(port, 20)
 
 
 def test_slow_heads_and_bodies_are_dropped_and_logged_once(
@@ -188,16 +257,22 @@ def _serve(store: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], int
         proc.communicate(timeout=30)
 
 
+def _worker(proc: subprocess.Popen[str]) -> int:
+    """The one worker process `factory serve --workers 2` forked."""
+    deadline = time.monotonic() + 30
+    while not (workers := _children(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(workers) == 1, workers
+    return workers[0]
+
+
 def test_workers_keep_one_connection_cap_for_the_whole_server(populated: Path) -> None:
     """--workers 2 --max-connections 20 with one worker stopped: the other takes every
     connection, and holds all 20 (fixed shares of 10 each refused the 11th), then refuses
     the 21st."""
     with _serve(populated, "--workers", "2", "--max-connections", "20") as (proc, port):
-        deadline = time.monotonic() + 30
-        while not (workers := _children(proc.pid)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(workers) == 1, workers
-        os.kill(workers[0], signal.SIGSTOP)
+        worker = _worker(proc)
+        os.kill(worker, signal.SIGSTOP)
         held = []
         try:
             for _ in range(20):
@@ -209,7 +284,7 @@ def test_workers_keep_one_connection_cap_for_the_whole_server(populated: Path) -
         finally:
             for s in held:
                 s.close()
-            os.kill(workers[0], signal.SIGCONT)
+            os.kill(worker, signal.SIGCONT)
 
 
 def test_a_range_of_thousands_of_digits_is_answered(

@@ -20,7 +20,7 @@ from factory.index import verify_index
 from factory.store import LocalStore
 from factory.logger import Log
 from factory.matrix.cell import Cell
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory, RecordedRun
 from factory.planning.shared_history import BadRecord, merge_into, push, record_document
 
 CELL = Cell(package="demo", version="1", torch="2.11.0", cuda="13.0", archs=(90,), python="3.12")
@@ -45,6 +45,15 @@ def _with(**changes: object) -> bytes:
     return json.dumps(doc).encode()
 
 
+RUN = RecordedRun(source="factory build x", date="2026-12-01", max_jobs=2, cpus=4,
+                  compile_seconds=12.5, peak_bytes=2**30, machine="cpu x 4", order=("a", "b"))
+
+
+def _run_with(**changes: object) -> bytes:
+    """A record whose whole run has fields changed."""
+    return _with(run={**RUN.as_dict(), **changes})
+
+
 MALFORMED = {
     "a list": b"[]",
     "a number": b"42",
@@ -63,6 +72,46 @@ MALFORMED = {
     "object peaks as a list": _with(object_peaks=[1, 2]),
     "no version": json.dumps({k: v for k, v in _good().items() if k != "version"}).encode(),
     "max_jobs of zero": _with(max_jobs=0),
+    "nested past the parser's depth": b"[" * 100_000 + b"]" * 100_000,
+    "version true": json.dumps({**_good(), "version": True}).encode(),
+    "version as text": json.dumps({**_good(), "version": "1"}).encode(),
+    "a cell version true": _with(version=True),
+    "nvcc_threads as text": _with(nvcc_threads="1"),
+    "cpus as a list": _with(cpus=[4]),
+    "a source that is an object": _with(source={"a": 1}),
+    "a package that is a number": _with(package=5),
+    "a python that is a list": _with(python=["3.12"]),
+    "a platform that is a number": _with(platform=64),
+    "an unknown platform": _with(platform="sparc"),
+    "archs of true": _with(archs=[True]),
+    "archs nested": _with(archs=[[90]]),
+    "a negative arch": _with(archs=[-90]),
+    "seconds that are a list": _with(object_seconds={"a": [1.0]}),
+    "seconds that are NaN": _with(object_seconds={"a": float("nan")}),
+    "an object peak that is an object": _with(object_peaks={"a": {"b": 1}}),
+    "an object peak that is true": _with(object_peaks={"a": True}),
+    "a run that is a number": _with(run=42),
+    "a run that is text": _with(run="abc"),
+    "a run that is a list": _with(run=[1]),
+    "a run that is false": _with(run=False),
+    "a run that is empty": _with(run={}),
+    "a run's max_jobs as text": _run_with(max_jobs="2"),
+    "a run's max_jobs true": _run_with(max_jobs=True),
+    "a run's max_jobs fractional": _run_with(max_jobs=1.5),
+    "a run's cpus as a list": _run_with(cpus=[4]),
+    "a run's seconds as text": _run_with(compile_seconds="12"),
+    "a run's seconds NaN": _run_with(compile_seconds=float("nan")),
+    "a run's order a number": _run_with(order=5),
+    "a run's order of numbers": _run_with(order=[1, 2]),
+    "a run's order an object": _run_with(order={"a": 1}),
+    "a run's peak_of unknown": _run_with(peak_of="gpu"),
+    "a run's peak_of a number": _run_with(peak_of=5),
+    "a run's peak negative": _run_with(peak_bytes=-1),
+    "a run's peak as text": _run_with(peak_bytes="1g"),
+    "a run's source a list": _run_with(source=["x"]),
+    "a run's date a number": _run_with(date=20261201),
+    "a run's machine an object": _run_with(machine={"cpu": "x"}),
+    "a run's field with a line break": _run_with(peak_of="x\ny"),
 }
 
 
@@ -72,9 +121,12 @@ def test_malformed_history_records_are_skipped_and_the_rest_merge(tmp_path: Path
         assert store.put_new(f"history/records/2026-bad-{i:02d}.json", data)
     push(store, BuildMeasurement(cell=CELL, nvcc_threads=1, max_jobs=2, cpus=4,
                                  peak_job_bytes=3 * 2**30))
+    push(store, BuildMeasurement(cell=CELL, nvcc_threads=1, max_jobs=2, cpus=4,
+                                 peak_job_bytes=None, object_seconds={"a": 1.0, "b": 2.0},
+                                 run=RUN))
     history = MemoryHistory.load(tmp_path / "mine.json")
     skipped: list[BadRecord] = []
-    assert merge_into(history, store, skipped) == 1
+    assert merge_into(history, store, skipped) == 2  # what builders write reads back
     assert sorted(b.key for b in skipped) == [
         f"history/records/2026-bad-{i:02d}.json" for i in range(len(MALFORMED))
     ]
@@ -98,6 +150,7 @@ BAD_LEASES = {
     "a holder that is a number": json.dumps({"cell": "c", "holder": 7, "expires": 9e9}).encode(),
     "expires as text": json.dumps({"cell": "c", "holder": "h", "expires": "never"}).encode(),
     "expires for ever": json.dumps({"cell": "c", "holder": "h", "expires": 1e300}).encode(),
+    "nested past the parser's depth": b"[" * 100_000 + b"]" * 100_000,
 }
 
 

@@ -1,13 +1,16 @@
 """The index server's limits as pure logic: Range numbers bounded before they are parsed,
 PEP 691's ``+`` in ``?format=``, the connection cap shared by worker processes, the minimum
-rate, and one log line per slow peer. (tests/integration/test_server_faults.py drives the
-real server.)"""
+rate, one log line per slow peer, and slow heads that give their slots to new connections
+across workers and handler threads. (tests/integration/test_server_faults.py drives the real
+server.)"""
 
 from __future__ import annotations
 
 import os
+import socket
 
 from factory.index.server import ConnectionSlots, SlowClients, negotiate, parse_range
+from factory.index.server_slots import HandedHeads
 from factory.index.server_loop import too_slow
 
 
@@ -62,3 +65,52 @@ def test_a_slow_peer_is_logged_once() -> None:
     assert slow.first("10.0.0.1") and not slow.first("10.0.0.1")
     assert slow.first("10.0.0.2")
     assert SlowClients(quiet=0.0).first("x")
+
+
+def test_a_slow_head_of_another_worker_gives_its_slot() -> None:
+    """Worker 1 holds every slot, two of them slow heads: worker 0 claims both (the slots
+    move at once), and worker 1 then owes two drops. One of the two had closed on its own
+    meanwhile (its slot given back as always): one drop, one claim repaid, and the tally is
+    what is open."""
+    slots = ConnectionSlots(3)
+    slots.share(2)
+    slots.become(1)  # (one process playing both workers: the counts are shared memory)
+    assert slots.take() and slots.take() and slots.take()
+    slots.offer(2)
+    slots.become(0)
+    assert not slots.take()
+    assert slots.claim() and slots.claim() and not slots.claim()  # two offered, two taken
+    assert slots.in_use() == 3
+    slots.become(1)
+    assert slots.owed() == 2 and slots.owed() == 0
+    slots.give()  # the one that closed on its own
+    slots.repay(1)  # not there to drop; the other is dropped without giving its slot back
+    assert slots.in_use() == 3  # worker 0's two new connections and worker 1's third
+    slots.give()
+    assert slots.in_use() == 2
+    slots.offer(1)
+    slots.forget(1)  # worker 1 ended: nothing of it is left to claim
+    slots.become(0)
+    assert not slots.claim() and slots.in_use() == 2
+
+
+def test_one_process_offers_nothing() -> None:
+    slots = ConnectionSlots(1)
+    slots.offer(5)
+    assert slots.take() and not slots.take() and not slots.claim() and slots.owed() == 0
+
+
+def test_a_head_read_by_a_handler_thread_can_be_dropped_until_it_is_whole() -> None:
+    heads = HandedHeads()
+    a, peer_a = socket.socketpair()
+    b, peer_b = socket.socketpair()
+    with a, b, peer_a, peer_b:
+        heads.begin(a, 10.0)
+        heads.begin(b, 20.0)
+        assert heads.slow(15.0) == [(10.0, a)]
+        assert heads.end(b)  # whole: no longer droppable
+        assert heads.slow(100.0) == [(10.0, a)] and not heads.drop(b)
+        assert heads.drop(a) and heads.dropped(a)
+        assert peer_a.recv(1) == b""  # shut down: the thread's read wakes
+        assert not heads.end(a)  # its thread learns it was dropped
+        assert heads.forget(a) and not heads.forget(b)  # a's slot went elsewhere, b's not
