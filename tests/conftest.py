@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tools import example_toolkit, missing
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_CELL = "factory-example-ext-0.1.0-torch2.14.1-cu130-sm100-cp311"
@@ -131,12 +132,8 @@ def wheelhouse_cp311(example_cell: Any) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cuda13_home(example_cell: Any) -> Path:
-    from factory.toolchain.toolkit import materialize_cuda_home
-
-    home = materialize_cuda_home(example_cell.toolchain, cache_root() / "toolkits")
-    assert home is not None
-    return home
+def cuda13_home() -> Path:
+    return example_toolkit()
 
 
 @pytest.fixture(scope="session")
@@ -213,7 +210,7 @@ def browser() -> Iterator[Any]:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if not chromium or not driver:
-        pytest.skip("chromium and chromedriver not installed (docker/setup-host.sh installs them)")
+        missing("chromium and chromedriver not installed (docker/setup-host.sh installs them)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -39,6 +39,15 @@ def add_store_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_cert_arg(parser: argparse.ArgumentParser, *, verifies: bool) -> None:
+    """--cert FILE: the CA bundle of an https index a private CA signed, which the printed
+    install lines pass to the installers (the doctor also verifies the index with it)."""
+    what = "verifies" if verifies else "hosts verify"
+    parser.add_argument("--cert", type=Path, default=None, metavar="FILE",
+                        help=f"the CA bundle that {what} an https index whose certificate a "
+                             "private CA signed; the printed lines pass it to the installers")
+
+
 def matrix_from_args(args: argparse.Namespace) -> Matrix:
     """The matrix: its lock's cells while the lock matches it; a stale lock is said once."""
     matrix = load_matrix(matrix_path(args.matrix))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from factory.commands._common import print_json
+from factory.commands._common import add_cert_arg, print_json
 from factory.environment import INDEX_URL_ENV, env_value
 from factory.hosts.doctor import NO_FIT_EXIT, DoctorReport, diagnose, render_text
 from factory.hosts.probe import read_host
@@ -30,9 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--python", default=None, metavar="EXE",
                         help="the interpreter whose torch to read and that the line installs "
                              "into (default: the python3 on PATH)")
-    parser.add_argument("--cert", type=Path, default=None, metavar="FILE",
-                        help="the CA bundle that verifies an https index whose certificate a "
-                             "private CA signed; the printed lines pass it to the installers")
+    add_cert_arg(parser, verifies=True)
     parser.add_argument("--nvidia-smi-output", type=Path, default=None, metavar="FILE",
                         help="a recorded 'nvidia-smi --query-gpu=name,compute_cap,driver_version "
                              "--format=csv,noheader' output to use instead of this host's GPUs")

@@ -1,5 +1,6 @@
 """factory request SPEC --torch V --cuda V --arch A --python V [--platform CPU] [--store]
-                  [--matrix] [--index-url URL] [--print-cell [--builders FILE]] [--check | --yes]
+                  [--matrix] [--index-url URL [--cert FILE]] [--print-cell [--builders FILE]]
+                  [--check | --yes]
 
 Prints progress on stderr and the install line alone on stdout, so a script can run
 ``$(factory request ...)``. A cell that is not published yet is built only after a yes: asked
@@ -18,6 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from factory.ci import DEFAULT_BUILDERS, runs_on
 from factory.commands._common import (
+    add_cert_arg,
     add_matrix_arg,
     add_runner_arg,
     add_store_arg,
@@ -58,6 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index-url", default=None,
                         help="the index root hosts install from (default: $FACTORY_INDEX_URL, "
                              "or the local store as a file:// URL)")
+    add_cert_arg(parser, verifies=False)
     add_runner_arg(parser)
     parser.add_argument("--memory", default=None, help="memory cap for a build, e.g. 16g")
     parser.add_argument("--out", type=Path, default=None,
@@ -124,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     print(f"request {cell.id} (store {store})", file=sys.stderr)
     if args.check:
-        pc, result = look_up(cell, matrix=matrix, store_spec=store, index_url=args.index_url)
+        pc, result = look_up(cell, matrix=matrix, store_spec=store, index_url=args.index_url,
+                             cert=args.cert)
         if result is None:
             print(f"{pc.cell.id}: not published in {store}", file=sys.stderr)
             if args.json:
@@ -135,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
             cell, matrix=matrix, store_spec=store, index_url=args.index_url,
             runner=args.runner or matrix.settings.runner,
             budget=requested_budget(matrix.settings, memory=args.memory),
-            out_dir=args.out, confirm=_confirm(args, store, matrix.settings),
+            out_dir=args.out, confirm=_confirm(args, store, matrix.settings), cert=args.cert,
         )
         if result is None:
             print(f"{cell.id}: not built (declined)", file=sys.stderr)

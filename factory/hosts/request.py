@@ -94,16 +94,17 @@ def index_url_for(store_spec: str, index_url: str | None) -> str:
     return Path(store_spec).resolve().as_uri()
 
 
-def install_line(index_url: str, variant: str, wheel: str) -> str:
+def install_line(index_url: str, variant: str, wheel: str, cert: Path | None = None) -> str:
     """The pip line for hosts, as the doctor words it: the full version with its local tag
     ('==2.8.3.post2' alone would accept any variant, or PyPI's sdist), and what pip needs to
-    use an http index by host name (the comment why goes first)."""
+    use an http index by host name, or the CA bundle ``cert`` of an https one a private CA
+    signed (the comment why goes first)."""
     name, version, _, _ = parse_wheel_filename(wheel)
     project = canonicalize_name(name)
     choice = Choice(project=project, wheel=wheel, variant=variant, why=None,
                     index_url=f"{index_url}/{variant}/simple/",
                     requirement=f"{project}=={version}")
-    return "\n".join(pip_command([choice], IndexAccess(url=index_url), "python3"))
+    return "\n".join(pip_command([choice], IndexAccess(url=index_url, cert=cert), "python3"))
 
 
 def find_published(store: Any, pc: PlannedCell) -> PublishedBuild | None:
@@ -154,8 +155,8 @@ BuildFn = Callable[..., Any]
 NOT_PUBLISHED_EXIT = 1
 
 
-def look_up(cell: Cell, *, matrix: Matrix, store_spec: str,
-            index_url: str | None) -> tuple[PlannedCell, RequestResult | None]:
+def look_up(cell: Cell, *, matrix: Matrix, store_spec: str, index_url: str | None,
+            cert: Path | None = None) -> tuple[PlannedCell, RequestResult | None]:
     """The cell as planned, and its published build's install line (None: not published)."""
     url = index_url_for(store_spec, index_url)  # before any work: an S3 store needs --index-url
     pc = matrix.find(cell.id, outside=True)
@@ -164,7 +165,7 @@ def look_up(cell: Cell, *, matrix: Matrix, store_spec: str,
         return pc, None
     return pc, RequestResult(cell_id=pc.cell.id, content_key=pc.content_key,
                              wheel=found.manifest.wheel, variant=pc.variant, built=False,
-                             install=install_line(url, pc.variant, found.manifest.wheel))
+                             install=install_line(url, pc.variant, found.manifest.wheel, cert))
 
 
 def request(
@@ -179,10 +180,13 @@ def request(
     build: BuildFn | None = None,
     log: Any = None,
     confirm: Callable[[PlannedCell], bool] | None = None,
+    cert: Path | None = None,
 ) -> RequestResult | None:
     """The published build's install line, else build and publish the cell first: after
-    ``confirm`` says yes (None: without asking). None when it says no."""
-    pc, published = look_up(cell, matrix=matrix, store_spec=store_spec, index_url=index_url)
+    ``confirm`` says yes (None: without asking). None when it says no. ``cert``: the CA bundle
+    hosts verify an https index with (the line passes it to pip)."""
+    pc, published = look_up(cell, matrix=matrix, store_spec=store_spec, index_url=index_url,
+                            cert=cert)
     if published is not None:
         return published
     check_buildable_here(pc, runner)
@@ -201,4 +205,4 @@ def request(
                          f"is in {store.url}")
     return RequestResult(cell_id=pc.cell.id, content_key=pc.content_key,
                          wheel=found.manifest.wheel, variant=pc.variant, built=True,
-                         install=install_line(url, pc.variant, found.manifest.wheel))
+                         install=install_line(url, pc.variant, found.manifest.wheel, cert))

@@ -41,10 +41,27 @@ def _why_trust(access: IndexAccess, client: str, fix: str) -> str:
             f"127.x unless told to trust it ({fix}); https needs none of this")
 
 
+REPLACES_ROOTS = "it replaces the default roots: keep PyPI's in it"  # pip's and uv's bundle
+
+
 def _why_cert(access: IndexAccess, client: str) -> str:
     assert access.cert is not None
-    note = " (it replaces the default roots: keep PyPI's in it)" if client in ("pip", "uv") else ""
+    note = f" ({REPLACES_ROOTS})" if client in ("pip", "uv") else ""
     return f"# a private CA signed the index's certificate: {client} checks it with this{note}"
+
+
+def ca_setting(form: str, ca: str, source: str = "factory") -> str:
+    """How an installer is told the CA bundle ``ca`` of an https index a private CA signed, in
+    each ``form`` the doctor prints (``source``: Poetry's name of the index); the finder page
+    shows the same words."""
+    forms = {
+        "pip": f"--cert {shlex.quote(ca)}",
+        "pip.conf": f"cert = {ca}",
+        "uv": f"export SSL_CERT_FILE={shlex.quote(ca)}",
+        "poetry": f"poetry config certificates.{source}.cert {shlex.quote(ca)}",
+        "pdm": f"ca_certs = {_toml(ca)}",
+    }
+    return forms[form]
 
 
 def pip_interpreter(host: HostInfo) -> str:
@@ -60,17 +77,16 @@ def pip_command(choices: Sequence[Choice], access: IndexAccess, python: str) -> 
     reqs = [c.requirement for c in choices if c.requirement]
     if not urls or not reqs:
         raise UsageError("no wheel fits this host: nothing to install")
-    words = [python, "-m", "pip", "install"]
+    words = [python, "-m", "pip", "install"]  # each already quoted for the shell
     lines = []
     if access.plain_http:
         lines.append(_why_trust(access, "pip", "--trusted-host"))
-        words += ["--trusted-host", access.host]
+        words.append(f"--trusted-host {shlex.quote(access.host)}")
     if access.private_ca:
         lines.append(_why_cert(access, "pip"))
-        words += ["--cert", str(access.private_ca)]
-    for url in urls:
-        words += ["--extra-index-url", url]
-    return [*lines, " ".join([words[0], *(shlex.quote(w) for w in [*words[1:], *reqs])])]
+        words.append(ca_setting("pip", str(access.private_ca)))
+    words += [f"--extra-index-url {shlex.quote(url)}" for url in urls]
+    return [*lines, " ".join([*words, *(shlex.quote(r) for r in reqs)])]
 
 
 def _named(choices: Sequence[Choice]) -> list[tuple[str, str, list[Choice]]]:
@@ -116,7 +132,7 @@ def _pip(indexes: list[tuple[str, str, list[Choice]]], access: IndexAccess,
     if access.plain_http:
         lines += [_why_trust(access, "pip", "trusted-host"), f"trusted-host = {access.host}"]
     if access.private_ca:
-        lines += [_why_cert(access, "pip"), f"cert = {access.private_ca}"]
+        lines += [_why_cert(access, "pip"), ca_setting("pip.conf", str(access.private_ca))]
     reqs = " ".join(shlex.quote(c.requirement or "") for _, _, g in indexes for c in g)
     return [*lines, "", f"{RUN}{pip_interpreter(host)} -m pip install {reqs}"]
 
@@ -141,11 +157,11 @@ def _explicit(tool: str, indexes: list[tuple[str, str, list[Choice]]],
     lines.append(_dependencies(indexes))
     if access.private_ca:  # uv reads the bundle from the environment; Poetry per source
         lines.append(_why_cert(access, tool))
+        ca = str(access.private_ca)
         if tool == "uv":
-            lines.append(f"{RUN}export SSL_CERT_FILE={access.private_ca}")
+            lines.append(f"{RUN}{ca_setting('uv', ca)}")
         else:
-            lines += [f"{RUN}poetry config certificates.{name}.cert {access.private_ca}"
-                      for name, _, _ in indexes]
+            lines += [f"{RUN}{ca_setting('poetry', ca, name)}" for name, _, _ in indexes]
     return lines
 
 
@@ -166,7 +182,7 @@ def _pdm(indexes: list[tuple[str, str, list[Choice]]], access: IndexAccess,
         if access.plain_http:
             keys += [_why_trust(access, "PDM", "verify_ssl = false"), "verify_ssl = false"]
         if access.private_ca:
-            keys += [_why_cert(access, "PDM"), f"ca_certs = {_toml(str(access.private_ca))}"]
+            keys += [_why_cert(access, "PDM"), ca_setting("pdm", str(access.private_ca))]
         return "\n".join(keys)
 
     lines = ["# pyproject.toml (pdm lock / pdm install)"]

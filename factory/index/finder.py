@@ -12,6 +12,8 @@ URL from where it was loaded. In the page:
   formatter renders each installer once, with placeholders the page fills in per row), with a
   copy button (also where the clipboard API is missing: plain http by host name);
 - links to each wheel's variant index, its project page there and the wheel file;
+- how each installer is told the CA of an https index a private CA signed (the doctor's words:
+  the page cannot know whether one did);
 - a layout that holds at 1100 px (the install line under the facts) and on a phone (cards).
 """
 
@@ -33,7 +35,13 @@ from factory.errors import WheelError
 from factory.hosts.choose import Choice
 from factory.hosts.index_reader import IndexAccess
 from factory.hosts.probe import PYTHON_FROM_PATH, HostInfo
-from factory.hosts.snippets import pip_command, pip_interpreter, render_snippet
+from factory.hosts.snippets import (
+    REPLACES_ROOTS,
+    ca_setting,
+    pip_command,
+    pip_interpreter,
+    render_snippet,
+)
 from factory.index.pages import simple_root
 from factory.matrix.cell import sm_names
 from factory.matrix.gpus import gpu_sms
@@ -104,6 +112,21 @@ def install_templates() -> dict[str, dict[str, str]]:
             lines[fmt] = render_snippet(fmt, [choice], access, host).rstrip("\n")
         out[kind] = lines
     return out
+
+
+# The lines cannot know whether a private CA signed an https index's certificate: the page says
+# how each installer is told one, in the doctor's words.
+CA_FORMS = (("pip", "pip"), ("pip.conf", "pip.conf"), ("uv", "uv"), ("Poetry", "poetry"),
+            ("PDM", "pdm"))
+
+
+def private_ca_note(ca: str = "FILE") -> str:
+    forms = ", ".join(f"{label} <code>{html.escape(ca_setting(form, ca))}</code>"
+                      for label, form in CA_FORMS)
+    return ('<p id="ca-note">An https index whose certificate a private CA '
+            f"signed: each installer must be told the CA bundle {html.escape(ca)} (for pip and "
+            f"uv {html.escape(REPLACES_ROOTS)}): {forms} in its source; "
+            f"<code>factory doctor --cert {html.escape(ca)}</code> prints the lines with it.</p>")
 
 
 def _key_of(v: Version) -> str:
@@ -206,6 +229,7 @@ def finder_html(rows: Iterable[FinderRow]) -> bytes:
         '<code id="doctor-line">factory doctor --index ../</code> '
         '<button type="button" class="copy">copy</button> prints the line for its torch, '
         "CUDA and GPU (docs/INDEX.md explains the index, docs/DEPLOY.md the hosts).</p>",
+        private_ca_note(),
         '<div class="controls"><label for="filter">Filter</label>'
         '<input id="filter" type="search" list="gpus-list" '
         'placeholder="e.g. flash-attn 2.14 cu130 B200 cp312" autofocus>'

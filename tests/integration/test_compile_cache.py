@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from cache_fixtures import HEADER, KERNEL, compile_in_a_fresh_server, fake_tools, free_port
-from tools import find_nvcc, tool
+from tools import module, need_nvcc, tool
 
 from factory.build.compile_cache import (
     RemoteCache,
@@ -22,9 +22,7 @@ from factory.runners import cache_config
 
 @pytest.mark.slow
 def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
-    sccache, nvcc = tool("sccache"), find_nvcc()
-    if not nvcc:
-        pytest.skip("needs nvcc")
+    sccache, nvcc = tool("sccache"), need_nvcc()
     src = tmp_path / "src/k.cu"  # one source path, as /factory/src in every container
     src.parent.mkdir()
     src.write_text(KERNEL)
@@ -92,11 +90,9 @@ def test_second_python_version_hits_the_cache(tmp_path: Path) -> None:
 def test_remote_cache_shares_between_builders(tmp_path: Path) -> None:
     """Two builders with their own disk caches and one S3 remote (moto on loopback): what the
     first compiled, the second gets from S3."""
-    sccache, nvcc = tool("sccache"), find_nvcc()
-    if not nvcc:
-        pytest.skip("needs nvcc")
-    pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
+    sccache, nvcc = tool("sccache"), need_nvcc()
+    module("moto.server", "moto")
+    boto3 = module("boto3", "boto3")
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],

@@ -22,6 +22,7 @@ import functools
 import importlib.metadata
 import io
 import json
+import os
 import re
 import shutil
 import socket
@@ -62,6 +63,7 @@ HOSTS = {
     "gb200": ("gb200.txt", "aarch64", f"{FA}+cu130torch2.14sm100", "aarch64"),
 }
 CLIENTS = ["pip", f"pip-{OLD_PIP}", "uv", "poetry", "pdm"]
+SYSTEM_UV_TOML = Path("/etc/uv/uv.toml")  # uv reads it when XDG_CONFIG_DIRS holds no uv.toml
 
 
 # -- the machines ----------------------------------------------------------------------------
@@ -224,8 +226,14 @@ def index(request: pytest.FixtureRequest, store: Path) -> Iterator[tuple[str, Pa
 
 # -- a host, a clean environment, the pasted lines -------------------------------------------
 def _clean_env(tmp: Path, *bin_dirs: Path) -> dict[str, str]:
-    """What a fresh login on a GPU host has: a PATH, a HOME, no pip or uv configuration (XDG
-    dirs of its own, so neither the user's nor /etc/xdg's pip.conf or uv.toml is read)."""
+    """What a fresh login on a GPU host has: a PATH, a HOME, no configuration of this machine's
+    for any client: XDG dirs of its own (the user's and /etc/xdg's pip.conf, uv.toml, Poetry's and
+    PDM's config are never read; Poetry and PDM have no system-wide file) and no pip config file
+    at all (pip reads /etc/pip.conf whatever XDG says, unless PIP_CONFIG_FILE is /dev/null). uv
+    falls back to /etc/uv/uv.toml, and its switches that drop that file (UV_NO_CONFIG,
+    UV_CONFIG_FILE) drop the pasted project's default index too: the uv case checks there is
+    none instead. The PyPI stand-in and the index reach the clients through what the test
+    passes: PIP_INDEX_URL, the pasted lines, the project's stand-in index."""
     home = tmp / "home"
     (home / ".config").mkdir(parents=True, exist_ok=True)
     (tmp / "xdg-dirs").mkdir(exist_ok=True)
@@ -236,6 +244,7 @@ def _clean_env(tmp: Path, *bin_dirs: Path) -> dict[str, str]:
         "XDG_CONFIG_DIRS": str(tmp / "xdg-dirs"),
         "XDG_CACHE_HOME": str(home / ".cache"),
         "LANG": "C.UTF-8",
+        "PIP_CONFIG_FILE": os.devnull,
     }
 
 
@@ -243,7 +252,7 @@ def _setup_env(tmp: Path) -> dict[str, str]:
     """For making the host venvs (not part of what is pasted): uv with a cache kept between runs,
     trusting the system's CA store to reach PyPI for pip itself, as this machine does."""
     env = {**_clean_env(tmp), "UV_CACHE_DIR": str(cache_root() / "uv-deploy-cache"),
-           "UV_PYTHON_DOWNLOADS": "never"}
+           "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1"}
     system = Path("/etc/ssl/certs/ca-certificates.crt")
     if system.is_file():
         env["SSL_CERT_FILE"] = str(system)
@@ -325,8 +334,11 @@ def _pip_case(client: str, text: str, fmt: str, venv: Path, tmp: Path, env: dict
         command = [ln for ln in lines if ln and not ln.startswith("#")][0]
     else:
         (command,) = _runs(text)
-        # "pip.conf (in the venv, ...)": the snippet as the venv's own pip.conf.
+        # "pip.conf (in the venv, ...)": the snippet as the venv's own pip.conf. pip reads no
+        # file at all with PIP_CONFIG_FILE=/dev/null, so here it reads /etc/pip.conf too (no
+        # switch turns that one off alone); the snippet's keys win over it.
         (venv / "pip.conf").write_text(text)
+        env = {k: v for k, v in env.items() if k != "PIP_CONFIG_FILE"}
     report = tmp / "report.json"
     if cpu == "aarch64":
         done = _bash(_aarch64_dry_run(command, report), tmp, env)
@@ -350,6 +362,9 @@ def _project_case(client: str, text: str, venv: Path, tmp: Path, env: dict[str, 
         + STAND_IN[client].format(pypi=pypi) + text)
     runs = _runs(text)
     if client == "uv":
+        assert not SYSTEM_UV_TOML.exists(), (
+            f"{SYSTEM_UV_TOML} would configure the pasted uv project (uv has no switch that "
+            "drops it and keeps the project's own default index): move it away for this test")
         steps = ["uv lock", f"uv sync --python {sys.executable}"]
         env = {**env, "PATH": f"{Path(uv_bin()).parent}:{env['PATH']}"}
     elif client == "poetry":
@@ -472,3 +487,12 @@ def test_https_from_a_private_ca_without_cert_says_what_to_pass(
     first, tip = r.stderr.splitlines()
     assert first.startswith(f"ERROR cannot verify the certificate of {url}simple/: ")
     assert tip == "TIP a private CA signed it? pass --cert FILE, the CA bundle that does"
+
+
+def test_the_clean_environment_reads_no_pip_configuration(tmp_path: Path) -> None:
+    """Not this machine's /etc/pip.conf either (a builder's may name local mirrors)."""
+    r = subprocess.run([sys.executable, "-m", "pip", "config", "list"], cwd=tmp_path,
+                       env=_clean_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    # only what the environment says (":env:.config-file='/dev/null'"), no file's key
+    assert [ln for ln in r.stdout.splitlines() if not ln.startswith(":env:")] == [], r.stdout

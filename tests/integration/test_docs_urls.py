@@ -1,7 +1,8 @@
-"""Every index URL the docs show (README.md, docs/INDEX.md, docs/DEPLOY.md) is one the index
-serves: an index holding a build of every cell of the default matrix is served, and each URL,
-its host mapped to the served one, is fetched. Every documented pip line's exact build is on
-the page its URL names. (docs/DEPLOY.md once sent hosts to /cu130-torch2.14/simple/, a 404: the
+"""Every index URL the docs show (README.md and every doc with install lines: docs/INDEX.md,
+docs/DEPLOY.md, docs/RECIPES.md) is one the index serves: an index holding a build of every cell
+of the default matrix is served, and each URL, its host mapped to the served one, is fetched.
+Every documented pip line is the doctor's own (exact build, --trusted-host with the port over
+plain http by name, --cert for a private CA), and its exact build is on the page its URL names. (docs/DEPLOY.md once sent hosts to /cu130-torch2.14/simple/, a 404: the
 builds are under /cu130-torch2.14-sm100/simple/.)"""
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ from pathlib import Path
 import pytest
 from ops_builds import REPO, factory_cli, planned, publish_build
 
+from factory.hosts.choose import Choice
+from factory.hosts.index_reader import IndexAccess
+from factory.hosts.snippets import pip_command
 from factory.index.server import RunningServer, running_server
 
 pytestmark = pytest.mark.integration
 
-DOCS = [REPO / "README.md", REPO / "docs" / "INDEX.md", REPO / "docs" / "DEPLOY.md"]
+DOCS = [REPO / "README.md", *(REPO / "docs" / name for name in ("INDEX.md", "DEPLOY.md",
+                                                                 "RECIPES.md"))]
 # The index hosts the docs name, and credentials some of them carry.
 _URL = re.compile(r"https?://(?:[^@/\s]+@)?(?:INDEX-HOST:8080|HOST:8080|index\.example\.com)"
                   r"(?:/[^\s\"'`)<>]*)?")
@@ -85,6 +90,39 @@ def test_every_documented_pip_line_names_a_build_on_its_page(served: RunningServ
         assert status == 200, f"{doc}: {page}: HTTP {status}"
         file_version = urllib.parse.quote(version.replace("-", "_"))
         assert f"-{file_version}-".encode() in body, f"{doc}: {project}=={version} not on {page}"
+
+
+def _pip_lines(text: str) -> list[str]:
+    """The documented pip commands that use an index (a report's line, a snippet's `# run:`)."""
+    lines = [ln.strip().removeprefix("# run: ") for ln in text.splitlines()]
+    return [ln for ln in lines if re.match(r"(python3 -m )?pip install ", ln)
+            and "index-url" in ln]
+
+
+def _doctors_line(line: str) -> str:
+    """What the doctor prints for the URL, requirement and CA bundle the line names."""
+    m = re.search(r"--extra-index-url (\S+) (\S+)$", line)
+    assert m, line
+    url, requirement = m.groups()
+    cert = re.search(r"--cert (\S+)", line)
+    root = url.split("/simple/")[0].rsplit("/", 1)[0] + "/"
+    choice = Choice(project=requirement.split("==")[0], wheel="x.whl", variant=None, why=None,
+                    index_url=url, requirement=requirement)
+    access = IndexAccess(url=root, cert=Path(cert.group(1)) if cert else None)
+    return pip_command([choice], access, "python3")[-1]
+
+
+def test_every_documented_pip_line_is_the_doctors() -> None:
+    lines = [(doc.name, ln) for doc in DOCS for ln in _pip_lines(doc.read_text())]
+    assert {"README.md", "INDEX.md", "DEPLOY.md", "RECIPES.md"} <= {doc for doc, _ in lines}
+    for doc, line in lines:
+        line = line.replace("INDEX-HOST", "index-host")  # a host name as urllib spells it
+        assert line == _doctors_line(line), f"{doc}: {line}"
+    # what the check refuses: the line RECIPES.md had (no exact build, no port to trust)
+    old = ("pip install --extra-index-url http://INDEX-HOST:8080/cu130-torch2.14-sm100/simple/ "
+           "--trusted-host INDEX-HOST factory-example-ext")
+    with pytest.raises(AssertionError):
+        assert old == _doctors_line(old)
 
 
 def test_the_check_finds_a_wrong_url(served: RunningServer) -> None:

@@ -22,7 +22,7 @@ from cache_fixtures import (
     free_port,
 )
 from ops_builds import factory_cli
-from tools import find_nvcc, tool
+from tools import need_nvcc, tool
 
 from factory.build import remote_cache
 from factory.build.compile_cache import RemoteCache
@@ -117,9 +117,7 @@ def test_an_offline_builder_hits_what_another_pushed(
     """Real sccache and nvcc: builder A compiles with a disk cache only (no network, like a build
     container) and pushes; builder B pulls into an empty disk cache, compiles offline, and gets
     the whole object from the cache."""
-    sccache, nvcc = tool("sccache"), find_nvcc()
-    if not nvcc:
-        pytest.skip("needs nvcc")
+    sccache, nvcc = tool("sccache"), need_nvcc()
     remote = _remote(s3_spec, s3_env)
     src = tmp_path / "k.cu"
     src.write_text(KERNEL.replace("#include <ext.h>", HEADER))

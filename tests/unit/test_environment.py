@@ -1,6 +1,6 @@
 """The FACTORY_* variables: one precedence for every value (command line > environment >
-matrix.toml > default), every variable the workflows set is one the factory reads, and
-`factory --help` lists them."""
+matrix.toml > default), every variable the workflows and scripts set is one the factory (or the
+script it is for) reads, and `factory --help` lists them."""
 
 from __future__ import annotations
 
@@ -88,10 +88,50 @@ def _workflow_env(node: object) -> set[str]:
     return set()
 
 
-def test_every_variable_the_workflows_set_is_read() -> None:
+def _workflow_runs(node: object) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["run"]] if isinstance(node.get("run"), str) else []
+        return own + [r for v in node.values() for r in _workflow_runs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _workflow_runs(v)]
+    return []
+
+
+# `export X=...`, `X=... command`, `local X=...`: a shell assignment, not a comment's mention
+_ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|readonly\s+)?(FACTORY_[A-Z0-9_]+)=")
+
+
+def _shell_sets(script: str) -> set[str]:
+    lines = (re.sub(r"(?:^|\s)#.*$", "", line) for line in script.splitlines())
+    return {m.group(1) for line in lines for m in _ASSIGNED.finditer(line)}
+
+
+def _scripts() -> list[Path]:
+    return sorted([*(REPO / "docker").glob("*.sh"), *(p for p in (REPO / ".ci").iterdir()
+                                                       if p.is_file())])
+
+
+def test_the_shell_assignments_are_found() -> None:
+    script = ("# FACTORY_IN_A_COMMENT=1\nexport FACTORY_A=0\nFACTORY_B= FACTORY_C=x bash s.sh\n"
+              "if true; then FACTORY_D=1 cmd; fi  # FACTORY_E=2\necho $FACTORY_F ${FACTORY_G:-x}")
+    assert _shell_sets(script) == {"FACTORY_A", "FACTORY_B", "FACTORY_C", "FACTORY_D"}
+
+
+def test_every_variable_the_workflows_and_scripts_set_is_read() -> None:
+    """A FACTORY_* variable a workflow (its env: or a run: script) or a script of docker/ or .ci/
+    sets is one the factory reads (ENVIRONMENT, listed by `factory --help`), or a knob of one of
+    those scripts (docker/install-factory.sh's FACTORY_EXTRAS, read there as ${NAME...})."""
+    scripts = "\n".join(p.read_text() for p in _scripts())
+    read_by_a_script = set(re.findall(r"\$\{(FACTORY_[A-Z0-9_]+)", scripts))
+    sources = [(p.name, _shell_sets(p.read_text())) for p in _scripts()]
     for path in sorted((REPO / ".github/workflows").glob("*.yml")):
-        set_there = _workflow_env(yaml.safe_load(path.read_text()))
-        assert set_there <= NAMES, f"{path.name} sets {sorted(set_there - NAMES)}, never read"
+        workflow = yaml.safe_load(path.read_text())
+        runs = set().union(*(_shell_sets(r) for r in _workflow_runs(workflow)))
+        sources.append((path.name, _workflow_env(workflow) | runs))
+    assert any(name == "nightly.yml" and "FACTORY_CI_GROUPS" in s for name, s in sources)
+    for name, set_there in sources:
+        unread = set_there - NAMES - read_by_a_script
+        assert not unread, f"{name} sets {sorted(unread)}, which nothing reads"
 
 
 def test_every_variable_the_docs_name_is_read_somewhere() -> None:

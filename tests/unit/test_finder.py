@@ -4,12 +4,17 @@ browser)."""
 
 from __future__ import annotations
 
+import html
+import re
+from pathlib import Path
+
 from packaging.version import Version
 
 from factory.hosts.choose import Choice
 from factory.hosts.index_reader import IndexAccess
-from factory.hosts.snippets import pip_command
+from factory.hosts.snippets import ca_setting, pip_command, render_snippet
 from factory.index.finder import (
+    CA_FORMS,
     PATH_TOKEN,
     PROJECT_TOKEN,
     ROOT_TOKEN,
@@ -17,6 +22,8 @@ from factory.index.finder import (
     TRUST_ROOT_TOKEN,
     VERSION_TOKEN,
     _key_of,
+    _page_host,
+    finder_html,
     install_templates,
 )
 from factory.matrix.gpus import gpu_sms, runs_on, sm_of
@@ -62,3 +69,20 @@ def test_the_templates_are_the_doctors_lines_with_placeholders() -> None:
     assert f"--trusted-host {TRUST_HOST_TOKEN}" in templates["trust"]["pip"]
     assert "verify_ssl = false" in templates["trust"]["pdm"]
     assert "--trusted-host" not in templates["plain"]["pip"]
+
+
+def test_the_page_says_how_each_installer_is_told_a_private_ca_in_the_doctors_words() -> None:
+    (note,) = re.findall(r'<p id="ca-note">(.*?)</p>', finder_html([]).decode())
+    access = IndexAccess(url="https://index.example/", cert=Path("FILE"))
+    choice = Choice(project="p", wheel="x.whl", variant=None, why=None,
+                    index_url="https://index.example/v/simple/", requirement="p==1")
+    doctor = {fmt: render_snippet(fmt, [choice], access, _page_host())
+              for fmt in ("pip", "uv", "poetry", "pdm")}
+    doctor["pip.conf"] = doctor.pop("pip")
+    doctor["pip"] = pip_command([choice], access, "python3")[-1]
+    assert [form for _, form in CA_FORMS] == ["pip", "pip.conf", "uv", "poetry", "pdm"]
+    for label, form in CA_FORMS:
+        words = ca_setting(form, "FILE")
+        assert f"{label} <code>{html.escape(words)}</code>" in note
+        assert words in doctor[form], (form, doctor[form])
+    assert "factory doctor --cert FILE" in note and "keep PyPI" in note

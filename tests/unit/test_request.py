@@ -67,6 +67,28 @@ def test_published_cell_prints_the_install_line_without_building(
         f"python3 -m pip install --extra-index-url {store.resolve().as_uri()}/")
 
 
+def test_an_https_index_of_a_private_ca_gets_its_cert_on_the_line(
+    setup: tuple[Path, Path, list[PlannedCell]]
+) -> None:
+    """--cert FILE (a path on the hosts, as the doctor's): pip is told the CA, and why."""
+    matrix, store, cells = setup
+    pc = cells[3]
+    ca = "/etc/ssl/certs/team-ca.pem"
+    for check in ([], ["--check"]):
+        r = factory_cli("request", *_args(pc), "--matrix", str(matrix), "--store", str(store),
+                        "--index-url", "https://index.example/", "--cert", ca, *check)
+        assert r.returncode == 0, r.stderr
+        why, line = r.stdout.splitlines()
+        assert why.startswith("# a private CA signed the index's certificate: pip checks it")
+        assert line == (f"python3 -m pip install --cert {ca} --extra-index-url "
+                        f"https://index.example/{pc.variant}/simple/ "
+                        f"flash-attn=={pc.wheel.split('-')[1]}")
+    # over plain http there is no certificate to check: the line is the one without --cert
+    r = factory_cli("request", *_args(pc), "--matrix", str(matrix), "--store", str(store),
+                    "--index-url", "http://127.0.0.1:8080/", "--cert", ca)
+    assert r.returncode == 0 and "--cert" not in r.stdout, r.stdout + r.stderr
+
+
 def test_rerun_of_a_published_cell_never_calls_the_build(
     setup: tuple[Path, Path, list[PlannedCell]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
