@@ -167,12 +167,14 @@ class EtaModel:
 
 
 def model_for(times: ObjectTimes | None, *, archs: int, jobs: int, threads: int, cpus: int,
-              spread: tuple[float, float] = (1.0, 1.0)) -> EtaModel | None:
+              spread: tuple[float, float] = (1.0, 1.0), speed: float = 1.0) -> EtaModel | None:
     """The ETA of a build planned at ``jobs`` x ``threads`` on ``cpus`` from the history's
-    per-object ``times``; None without them."""
+    per-object ``times`` at the plan's machine ``speed`` (BuildPlan.speed_factor); None
+    without them."""
     if times is None or not times.seconds:
         return None
-    seconds = object_seconds(times, archs=archs, jobs=jobs, threads=threads, cpus=cpus)
+    seconds = {k: v * speed for k, v in object_seconds(
+        times, archs=archs, jobs=jobs, threads=threads, cpus=cpus).items()}
     return EtaModel(seconds, jobs=jobs, cpus=cpus, compilers_per_job=min(threads, archs),
                     spread=spread)
 

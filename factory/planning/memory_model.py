@@ -122,10 +122,15 @@ class RecordedRun:
     # the objects in the order the run started them (a plan's check replays it in that order:
     # a later build's order, from newer times, is not the one this run's peak came from)
     order: tuple[str, ...] = ()
+    # the entry's per-object seconds are this run's own: the model replays it exactly, so it
+    # is no evidence of how far the model is off (factory.planning.spread)
+    supplied_times: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["order"] = list(self.order)
+        if not self.supplied_times:  # records written before the flag existed read the same
+            del out["supplied_times"]
         return out
 
     @classmethod
@@ -139,7 +144,8 @@ class RecordedRun:
                    compile_seconds=float(d["compile_seconds"]),
                    peak_bytes=int(peak) if peak is not None else None, peak_of=peak_of,
                    machine=str(d.get("machine", "")),
-                   order=tuple(str(k) for k in d.get("order", ())))
+                   order=tuple(str(k) for k in d.get("order", ())),
+                   supplied_times=bool(d.get("supplied_times", False)))
 
     def describe(self) -> str:
         return (f"{self.date or 'undated'} {self.max_jobs} job(s) on {self.cpus} CPU(s)"
@@ -165,6 +171,14 @@ class ObjectTimes:
     max_jobs: int = 0
     cpus: int = 0
     runs: tuple[RecordedRun, ...] = ()  # oldest first
+    # OOM kills that raised these peaks (record_oom): a kill proves the replay was not too
+    # high there, so no run's ratio scales the peaks down (planning.spread.calibrate)
+    ooms: int = 0
+
+    def describe(self) -> str:
+        """Which record: "flash-attn 2.8.3.post2, CUDA 13.0, sm_100"."""
+        archs = "+".join(f"sm_{a}" for a in self.archs)
+        return f"{self.package} {self.version}, CUDA {self.cuda}, {archs}"
 
     def per_arch_rounds(self) -> int:
         """How many sequential arch rounds each measured compile ran."""
@@ -380,7 +394,7 @@ class MemoryHistory:
                     source=str(entry.get("source", "")),
                     peaks={str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()},
                     max_jobs=int(entry.get("max_jobs", 0)), cpus=int(entry.get("cpus", 0)),
-                    runs=_runs(entry),
+                    runs=_runs(entry), ooms=int(entry.get("ooms", 0)),
                 )
                 rank = (
                     ot.version != cell.version, ot.cuda != cell.cuda,
@@ -430,6 +444,7 @@ class MemoryHistory:
             if (e["package"], str(e["version"]), str(e["cuda"])) == (
                     key.package, key.version, key.cuda) and e.get("peak_bytes"):
                 e["peak_bytes"] = {k: int(v * factor) for k, v in e["peak_bytes"].items()}
+                e["ooms"] = int(e.get("ooms", 0)) + 1  # no run may talk the peaks down again
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -485,8 +500,15 @@ class MemoryHistory:
         seconds = ({k: round(float(v), 3) for k, v in sorted(m.object_seconds.items())}
                    if m.object_seconds else dict(old[-1]["seconds"]) if old else {})
         runs = [r for o in old for r in o.get("runs", [])]
-        if m.run is not None and m.run.as_dict() not in runs:
-            runs.append(m.run.as_dict())
+        if m.object_seconds:  # the times are this build's now: no earlier run supplied them
+            runs = [_unflagged(r) for r in runs]
+        if m.run is not None:  # a run folded in again (shared records) keeps its place
+            this = dataclasses.replace(m.run, supplied_times=bool(m.object_seconds)).as_dict()
+            at = [i for i, r in enumerate(runs) if _unflagged(r) == _unflagged(this)]
+            if at:
+                runs[at[0]] = this
+            else:
+                runs.append(this)
         entry: dict[str, Any] = {
             **new, "max_jobs": m.max_jobs, "cpus": m.cpus, "source": m.source,
             "updated": today(), "seconds": seconds, "peak_bytes": dict(sorted(peaks.items())),
@@ -495,6 +517,9 @@ class MemoryHistory:
             entry.update({k: old[-1][k] for k in ("max_jobs", "cpus", "source") if k in old[-1]})
         if runs:
             entry["runs"] = runs[-RECENT_RUNS:]
+        ooms = sum(int(o.get("ooms", 0)) for o in old)
+        if ooms:
+            entry["ooms"] = ooms
         entries.append(entry)
 
 
@@ -503,6 +528,10 @@ def _same_objects(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
         return (e["package"], str(e["version"]), str(e["cuda"]), list(e["archs"]),
                 int(e.get("nvcc_threads", 1)))
     return ident(a) == ident(b)
+
+
+def _unflagged(run: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in run.items() if k != "supplied_times"}
 
 
 def _runs(entry: Mapping[str, Any]) -> tuple[RecordedRun, ...]:

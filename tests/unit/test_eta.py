@@ -56,7 +56,7 @@ def test_before_anything_runs_the_eta_is_the_planners_figure() -> None:
     plan = plan_for(cell, supports_threads=True, memory_model_key="flash-attn",
                     memory=160 << 30, cpus=32, history=history)
     model = model_for(history.object_times(cell), archs=1, jobs=plan.max_jobs,
-                      threads=plan.nvcc_threads, cpus=plan.cpus)
+                      threads=plan.nvcc_threads, cpus=plan.cpus, speed=plan.speed_factor)
     assert model is not None and plan.predicted_seconds
     eta = model.estimate(finished={}, running={})
     assert eta.done == 0 and eta.total == 73

@@ -378,6 +378,15 @@ def test_record_build_keeps_the_attempt_as_a_whole_run(tmp_path: Path) -> None:
                  build_tree=tree2, history=h)
     times = MemoryHistory.load(tmp_path / "h.json").object_times(pc.cell)
     assert times is not None and [r.max_jobs for r in times.runs] == [2, 4]
+    # the entry's times are the latest build's: only that run supplied them (a plan's range
+    # does not count it as evidence, factory.planning.spread)
+    assert [r.supplied_times for r in times.runs] == [False, True]
+    # a resumed build's times come from no whole run: no run supplied them any more
+    tree3 = _tree_with_objects(tmp_path / "w3", [(0, 100000)] * 4)
+    record_build(pc, FakePlan(max_jobs=4, cpus=4), FakeResult(objects_built=1),
+                 build_tree=tree3, history=h)
+    times = MemoryHistory.load(tmp_path / "h.json").object_times(pc.cell)
+    assert times is not None and [r.supplied_times for r in times.runs] == [False, False]
 
 
 def test_a_resumed_attempt_is_no_whole_run(tmp_path: Path) -> None:
