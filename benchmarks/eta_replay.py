@@ -170,7 +170,7 @@ def model_of(name: str, spread: tuple[float, float] = (1.0, 1.0)) -> EtaModel | 
     for a package with no object times in the history."""
     run = RUNS[name]
     h = history_without(name)
-    times = h.object_times(run.cell())
+    times = h.object_times(run.cell(), cpus=run.cpus)
     if times is None:
         return None
     speed = calibration(run.cell(), h, cpus=run.cpus, model_key=run.package).speed
@@ -182,12 +182,14 @@ def predicted_from(name: str) -> str:
     """Whose times the run is predicted from, and at what speed, in words."""
     run = RUNS[name]
     h = history_without(name)
-    times = h.object_times(run.cell())
+    times = h.object_times(run.cell(), cpus=run.cpus)
     if times is None:
         return "no object times: the objects measured so far"
     cal = calibration(run.cell(), h, cpus=run.cpus, model_key=run.package)
     whose = next((n for n in RUNS if times.source.startswith(f"{n}: ")), None) or next(
-        n for n, r in RUNS.items() if r.log.name in times.source)
+        (n for n, r in RUNS.items() if r.log.name in times.source), None) or next(
+        n for n, r in RUNS.items() if (r.archs, r.jobs, r.cpus) == (
+            times.archs, times.max_jobs, times.cpus) and r.date in times.source)
     speed = (f" x {cal.speed:.2f} (the speed of the {cal.speed_from.date} "
              f"{cal.speed_from.max_jobs}-job run)" if cal.speed_from else "")
     return f"{whose}'s times{speed}"

@@ -31,8 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from factory.planning.memory_model import RecordedRun  # noqa: E402
 from factory.planning.ninja_log import compile_span, read_entries  # noqa: E402
+from factory.planning.object_times import RecordedRun  # noqa: E402
 from factory.planning.record import machine, object_peaks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,8 @@ is the runners' sampler's summed RSS of the compiler processes. Every memory fig
     python benchmarks/replay_real_runs.py [--fit | --history-runs]
 
 ``--history-runs`` prints the runs as the memory history records them (RecordedRun, per arch
-set): how factory/data/memory_history.json's "runs" were made.
+set, each with its own object times): how factory/data/memory_history.json's "runs" were made
+(the flagship run's times are its entry's own: benchmarks/flagship_results.py ship).
 """
 
 from __future__ import annotations
@@ -348,10 +349,9 @@ def sampled_table(runs: Sequence[Run]) -> list[str]:
 
 def fits_table(history: MemoryHistory) -> list[str]:
     """Every real run under a cap: what happened, and what today's planner says of it (the
-    replay as the planner counts it: scaled by the calibration of the record's runs, one
-    object never below its own peak). A run whose own figures are in that model is marked
-    in-sample: its per-object peaks are the record's, or its peak is one of the ratios the
-    calibration is the highest of."""
+    replay as the planner counts it at the run's CPUs: the object times measured nearest them,
+    the peaks scaled by the calibration of the record's runs, one object never below its own
+    peak). A run whose own figures are in that model is marked in-sample, with which."""
     from factory.matrix.cell import Cell
     from factory.planning.planner import ObjectReplay, calibration
 
@@ -374,7 +374,7 @@ def fits_table(history: MemoryHistory) -> list[str]:
     for name, archs, cap, jobs, cpus, happened in cases:
         cell = Cell(package="flash-attn", version="2.8.3.post2", torch="2.14.1", cuda="13.0",
                     archs=archs, python="3.11")
-        times = history.object_times(cell)
+        times = history.object_times(cell, cpus=cpus)  # as the planner reads them there
         cal = calibration(cell, history, cpus=cpus, model_key="flash-attn")
         objects = ObjectReplay.of(cell, times, 1, peak_factor=cal.peak_factor)
         if objects is not None:
@@ -398,12 +398,14 @@ def fits_table(history: MemoryHistory) -> list[str]:
         runs = {(r.max_jobs, r.cpus): r for r in (times.runs if times and objects else ())
                 if r.peak_bytes}
         own = runs.get((jobs, cpus))
-        if own is not None and own.supplied_times:
-            right += " (in-sample: its per-object peaks and its peak are the model's)"
-        elif own is not None and cal.peak_factor < 1:
-            right += " (in-sample: its peak is one the calibration is the highest of)"
-        elif archs == (90,) and (jobs, cap) == (16, 64):
-            right += " (in-sample: a fit input of the sm_90 peaks)"
+        inputs = [what for what, yes in (
+            ("its object times", own is not None and own.supplied_times),
+            ("its per-object peaks", "docker" in name and jobs > 1),  # the flagship build's
+            ("its peak (the calibration)", own is not None and cal.peak_factor < 1),
+            ("its peak (the sm_90 peaks' fit)", archs == (90,) and (jobs, cap) == (16, 64)),
+        ) if yes]
+        if inputs:
+            right += f" (in-sample: {', '.join(inputs)})"
         out.append(f"| {name} | {cap} | {jobs} | {happened} | {gib:.2f} ({how}) | {says} "
                    f"| {right} |")
     return out
@@ -411,7 +413,7 @@ def fits_table(history: MemoryHistory) -> list[str]:
 
 def history_runs(runs: Sequence[Run]) -> dict[str, list[dict[str, object]]]:
     """The runs built in the factory's order as RecordedRun records, per arch set ("90")."""
-    from factory.planning.memory_model import RecordedRun
+    from factory.planning.object_times import RecordedRun
 
     out: dict[str, list[dict[str, object]]] = {}
     for run in sorted(runs, key=lambda r: r.order):
@@ -420,7 +422,8 @@ def history_runs(runs: Sequence[Run]) -> dict[str, list[dict[str, object]]]:
         rec = RecordedRun(source=run.name, date=run.date, max_jobs=run.jobs, cpus=run.cpus,
                           compile_seconds=round(run.span(), 1),
                           peak_bytes=int(run.peak_gib * GIB), peak_of=run.peak_of,
-                          machine=run.machine, order=tuple(o.key for o in run.entries()))
+                          machine=run.machine, order=tuple(o.key for o in run.entries()),
+                          seconds={k: round(v, 3) for k, v in run.seconds().items()})
         out.setdefault("+".join(map(str, run.archs)), []).append(rec.as_dict())
     return out
 

@@ -55,8 +55,9 @@ from factory.errors import PlanError  # noqa: E402
 from factory.matrix.cell import Cell  # noqa: E402
 from factory.planning.critical_path import reorder_build_ninja  # noqa: E402
 from factory.planning.history_file import shipped_history_path  # noqa: E402
-from factory.planning.memory_model import MemoryHistory, ModelKey, ObjectTimes  # noqa: E402
+from factory.planning.memory_model import MemoryHistory, ModelKey  # noqa: E402
 from factory.planning.ninja_log import read_ninja_log  # noqa: E402
+from factory.planning.object_times import ObjectTimes  # noqa: E402
 from factory.planning.planner import (  # noqa: E402
     jobs_that_fit,
     list_schedule,

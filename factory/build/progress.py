@@ -198,7 +198,7 @@ class BuildProgress:
 def progress_for(pc: PlannedCell, plan: BuildPlan, job: BuildJob, log: Log, *,
                  history: MemoryHistory, tree: Path) -> BuildProgress:
     """An attempt's progress: the plan's ETA model from the history's object times."""
-    model = model_for(history.object_times(pc.cell), archs=len(pc.cell.archs),
+    model = model_for(history.object_times(pc.cell, cpus=plan.cpus), archs=len(pc.cell.archs),
                       jobs=plan.max_jobs, threads=plan.nvcc_threads, cpus=plan.cpus,
                       spread=spread_of(plan), speed=plan.speed_factor)
     return BuildProgress(log_path=job.log_path, events_path=events_path(job.log_path), log=log,

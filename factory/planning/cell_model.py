@@ -69,13 +69,14 @@ def overhead_of(history: MemoryHistory, model_key: str) -> tuple[float, str]:
 
 
 def cell_time(cell: Cell, plan: PlanFigures, history: MemoryHistory, *,
-              model_key: str) -> CellTime:
-    """The cell under ``plan``: the planner's compile span and its CPU-seconds, the overhead."""
+              model_key: str, machine_cpus: int | None = None) -> CellTime:
+    """The cell under ``plan``: the planner's compile span and its CPU-seconds, the overhead;
+    the object times the plan's (those measured nearest ``machine_cpus``, else its CPUs)."""
     archs = len(cell.archs)
     conc = min(plan.nvcc_threads, archs)
     parallel = plan.max_jobs * conc
     extra, source = overhead_of(history, model_key or cell.package)
-    times = history.object_times(cell)
+    times = history.object_times(cell, cpus=machine_cpus or plan.cpus)
     if times is None or not times.seconds or plan.predicted_seconds is None:
         return CellTime(compile_seconds=UNKNOWN_COMPILE_SECONDS,
                         cpu_seconds=UNKNOWN_COMPILE_SECONDS * parallel, parallel=parallel,

@@ -36,8 +36,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from factory.planning.memory_model import ObjectTimes
 from factory.planning.ninja_log import LoggedObject
+from factory.planning.object_times import ObjectTimes
 from factory.planning.planner import object_seconds
 from factory.planning.replay import contention_factor
 

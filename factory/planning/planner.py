@@ -37,7 +37,8 @@ from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell
 from factory.planning.budget import BudgetRequest
 from factory.planning.cell_model import cell_time
-from factory.planning.memory_model import Estimate, MemoryHistory, ModelKey, ObjectTimes
+from factory.planning.memory_model import Estimate, MemoryHistory, ModelKey
+from factory.planning.object_times import ObjectTimes
 from factory.planning.replay import (
     PEAK_WINDOW_SECONDS,
     TAIL_FRACTION,
@@ -257,16 +258,20 @@ def plan_for(
     history: MemoryHistory,
     memory_source: str = "given",
     cpus_source: str = "given",
+    machine_cpus: int | None = None,
 ) -> BuildPlan:
-    """The planner proper, on plain values (the simulator calls this too)."""
+    """The planner proper, on plain values (the simulator calls this too). ``machine_cpus``:
+    the CPUs of the machine the build runs on, where it has more than the plan's share (a
+    schedule's lane, a bound's one CPU): they pick the recorded run whose speed applies."""
     if memory <= 0 or cpus <= 0:
         raise PlanError(f"the budget must be positive (memory {memory} bytes, {cpus} CPUs)")
     archs = len(cell.archs)
     headroom = history.headroom_bytes(memory_model_key or cell.package)
     beside = history.non_compile_bytes(memory_model_key or cell.package)
-    times = history.object_times(cell)
+    machine = machine_cpus or cpus
+    times = history.object_times(cell, cpus=machine)  # measured nearest the machine
     n_objects = len(times.seconds) if times else None  # more jobs than objects never help
-    cal = calibration(cell, history, cpus=cpus, model_key=memory_model_key)
+    cal = calibration(cell, history, cpus=machine, model_key=memory_model_key)
 
     options: list[_Option] = []
     smallest: _Option | None = None
@@ -291,9 +296,9 @@ def plan_for(
             largest_source = "per-object peaks"
             peak = max(objects.peak(run) + beside, headroom) if run else one_peak
             seconds = run.span_seconds * cal.speed if run else None
-            source = (f"per-object peaks of the {times.describe()} record replayed in start "
-                      f"order ({objects.source}), per-job figure "
-                      f"{format_size(est.per_job_bytes)} for reference")
+            source = (f"per-object peaks of the {times.describe()} record ({times.peaks_from}) "
+                      f"replayed in the start order of its object times ({objects.source}), "
+                      f"per-job figure {format_size(est.per_job_bytes)} for reference")
         else:
             jobs = min(jobs_that_fit(memory, **sizes), most)
             one_peak = predicted_peak(1, **sizes)
@@ -343,13 +348,13 @@ def plan_for(
     plan = dataclasses.replace(
         _plan(cell, chosen, memory=memory, cpus=cpus, headroom=headroom,
               memory_model_key=memory_model_key), speed_factor=cal.speed)
-    whole = cell_time(cell, plan, history, model_key=memory_model_key)
+    whole = cell_time(cell, plan, history, model_key=memory_model_key, machine_cpus=machine)
     return dataclasses.replace(
         plan,
         reasons=_explain(cell, chosen, options, memory=memory, cpus=cpus, headroom=headroom,
                          budget_txt=budget_txt, cpus_source=cpus_source,
                          supports_threads=supports_threads, n_objects=n_objects, times=times)
-        + tuple(cal.reasons(cpus) if times is not None else ())
+        + tuple(cal.reasons(machine) if times is not None else ())
         + tuple(ranges.reasons())
         + (f"around the compile {whole.overhead_seconds:.0f} s (venv, pip, link, tag, repair, "
            f"verify): {whole.overhead_source}",),
@@ -363,7 +368,7 @@ def calibration(cell: Cell, history: MemoryHistory, *, cpus: int,
                 model_key: str = "") -> Calibration:
     """How the recorded runs of the cell's object times scale a plan on ``cpus`` CPUs: the
     machine speed and the peak factor (planning.spread.calibrate)."""
-    times = history.object_times(cell)
+    times = history.object_times(cell, cpus=cpus)
     beside = history.non_compile_bytes(model_key or cell.package)
     return calibrate(_run_checks(cell, times, beside=beside, cal=Calibration()),
                      times_cpus=times.cpus if times else 0, cpus=cpus,

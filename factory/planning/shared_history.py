@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from factory.errors import FactoryError, StoreError
 from factory.matrix.cell import Cell
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory, RecordedRun
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory
+from factory.planning.object_times import RecordedRun
 
 RECORDS_PREFIX = "history/records/"
 RECORD_VERSION = 1

@@ -2,21 +2,22 @@
 and a range around its figures.
 
 Each objects entry of the memory history keeps the real runs its figures come from
-(memory_model.RecordedRun: the jobs and CPUs a build had, its measured compile span and peak).
+(object_times.RecordedRun: the jobs and CPUs a build had, its measured compile span and peak).
 For each of them the planner's own model is replayed at that run's jobs and CPUs; measured /
 replayed is how far the model was off there: the machine's speed (object times of one machine
 kind differ by 14 % between two VMs) and the model's own error together.
 
 ``calibrate`` turns those ratios into the plan's scale:
 
-- Speed. The entry's per-object seconds are one machine's (the last build's). A plan for N
-  CPUs takes the speed of the measurement nearest N CPUs: the times' own run where it is as
-  near as any, else the recorded run nearest N (its measured / replayed ratio). Evidence: the
-  sm_100 times shipped come from the 2-core builder while it was shared (its first 13 objects
-  took 3.2x their time on an H200 VM, the other 60 1.0-1.2x), and replayed at 9 jobs on 16
-  CPUs they give 1623 s where the H200 VM measured 1029 s; predicted the other way, the H200
-  times give the 2-core build -35 %. A run on as many CPUs is the best evidence of the next
-  such machine; the CPU count is what a plan knows of the machine it plans for.
+- Speed. A record's per-object seconds are one machine's. A plan for N CPUs takes the object
+  times measured nearest N CPUs (object_times.nearest_times: the record's own, or a recorded
+  run's that kept its own); where a recorded run without times of its own ran nearer still,
+  the plan takes that run's speed, its measured / replayed ratio. Evidence: the sm_100 times of
+  the flagship build on the shared 2-core builder, replayed at 9 jobs on 16 CPUs, give 1623 s
+  where the H200 VM measured 1029 s (and they are off by 0.2-4.5x per object: its load changed
+  over its two hours); the other way, the H200 times give the 2-core build -35 %. A run on as
+  many CPUs is the best evidence of the next such machine; the CPU count is what a plan knows
+  of the machine it plans for.
 - Peak. The per-object peaks are each object's own largest RSS, and the replay holds every
   object at that peak for its first minute: every recorded run measured less than that replay
   (0.78-0.93 in docs/BENCHMARKS.md). The replayed peak is scaled by the HIGHEST measured /
@@ -42,7 +43,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from factory.planning.memory_model import RecordedRun
+from factory.planning.object_times import RecordedRun
 from factory.units import format_size
 
 # Object times of the same build on two VMs of one machine kind (the two 16-job sm_90 H200

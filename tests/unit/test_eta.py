@@ -99,7 +99,7 @@ def test_before_anything_runs_the_eta_is_the_planners_figure() -> None:
                 archs=(90,), python="3.12")
     plan = plan_for(cell, supports_threads=True, memory_model_key="flash-attn",
                     memory=160 << 30, cpus=32, history=history)
-    model = model_for(history.object_times(cell), archs=1, jobs=plan.max_jobs,
+    model = model_for(history.object_times(cell, cpus=plan.cpus), archs=1, jobs=plan.max_jobs,
                       threads=plan.nvcc_threads, cpus=plan.cpus, speed=plan.speed_factor)
     assert model is not None and plan.predicted_seconds
     eta = model.estimate(finished={}, running={})

@@ -9,7 +9,8 @@ import pytest
 
 from factory.cli import main
 from factory.matrix.cell import Cell
-from factory.planning.memory_model import MemoryHistory, RecordedRun
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.object_times import RecordedRun
 from factory.planning.planner import ObjectReplay, plan_for
 from factory.planning.spread import MACHINE_SPREAD, RunCheck, spread
 from factory.units import GIB
