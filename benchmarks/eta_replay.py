@@ -1,11 +1,14 @@
-"""The ETA a build shows, replayed on every complete flash-attn ninja log in the repo.
+"""The ETA a build shows, replayed on every complete ninja log in the repo.
 
-Each run is predicted as the factory would have predicted it: from the shipped history's
-per-object times (another run's), and the run the shipped history was made from from another
-run again; never from its own times. At each point of the build the sampler's view is rebuilt
-from the log (objects finished and how long they took, objects running and since when), and
-the ETA (factory.planning.eta) is compared with what really remained; beside it the old ETA,
-elapsed / done x remaining.
+Each run is predicted only from what the factory would have had while it ran: the shipped
+history without that run (``history_without``: the run taken out of its record's recorded runs,
+and where the record's per-object times were the run's own, the times of the most recent other
+run of the same arch set instead), planned at the run's jobs and CPUs (the object times at the
+speed the planner takes: planning.spread.calibrate), and at each point of the build the
+sampler's view rebuilt from the log (objects finished and how long they took, objects running
+and since when). A package the history has no times for (the catalog's four) gets the ETA a
+build without a plan shows: the objects measured so far, at their mean (eta.unplanned). Beside
+it the old ETA, elapsed / done x remaining.
 
     python benchmarks/eta_replay.py
 """
@@ -16,106 +19,211 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from factory.matrix.cell import Cell
-from factory.planning.eta import EtaModel, model_for, replay_log
-from factory.planning.memory_model import MemoryHistory, ObjectTimes
-from factory.planning.ninja_log import read_ninja_timeline
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from factory.matrix.cell import Cell  # noqa: E402
+from factory.planning.eta import EtaModel, model_for, replay_log  # noqa: E402
+from factory.planning.history_file import shipped_history_path  # noqa: E402
+from factory.planning.memory_model import MemoryHistory  # noqa: E402
+from factory.planning.ninja_log import LoggedObject, object_key, read_ninja_log  # noqa: E402
+from factory.planning.planner import calibration  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "benchmarks" / "gpu"
+CATALOG = GPU / "results-2026-12-01-catalog"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class RealRun:
     log: Path
-    archs: tuple[int, ...]
+    date: str
     jobs: int
     cpus: int
+    archs: tuple[int, ...]
+    package: str = "flash-attn"
+    version: str = "2.8.3.post2"
+    machine: str = "2x H200 VM"
+
+    def cell(self) -> Cell:
+        return Cell(package=self.package, version=self.version, torch="2.11.0", cuda="13.0",
+                    archs=self.archs, python="3.12")
+
+
+def _catalog(package: str, version: str, jobs: int) -> RealRun:
+    return RealRun(log=CATALOG / f"{package}-{version}-torch2.11.0-cu130-sm90-cp312.ninja_log",
+                   date="2026-12-01", jobs=jobs, cpus=jobs, archs=(90,), package=package,
+                   version=version, machine="H200 host, 16 cores")
 
 
 # Every complete ninja log in the repo (jobs and CPUs as docs/BENCHMARKS.md records the runs).
 RUNS = {
     "sm90-16jobs-setup.py-order": RealRun(
-        ROOT / "factory/data/flash-attn-2.8.3.post2_sm90_h200_16jobs.ninja_log", (90,), 16, 16),
+        log=ROOT / "factory/data/flash-attn-2.8.3.post2_sm90_h200_16jobs.ninja_log",
+        date="2026-11-28", jobs=16, cpus=16, archs=(90,), machine="H200 host, 16 cores"),
     "sm90-16jobs-longest-first": RealRun(
-        GPU / "results-2026-11-29/sm90_16jobs_longest_first.ninja_log", (90,), 16, 16),
+        log=GPU / "results-2026-11-29/sm90_16jobs_longest_first.ninja_log",
+        date="2026-11-29", jobs=16, cpus=16, archs=(90,)),
     "sm90-9jobs": RealRun(
-        GPU / "results-2026-11-29-h200x2/flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312"
-        ".ninja_log", (90,), 9, 16),
+        log=GPU / "results-2026-11-29-h200x2/flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312"
+        ".ninja_log", date="2026-11-29", jobs=9, cpus=16, archs=(90,)),
     "sm100-9jobs": RealRun(
-        GPU / "results-2026-11-29-h200x2/flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312"
-        ".ninja_log", (100,), 9, 16),
+        log=GPU / "results-2026-11-29-h200x2/flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312"
+        ".ninja_log", date="2026-11-29", jobs=9, cpus=16, archs=(100,)),
     "sm90-32jobs": RealRun(
-        GPU / "results-2026-12-01-h200x2/flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312"
-        ".ninja_log", (90,), 32, 32),
+        log=GPU / "results-2026-12-01-h200x2/flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312"
+        ".ninja_log", date="2026-12-01", jobs=32, cpus=32, archs=(90,)),
+    "sm100-flagship-2jobs": RealRun(
+        log=ROOT / "benchmarks/results-2026-12-01-flagship/cp311.ninja_log", date="2026-12-01",
+        jobs=2, cpus=2, archs=(100,), machine="the 2-core builder, shared"),
+    # the catalog's sm_90 cells built side by side on one H200 machine, each in its own cgroup
+    "causal-conv1d": _catalog("causal-conv1d", "1.7.0", 4),
+    "grouped-gemm": _catalog("grouped-gemm", "0.3.0", 3),
+    "mamba-ssm": _catalog("mamba-ssm", "2.3.2.post1", 10),
+    "torch-scatter": _catalog("torch-scatter", "2.1.2", 3),
 }
-# The shipped history's object times are this run's; it is predicted from another one.
-SHIPPED_FROM = "sm90-16jobs-setup.py-order"
-INSTEAD = "sm90-16jobs-longest-first"
+# Ninja logs in the repo that are not replayed, and why (tests/unit/test_eta.py checks that
+# every .ninja_log is in RUNS or here).
+NOT_REPLAYED = {
+    ROOT / "factory/data/flash-attn-2.8.3.post2_sm90+sm100_h200_8jobs_2threads.partial.ninja_log":
+        "13 of 73 objects: the build was stopped, so what remained is not known",
+}
 POINTS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)
 
 
-def times_of(name: str) -> ObjectTimes:
+def ninja_runs(name: str) -> list[list[LoggedObject]]:
+    """The log's ninja runs, each on one clock with the others, end to end: setup.py runs
+    ninja once per extension (torch-scatter: 8 runs into one .ninja_log, each counting from its
+    own start). A run begins where an entry ends before the one logged before it (ninja logs an
+    entry as it ends) or names an output the run already built; it is placed where the run
+    before it ended (setup.py's seconds between them are not in the log). An output built again
+    in a later run is keyed ``<key>#<n>``."""
+    runs: list[list[LoggedObject]] = []
+    seen: dict[str, int] = {}
+    offset = last_end = 0.0
+    for line in RUNS[name].log.read_text().splitlines():
+        fields = line.split("\t")
+        if line.startswith("#") or len(fields) < 4:
+            continue
+        start, end, key = int(fields[0]) / 1000, int(fields[1]) / 1000, object_key(fields[3])
+        if not runs or end < last_end or any(o.key.split("#")[0] == key for o in runs[-1]):
+            offset = max((o.end for o in runs[-1]), default=0.0) if runs else 0.0
+            runs.append([])
+        last_end = end
+        seen[key] = seen.get(key, 0) + 1
+        label = key if seen[key] == 1 else f"{key}#{seen[key]}"
+        runs[-1].append(LoggedObject(key=label, start=offset + start, end=offset + end))
+    t0 = min(o.start for o in runs[0])
+    return [sorted((dataclasses.replace(o, start=o.start - t0, end=o.end - t0) for o in run),
+                   key=lambda o: (o.start, o.key)) for run in runs]
+
+
+def timeline(name: str) -> list[LoggedObject]:
+    """Every object of the log on one clock (``ninja_runs`` end to end), in start order."""
+    return sorted((o for run in ninja_runs(name) for o in run), key=lambda o: (o.start, o.key))
+
+
+def ninja_counts(name: str, at: float) -> tuple[int, int | None]:
+    """What ninja's ``[N/M]`` lines have said ``at`` seconds in (ninja prints one as each object
+    ends, M counting its own run's objects): objects ended, and the objects of the runs that
+    have printed one (None before the first)."""
+    runs = ninja_runs(name)
+    done = sum(1 for run in runs for o in run if o.end <= at)
+    told = [len(run) for run in runs if any(o.end <= at for o in run)]
+    return done, (sum(told) if told else None)
+
+
+def _same(record: dict[str, object], name: str) -> bool:
+    """Whether a history's run record is run ``name`` (its jobs, CPUs and compile span)."""
+    run, objects = RUNS[name], timeline(name)
+    span = max(o.end for o in objects) - min(o.start for o in objects)
+    return (record.get("max_jobs"), record.get("cpus")) == (run.jobs, run.cpus) and abs(
+        float(record.get("compile_seconds", 0.0)) - span) < 1.0  # type: ignore[arg-type]
+
+
+def history_without(name: str) -> MemoryHistory:
+    """The shipped history as the factory would have had it without run ``name``."""
     run = RUNS[name]
-    seconds = {o.key: o.end - o.start for o in read_ninja_timeline(run.log)}
-    return ObjectTimes(package="flash-attn", version="2.8.3.post2", cuda="13.0", archs=run.archs,
-                       nvcc_threads=1, seconds=seconds, source=run.log.name,
-                       max_jobs=run.jobs, cpus=run.cpus)
+    doc = MemoryHistory.load(shipped_history_path()).as_document()
+    for entry in doc["objects"]:
+        if (entry["package"], tuple(entry["archs"])) != (run.package, run.archs):
+            continue
+        own = run.log.name in str(entry.get("source", "")) or any(
+            r.get("supplied_times") and _same(r, name) for r in entry.get("runs", []))
+        entry["runs"] = [r for r in entry.get("runs", []) if not _same(r, name)]
+        if not own:
+            continue
+        # its times were this run's: the most recent other run of the arch set supplies them
+        others = [n for n, r in RUNS.items() if n != name and r.archs == run.archs
+                  and r.package == run.package]
+        other = max(others, key=lambda n: RUNS[n].date)
+        entry.update(seconds=read_ninja_log(RUNS[other].log), max_jobs=RUNS[other].jobs,
+                     cpus=RUNS[other].cpus,
+                     source=f"{other}: {RUNS[other].log.name} (instead of the replayed run's)")
+        entry["runs"] = [{**r, "supplied_times": True} if _same(r, other) else
+                         {k: v for k, v in r.items() if k != "supplied_times"}
+                         for r in entry["runs"]]
+    return MemoryHistory(doc, path=None)
+
+
+def model_of(name: str, spread: tuple[float, float] = (1.0, 1.0)) -> EtaModel | None:
+    """The ETA model the factory would have had for this run, never from its own times; None
+    for a package with no object times in the history."""
+    run = RUNS[name]
+    h = history_without(name)
+    times = h.object_times(run.cell(), cpus=run.cpus)
+    if times is None:
+        return None
+    speed = calibration(run.cell(), h, cpus=run.cpus, model_key=run.package).speed
+    return model_for(times, archs=len(run.archs), jobs=run.jobs, threads=1, cpus=run.cpus,
+                     spread=spread, speed=speed)
 
 
 def predicted_from(name: str) -> str:
-    """Whose times the run is predicted from (a log's name)."""
-    return RUNS[INSTEAD if name == SHIPPED_FROM else SHIPPED_FROM].log.name
-
-
-def model_of(name: str, spread: tuple[float, float] = (1.0, 1.0)) -> EtaModel:
-    """The ETA model the factory would have had for this run, never from its own times."""
+    """Whose times the run is predicted from, and at what speed, in words."""
     run = RUNS[name]
-    if name == SHIPPED_FROM:
-        times = times_of(INSTEAD)
-    else:
-        cell = Cell(package="flash-attn", version="2.8.3.post2", torch="2.11.0", cuda="13.0",
-                    archs=run.archs, python="3.12")
-        found = MemoryHistory.load().object_times(cell)
-        if found is not None and found.source.startswith(RUNS[SHIPPED_FROM].log.name):
-            times = found
-        else:
-            # The history picks another record for this cell (sm_100: the flagship cell built
-            # on the 2-core builder at 2 jobs): the H200 16-job log's times instead, so that
-            # the replay measures the ETA, not which record the history holds.
-            times = times_of(SHIPPED_FROM)
-    model = model_for(times, archs=len(run.archs), jobs=run.jobs, threads=1, cpus=run.cpus,
-                      spread=spread)
-    assert model is not None
-    return model
+    h = history_without(name)
+    times = h.object_times(run.cell(), cpus=run.cpus)
+    if times is None:
+        return "no object times: the objects measured so far"
+    cal = calibration(run.cell(), h, cpus=run.cpus, model_key=run.package)
+    whose = next((n for n in RUNS if times.source.startswith(f"{n}: ")), None) or next(
+        (n for n, r in RUNS.items() if r.log.name in times.source), None) or next(
+        n for n, r in RUNS.items() if (r.archs, r.jobs, r.cpus) == (
+            times.archs, times.max_jobs, times.cpus) and r.date in times.source)
+    speed = (f" x {cal.speed:.2f} (the speed of the {cal.speed_from.date} "
+             f"{cal.speed_from.max_jobs}-job run)" if cal.speed_from else "")
+    return f"{whose}'s times{speed}"
 
 
-def errors(name: str, fraction: float) -> tuple[float, float | None]:
+def errors(name: str, fraction: float) -> tuple[float | None, float | None]:
     """(the ETA's error, the old count-based ETA's error) against what really remained, as
-    fractions; None where no object had ended (the old ETA says nothing)."""
-    timeline = read_ninja_timeline(RUNS[name].log)
-    span = max(o.end for o in timeline)
+    fractions; None where it showed no ETA (no plan and no object ended; the old ETA before
+    the first object ended)."""
+    objects = timeline(name)
+    span = max(o.end for o in objects)
     at = fraction * span
-    eta = replay_log(model_of(name), timeline, at)
-    done = sum(1 for o in timeline if o.end <= at)
-    naive = at / done * (len(timeline) - done) if done else None
+    done, told = ninja_counts(name, at)
+    eta = replay_log(model_of(name), objects, at, jobs=RUNS[name].jobs, done=done, total=told)
+    naive = at / done * (len(objects) - done) if done else None
     left = span - at
-    return eta.remaining / left - 1.0, (naive / left - 1.0 if naive is not None else None)
+    return (eta.remaining / left - 1.0 if eta is not None else None,
+            naive / left - 1.0 if naive is not None else None)
 
 
 def main() -> int:
     head = " | ".join(f"{int(f * 100)} %" for f in POINTS)
-    print(f"| run | span s | predicted from | {head} |")
-    print("|---|---:|---|" + "---:|" * len(POINTS))
+    print(f"| run | machine | jobs / CPUs | objects | span s | predicted from | {head} |")
+    print("|---|---|---:|---:|---:|---|" + "---:|" * len(POINTS))
     for name, run in RUNS.items():
-        span = max(o.end for o in read_ninja_timeline(run.log))
+        objects = timeline(name)
+        span = max(o.end for o in objects)
         cells = []
         for f in POINTS:
             eta, naive = errors(name, f)
             old = f"{naive:+.0%}" if naive is not None else "-"
-            cells.append(f"{eta:+.1%} ({old})")
-        print(f"| {name} ({run.jobs} jobs, {run.cpus} CPUs) | {span:.0f} | {predicted_from(name)}"
-              f" | {' | '.join(cells)} |")
+            cells.append(f"{eta:+.1%} ({old})" if eta is not None else f"- ({old})")
+        print(f"| {name} | {run.machine} | {run.jobs} / {run.cpus} | {len(objects)} | {span:.0f} "
+              f"| {predicted_from(name)} | {' | '.join(cells)} |")
     return 0
 
 

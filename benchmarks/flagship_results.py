@@ -31,8 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from factory.planning.memory_model import RecordedRun  # noqa: E402
 from factory.planning.ninja_log import compile_span, read_entries  # noqa: E402
+from factory.planning.object_times import RecordedRun  # noqa: E402
 from factory.planning.record import machine, object_peaks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,8 @@ def ship(result: Path, runs_file: Path | None) -> None:
                       compile_seconds=doc["compile_seconds"],
                       peak_bytes=doc["compile_peak_rss_bytes"], peak_of="compilers",
                       machine=doc["machine"],
-                      order=tuple(o.key for o in read_entries(result.with_suffix(".ninja_log"))))
+                      order=tuple(o.key for o in read_entries(result.with_suffix(".ninja_log"))),
+                      supplied_times=True)  # the entry's seconds are this run's
     others = json.loads(runs_file.read_text()) if runs_file else {}
     earlier = [r for r in others.get("+".join(map(str, archs)), [])
                if (r["max_jobs"], r["cpus"], r["compile_seconds"])

@@ -9,8 +9,10 @@ the nearest history entry's) and two more builders of 96 and 192 GiB with 24 and
 
 Cell times come from one model for both policies, the one `factory plan` uses too
 (factory.planning.cell_model): the planner's predicted compile at the slot's memory and CPUs
-from measured per-object times (sm_90: the shipped history; sm_100: the 2026-11-29 H200 run's
-ninja log, added here), contention included; a later Python version of a group compiles
+from the shipped history exactly as the factory reads it (sm_90: the H200 host's object times;
+sm_100: the flagship build's, at the speed of the recorded run nearest the slot's CPUs, the
+H200 run of 2026-11-29: factory.planning.spread.calibrate), contention included; a later
+Python version of a group compiles
 CACHED_FRACTION (10 %, measured) of the first; every cell adds the recipe's measured overhead
 (the median of the real runs in the shipped history).
 
@@ -61,13 +63,10 @@ from factory.planning.groups import Group, group_cells, platform_of  # noqa: E40
 from factory.planning.history_file import shipped_history_path  # noqa: E402
 from factory.planning.lanes import _lanes  # noqa: E402
 from factory.planning.memory_model import MemoryHistory  # noqa: E402
-from factory.planning.ninja_log import read_ninja_log  # noqa: E402
 from factory.planning.schedule import schedule  # noqa: E402
 from factory.units import GIB  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SM100_LOG = (ROOT / "benchmarks" / "gpu" / "results-2026-11-29-h200x2"
-             / "flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312.ninja_log")
 MATRIX = """
 [axes]
 torch = ["2.11.0", "2.12.0", "2.13.0", "2.14.1"]
@@ -99,17 +98,8 @@ def cells(*, wide: bool = False) -> list[PlannedCell]:
 
 
 def history() -> MemoryHistory:
-    """The shipped history, its sm_100 flash-attn times those of the H200 run (the builders
-    here are H200-class machines; the shipped sm_100 entry was measured on the 2-core
-    builder)."""
-    shipped = MemoryHistory.load(shipped_history_path()).as_document()
-    kept = [e for e in shipped["objects"]
-            if not (e["package"] == "flash-attn" and e["archs"] == [100])]
-    doc = {**shipped, "objects": kept + [{
-        "package": "flash-attn", "version": "2.8.3.post2", "cuda": "13.0", "archs": [100],
-        "nvcc_threads": 1, "max_jobs": 9, "cpus": 16, "source": SM100_LOG.name,
-        "seconds": read_ninja_log(SM100_LOG)}]}
-    return MemoryHistory(doc, path=None)
+    """The shipped history, exactly what the factory plans from (nothing substituted)."""
+    return MemoryHistory.load(shipped_history_path())
 
 
 def nightly(all_cells: list[PlannedCell], times: CellTimes,

@@ -25,7 +25,8 @@ is the runners' sampler's summed RSS of the compiler processes. Every memory fig
     python benchmarks/replay_real_runs.py [--fit | --history-runs]
 
 ``--history-runs`` prints the runs as the memory history records them (RecordedRun, per arch
-set): how factory/data/memory_history.json's "runs" were made.
+set, each with its own object times): how factory/data/memory_history.json's "runs" were made
+(the flagship run's times are its entry's own: benchmarks/flagship_results.py ship).
 """
 
 from __future__ import annotations
@@ -347,14 +348,17 @@ def sampled_table(runs: Sequence[Run]) -> list[str]:
 
 
 def fits_table(history: MemoryHistory) -> list[str]:
-    """Every real run under a cap: what happened, and what today's planner says of it."""
+    """Every real run under a cap: what happened, and what today's planner says of it (the
+    replay as the planner counts it at the run's CPUs: the object times measured nearest them,
+    the peaks scaled by the calibration of the record's runs, one object never below its own
+    peak). A run whose own figures are in that model is marked in-sample, with which."""
     from factory.matrix.cell import Cell
-    from factory.planning.planner import ObjectReplay
+    from factory.planning.planner import ObjectReplay, calibration
 
     beside = history.non_compile_bytes("flash-attn")
     out = ["| run | cap GiB | jobs | what happened | today's model: peak GiB | says | right? |",
            "|---|---:|---:|---|---:|---|---|"]
-    cases = [
+    cases = [  # run 2 of the table above, one of the two the sm_90 peaks were fitted on
         ("sm_90 16 jobs (first GPU run, naive)", (90,), 64, 16, 16, "built; 56.25 GiB used"),
         ("sm_90 16 jobs (second GPU run, naive)", (90,), 48, 16, 16,
          "OOM-killed after 41 s"),
@@ -370,11 +374,16 @@ def fits_table(history: MemoryHistory) -> list[str]:
     for name, archs, cap, jobs, cpus, happened in cases:
         cell = Cell(package="flash-attn", version="2.8.3.post2", torch="2.14.1", cuda="13.0",
                     archs=archs, python="3.11")
-        times = history.object_times(cell)
-        objects = ObjectReplay.of(cell, times, 1)
+        times = history.object_times(cell, cpus=cpus)  # as the planner reads them there
+        cal = calibration(cell, history, cpus=cpus, model_key="flash-attn")
+        objects = ObjectReplay.of(cell, times, 1, peak_factor=cal.peak_factor)
         if objects is not None:
-            gib = (objects.run(jobs, threads=1, archs=1, cpus=cpus).peak_bytes + beside) / GIB
-            how = "replay"
+            r = objects.run(jobs, threads=1, archs=1, cpus=cpus)
+            gib = (objects.peak(r) + beside) / GIB
+            alone = objects.peak(r) > int(r.peak_bytes * cal.peak_factor)
+            how = ("replay" if cal.peak_factor == 1 else
+                   "replay, one object at its own peak" if alone else
+                   f"replay x {cal.peak_factor:.3f}")
         else:
             from factory.planning.memory_model import ModelKey
             from factory.planning.planner import predicted_peak
@@ -386,6 +395,17 @@ def fits_table(history: MemoryHistory) -> list[str]:
         says = "OOM" if gib > cap else "fits"
         oom = "OOM" in happened
         right = "yes" if (says == "OOM") == oom else "**no**"
+        runs = {(r.max_jobs, r.cpus): r for r in (times.runs if times and objects else ())
+                if r.peak_bytes}
+        own = runs.get((jobs, cpus))
+        inputs = [what for what, yes in (
+            ("its object times", own is not None and own.supplied_times),
+            ("its per-object peaks", "docker" in name and jobs > 1),  # the flagship build's
+            ("its peak (the calibration)", own is not None and cal.peak_factor < 1),
+            ("its peak (the sm_90 peaks' fit)", archs == (90,) and (jobs, cap) == (16, 64)),
+        ) if yes]
+        if inputs:
+            right += f" (in-sample: {', '.join(inputs)})"
         out.append(f"| {name} | {cap} | {jobs} | {happened} | {gib:.2f} ({how}) | {says} "
                    f"| {right} |")
     return out
@@ -393,7 +413,7 @@ def fits_table(history: MemoryHistory) -> list[str]:
 
 def history_runs(runs: Sequence[Run]) -> dict[str, list[dict[str, object]]]:
     """The runs built in the factory's order as RecordedRun records, per arch set ("90")."""
-    from factory.planning.memory_model import RecordedRun
+    from factory.planning.object_times import RecordedRun
 
     out: dict[str, list[dict[str, object]]] = {}
     for run in sorted(runs, key=lambda r: r.order):
@@ -402,7 +422,8 @@ def history_runs(runs: Sequence[Run]) -> dict[str, list[dict[str, object]]]:
         rec = RecordedRun(source=run.name, date=run.date, max_jobs=run.jobs, cpus=run.cpus,
                           compile_seconds=round(run.span(), 1),
                           peak_bytes=int(run.peak_gib * GIB), peak_of=run.peak_of,
-                          machine=run.machine, order=tuple(o.key for o in run.entries()))
+                          machine=run.machine, order=tuple(o.key for o in run.entries()),
+                          seconds={k: round(v, 3) for k, v in run.seconds().items()})
         out.setdefault("+".join(map(str, run.archs)), []).append(rec.as_dict())
     return out
 

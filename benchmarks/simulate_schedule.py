@@ -55,8 +55,9 @@ from factory.errors import PlanError  # noqa: E402
 from factory.matrix.cell import Cell  # noqa: E402
 from factory.planning.critical_path import reorder_build_ninja  # noqa: E402
 from factory.planning.history_file import shipped_history_path  # noqa: E402
-from factory.planning.memory_model import MemoryHistory, ModelKey, ObjectTimes  # noqa: E402
+from factory.planning.memory_model import MemoryHistory, ModelKey  # noqa: E402
 from factory.planning.ninja_log import read_ninja_log  # noqa: E402
+from factory.planning.object_times import ObjectTimes  # noqa: E402
 from factory.planning.planner import (  # noqa: E402
     jobs_that_fit,
     list_schedule,
@@ -294,7 +295,6 @@ def simulate(seconds: dict[str, float], history: MemoryHistory, archs: tuple[int
     rows: list[Row] = []
     times = history.object_times(c)
     assert times is not None
-    order = orders(seconds, dict(times.seconds))
     peaks = dict(times.peaks) if a == 1 else {}
     beside = history.non_compile_bytes("flash-attn")
     one_thread = ObjectTimes(package="", version="", cuda="", archs=(90,), nvcc_threads=1,
@@ -304,12 +304,16 @@ def simulate(seconds: dict[str, float], history: MemoryHistory, archs: tuple[int
     for cap in CAPS_GIB:
         limit = cap * GIB
         for cores in CORES:
+            # build.ninja's order as the factory writes it for a plan on these cores: by the
+            # object times measured nearest them (MemoryHistory.object_times)
+            near = history.object_times(c, cpus=cores) or times
+            order = orders(seconds, dict(near.seconds))
             fastest_object = max(one_thread.values()) / alone / min(a, cores)
             fit_jobs = really_fit(seconds, peaks, order["ninja"], limit, cores, beside) \
                 if peaks else None
 
             def ooms(jobs: int, order_name: str = "alpha", cores: int = cores,
-                     limit: int = limit) -> bool:
+                     limit: int = limit, order: dict[str, list[str]] = order) -> bool:
                 """The model's verdict: the replay (one arch) or the per-job model."""
                 if peaks:
                     return replayed_peak(seconds, peaks, order[order_name], jobs,
@@ -516,7 +520,7 @@ def story(history: MemoryHistory) -> None:
         for archs, what in (((80, 90, 100, 120), "4 default archs"), ((100,), "sm_100 only")):
             plan = plan_for(cell(archs), supports_threads=True, memory_model_key="flash-attn",
                             memory=int(ram * 1e9), cpus=128, history=history)
-            times = history.object_times(cell(archs))
+            times = history.object_times(cell(archs), cpus=128)
             print(f"- planner at {ram * 1e9 / GIB:.0f} GiB, 128 cores, {what}: "
                   f"MAX_JOBS={plan.max_jobs} NVCC_THREADS={plan.nvcc_threads}, predicted peak "
                   f"{plan.predicted_peak_bytes / GIB:.0f} GiB, compile "

@@ -246,9 +246,10 @@ def source_date_epoch(matrix: Matrix, pc: PlannedCell) -> int:
 
 
 def prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Runner, work: Path, log: Log, *,
-                   history: MemoryHistory) -> tuple[Path, Path | None]:
-    """What every attempt builds from: the wheelhouse, the source tree in its compile order and
-    the toolkit. Returns (source tree, CUDA_HOME)."""
+                   history: MemoryHistory, cpus: int | None = None) -> tuple[Path, Path | None]:
+    """What every attempt builds from: the wheelhouse, the source tree in its compile order (by
+    the object times the plan for ``cpus`` CPUs uses) and the toolkit. Returns (source tree,
+    CUDA_HOME)."""
     if runner.needs_wheelhouse:
         log.step("wheelhouse (offline deps for the build)")
         prepare_wheelhouse(pc, matrix.settings.wheelhouse, platform=builder_platform())
@@ -270,7 +271,7 @@ def prepare_inputs(matrix: Matrix, pc: PlannedCell, runner: Runner, work: Path, 
                            build_deps=False)
     log.step("source tree")
     src = prepare_source(matrix, pc, work, log)
-    order = prepare_build_tree(src, pc, history)
+    order = prepare_build_tree(src, pc, history, cpus=cpus)
     log.detail(f"compile order: {order.summary()}")
     log.step(f"CUDA {pc.toolchain.cuda} toolkit from {pc.toolchain.nvcc_source}")
     return src, materialize_cuda_home(pc.toolchain, matrix.settings.toolkits_dir)

@@ -278,7 +278,8 @@ def _build_locked(matrix: Matrix, pc: PlannedCell, opts: BuildOptions, log: Log,
     """The build itself. ``lease`` (when builders share a store): once it is lost the build
     stops before it publishes (LeaseLost), and the publish renews it first with a
     conditional write."""
-    src, cuda_home = prepare_inputs(matrix, pc, run.runner, work, log, history=history)
+    src, cuda_home = prepare_inputs(matrix, pc, run.runner, work, log, history=history,
+                                    cpus=plan.cpus)
     sysroot = ensure_floor_sysroot(matrix, pc, floor, log)
     epoch = source_date_epoch(matrix, pc)
     run.runner.prepare(make_job(matrix, pc, plan, work=work, src=src, cuda_home=cuda_home,

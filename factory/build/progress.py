@@ -19,7 +19,7 @@ from typing import Any
 
 from factory.logger import Log, Ticker
 from factory.matrix.load import PlannedCell
-from factory.planning.eta import Eta, EtaModel, model_for, spread_of
+from factory.planning.eta import Eta, EtaModel, model_for, spread_of, unplanned
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.ninja_log import object_key, read_ninja_timeline
 from factory.planning.planner import BuildPlan
@@ -81,8 +81,11 @@ class BuildProgress:
         self._events = _Tail(events_path)
         self.ninja_done = 0
         self.ninja_total = 0
+        self._run = (0, 0)  # the current ninja run's [N/M]
+        self._runs_before = 0  # objects of the ninja runs before it
         self.started: dict[str, float] = {}  # output -> wall time it started
         self.finished: dict[str, float] = {}  # object key -> seconds it took
+        self.ended: dict[str, float] = {}  # object key -> wall time it ended
         self.first_start: float | None = None
         self.previous: dict[str, float] = {}  # finished by an earlier attempt (.ninja_log)
         self._order_read = False
@@ -106,8 +109,7 @@ class BuildProgress:
         for line in self._log_tail.lines():
             m = NINJA_PROGRESS.match(line.strip())
             if m:
-                self.ninja_done = max(self.ninja_done, int(m.group(1)))
-                self.ninja_total = max(self.ninja_total, int(m.group(2)))
+                self._ninja(int(m.group(1)), int(m.group(2)))
         for line in self._events.lines():
             try:
                 event = json.loads(line)
@@ -121,6 +123,16 @@ class BuildProgress:
                 self.model.reorder(order)
                 self._order_read = True
 
+    def _ninja(self, n: int, m: int) -> None:
+        """One ``[N/M]`` line. setup.py runs ninja once per extension (torch-scatter: 8 runs),
+        each counting its own objects from 1: a count that does not go up starts a new run,
+        and the runs before it add up."""
+        if n <= self._run[0]:
+            self._runs_before += self._run[1]
+        self._run = (n, m)
+        self.ninja_done = self._runs_before + n
+        self.ninja_total = self._runs_before + m
+
     def _event(self, event: dict[str, Any]) -> None:
         at = float(event.get("t", 0.0))
         if "start" in event and str(event["start"]).endswith(OBJECT_SUFFIXES):
@@ -132,6 +144,7 @@ class BuildProgress:
             began = self.started.pop(out, None)
             if began is not None:
                 self.finished[object_key(out)] = at - began
+                self.ended[object_key(out)] = at
 
     # -- what it says ---------------------------------------------------------------------------
     def running(self, now: float) -> dict[str, float]:
@@ -143,15 +156,15 @@ class BuildProgress:
         running = self.running(now)
         done = len(self.previous) + self.ninja_done
         total = len(self.previous) + self.ninja_total if self.ninja_total else None
-        model = self.model
-        if model is None:
+        if self.model is None:  # no plan to go on: the objects measured so far
             if not self.finished:
                 return None
-            # no plan to go on: every object as long as the mean of those measured so far
-            mean = sum(self.finished.values()) / len(self.finished)
-            keys = set(finished) | set(running)
-            model = EtaModel({k: mean for k in keys}, jobs=self.jobs)
-        return model.estimate(finished=finished, running=running, done=done, total=total)
+            return unplanned(finished, running, jobs=self.jobs, done=done, total=total)
+        # recent objects weigh more in the speed (an earlier attempt's: as old as this one)
+        return self.model.estimate(
+            finished=finished, running=running, done=done, total=total,
+            ended_ago={k: now - t for k, t in self.ended.items()},
+            elapsed=now - self.first_start if self.first_start is not None else 0.0)
 
     def render(self) -> str | None:
         self.poll()
@@ -185,9 +198,9 @@ class BuildProgress:
 def progress_for(pc: PlannedCell, plan: BuildPlan, job: BuildJob, log: Log, *,
                  history: MemoryHistory, tree: Path) -> BuildProgress:
     """An attempt's progress: the plan's ETA model from the history's object times."""
-    model = model_for(history.object_times(pc.cell), archs=len(pc.cell.archs),
+    model = model_for(history.object_times(pc.cell, cpus=plan.cpus), archs=len(pc.cell.archs),
                       jobs=plan.max_jobs, threads=plan.nvcc_threads, cpus=plan.cpus,
-                      spread=spread_of(plan))
+                      spread=spread_of(plan), speed=plan.speed_factor)
     return BuildProgress(log_path=job.log_path, events_path=events_path(job.log_path), log=log,
                          label=pc.cell.package, model=model, tree=tree, jobs=plan.max_jobs)
 

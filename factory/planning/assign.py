@@ -73,7 +73,8 @@ def _greedy(groups: Sequence[Group], builders: Sequence[Builder], spans: _Spans
 
     def size(g: Group) -> float:
         works = [w for b in builders if b.builds(g.platform)
-                 if (w := spans.times.work(g, b.memory_bytes, 1)) is not None]
+                 if (w := spans.times.work(g, b.memory_bytes, 1, machine_cpus=b.cpus))
+                 is not None]
         return max(works, default=0.0)
 
     for g in sorted(groups, key=size, reverse=True):

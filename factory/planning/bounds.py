@@ -33,7 +33,9 @@ def lower_bound(groups: Sequence[Group], builders: Sequence[Builder],
         if not alone:
             continue
         longest = max(longest, min(alone))
-        one = [w for b in fits if (w := times.work(g, b.memory_bytes, 1)) is not None]
+        # at one CPU of the builder: its least contention, its machine's speed
+        one = [w for b in fits
+               if (w := times.work(g, b.memory_bytes, 1, machine_cpus=b.cpus)) is not None]
         work += min(one) if one else 0.0
     return max(work / max(1, sum(b.cpus for b in builders)), longest)
 

@@ -4,9 +4,10 @@ A cell is its compile and the work around it:
 
 - the compile is the planner's plan at a memory and CPU share (factory.planning.planner): its
   predicted span alone on those CPUs (the per-object replay or the list schedule of the object
-  times, contention included) and the CPU-seconds its objects take at that plan (each object's
-  planned duration x the archs it compiles at once). A schedule that runs cells side by side
-  shares CPUs out by that work, and a cell alone on its CPUs takes exactly the planner's span.
+  times, contention included, at the plan's machine speed) and the CPU-seconds its objects
+  take at that plan (each object's planned duration x the archs it compiles at once). A
+  schedule that runs cells side by side shares CPUs out by that work, and a cell alone on its
+  CPUs takes exactly the planner's span.
 - the overhead is everything of a `factory build` that is not the compile (the build venv and
   pip before ninja, the link, tag, repair and verify after), as measured in real runs (whole
   build minus ninja's span): the history's ``cell_overhead`` for the recipe, whose median is
@@ -36,6 +37,9 @@ class PlanFigures(PlanShape, Protocol):
 
     @property
     def predicted_seconds(self) -> float | None: ...
+    @property
+    def speed_factor(self) -> float:
+        """The plan's machine speed on the object times (planning.spread.calibrate)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -65,13 +69,14 @@ def overhead_of(history: MemoryHistory, model_key: str) -> tuple[float, str]:
 
 
 def cell_time(cell: Cell, plan: PlanFigures, history: MemoryHistory, *,
-              model_key: str) -> CellTime:
-    """The cell under ``plan``: the planner's compile span and its CPU-seconds, the overhead."""
+              model_key: str, machine_cpus: int | None = None) -> CellTime:
+    """The cell under ``plan``: the planner's compile span and its CPU-seconds, the overhead;
+    the object times the plan's (those measured nearest ``machine_cpus``, else its CPUs)."""
     archs = len(cell.archs)
     conc = min(plan.nvcc_threads, archs)
     parallel = plan.max_jobs * conc
     extra, source = overhead_of(history, model_key or cell.package)
-    times = history.object_times(cell)
+    times = history.object_times(cell, cpus=machine_cpus or plan.cpus)
     if times is None or not times.seconds or plan.predicted_seconds is None:
         return CellTime(compile_seconds=UNKNOWN_COMPILE_SECONDS,
                         cpu_seconds=UNKNOWN_COMPILE_SECONDS * parallel, parallel=parallel,
@@ -80,5 +85,6 @@ def cell_time(cell: Cell, plan: PlanFigures, history: MemoryHistory, *,
     seconds = base.scaled(archs, plan.nvcc_threads)
     factor = contention_factor(parallel, plan.cpus)
     return CellTime(compile_seconds=plan.predicted_seconds,
-                    cpu_seconds=sum(seconds.values()) * factor * conc, parallel=parallel,
+                    cpu_seconds=sum(seconds.values()) * factor * conc * plan.speed_factor,
+                    parallel=parallel,
                     overhead_seconds=extra, overhead_source=source)

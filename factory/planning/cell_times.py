@@ -55,23 +55,26 @@ class CellTimes:
         self.history = history
         self._memo: dict[tuple[Any, ...], Phase | None] = {}
 
-    def compile(self, pc: PlannedCell, memory: int, cpus: int) -> Phase | None:
-        """None: the planner refuses the cell at this memory."""
+    def compile(self, pc: PlannedCell, memory: int, cpus: int, *,
+                machine_cpus: int | None = None) -> Phase | None:
+        """None: the planner refuses the cell at this memory. ``machine_cpus``: the builder's
+        CPUs where ``cpus`` is less (they pick the machine speed: planner.plan_for)."""
         c = pc.cell
-        key = (c.package, c.version, c.cuda, c.archs, memory, cpus)
+        key = (c.package, c.version, c.cuda, c.archs, memory, cpus, machine_cpus)
         if key not in self._memo:
-            self._memo[key] = self._compile(pc, memory, cpus)
+            self._memo[key] = self._compile(pc, memory, cpus, machine_cpus)
         return self._memo[key]
 
-    def _compile(self, pc: PlannedCell, memory: int, cpus: int) -> Phase | None:
+    def _compile(self, pc: PlannedCell, memory: int, cpus: int,
+                 machine_cpus: int | None) -> Phase | None:
         key = pc.recipe.memory_model_key or pc.recipe.name
         try:
             plan = plan_for(pc.cell, supports_threads=pc.recipe.supports_threads(),
                             memory_model_key=key, memory=memory, cpus=cpus,
-                            history=self.history)
+                            history=self.history, machine_cpus=machine_cpus)
         except PlanError:
             return None
-        t = cell_time(pc.cell, plan, self.history, model_key=key)
+        t = cell_time(pc.cell, plan, self.history, model_key=key, machine_cpus=machine_cpus)
         return Phase(work=t.cpu_seconds, parallel=t.parallel, longest=t.compile_seconds)
 
     def overhead(self, pc: PlannedCell) -> Phase:
@@ -79,10 +82,11 @@ class CellTimes:
         return overhead(overhead_of(self.history, pc.recipe.memory_model_key
                                     or pc.recipe.name)[0])
 
-    def phases(self, g: Group, memory: int, cpus: int) -> list[Phase] | None:
+    def phases(self, g: Group, memory: int, cpus: int, *,
+               machine_cpus: int | None = None) -> list[Phase] | None:
         """The group's cells in order: the first compiles everything, the later ones
         CACHED_FRACTION of it; each adds the overhead."""
-        first = self.compile(g.cells[0], memory, cpus)
+        first = self.compile(g.cells[0], memory, cpus, machine_cpus=machine_cpus)
         if first is None:
             return None
         cached = dataclasses.replace(first, work=first.work * CACHED_FRACTION,
@@ -92,8 +96,9 @@ class CellTimes:
             out += [cached, self.overhead(pc)]
         return out
 
-    def work(self, g: Group, memory: int, cpus: int) -> float | None:
-        phases = self.phases(g, memory, cpus)
+    def work(self, g: Group, memory: int, cpus: int, *,
+             machine_cpus: int | None = None) -> float | None:
+        phases = self.phases(g, memory, cpus, machine_cpus=machine_cpus)
         return None if phases is None else sum(p.work for p in phases)
 
 

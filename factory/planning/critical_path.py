@@ -179,12 +179,13 @@ def strip_hook(text: str) -> str:
     return pattern.sub("", text)
 
 
-def prepare_build_tree(tree: Path, pc: PlannedCell, history: MemoryHistory | None = None
-                       ) -> CompileOrder:
+def prepare_build_tree(tree: Path, pc: PlannedCell, history: MemoryHistory | None = None,
+                       *, cpus: int | None = None) -> CompileOrder:
     """Make the build in ``tree`` (an unpacked sdist or source dir) start its longest objects
-    first, from the per-object times in ``history``. Idempotent; call before every attempt."""
+    first, from the per-object times in ``history`` (those the plan for ``cpus`` CPUs replays:
+    measured nearest that many). Idempotent; call before every attempt."""
     history = history if history is not None else MemoryHistory.load()
-    times = history.object_times(pc.cell)
+    times = history.object_times(pc.cell, cpus=cpus)
     setup_py = tree / "setup.py"
     if times is None or not times.seconds:
         return CompileOrder(

@@ -10,6 +10,10 @@ finished and how long they took. The estimate is a replay of the rest:
 - ``speed``: the seconds the finished objects took over what was predicted for them, with a
   prior of one wave of objects (``jobs`` of them) at the predicted speed, so one early object
   cannot swing it; a running object already slower than that counts at its elapsed time.
+  Recent objects count more than early ones (an object that ended RECENT_HALF_LIFE of the
+  compile's elapsed time ago counts half), so the speed follows a load that changes under the
+  build: the flagship build on the shared 2-core builder took 3.2x the H200 times for its
+  first hour and 0.5-1.5x after (docs/BENCHMARKS.md, "The ETA during a build").
 - Each running object keeps ``speed x predicted - elapsed``; one past that is taken to be
   nearly done (a tenth of its prediction).
 - The objects not started yet start in build.ninja's order as slots free up.
@@ -32,12 +36,17 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from factory.planning.memory_model import ObjectTimes
 from factory.planning.ninja_log import LoggedObject
+from factory.planning.object_times import ObjectTimes
 from factory.planning.planner import object_seconds
 from factory.planning.replay import contention_factor
 
 OVERDUE_FRACTION = 0.1  # what an object past its predicted end still has, of its prediction
+# The speed's memory, as a fraction of the compile's elapsed time: measured on the repo's
+# ninja logs (benchmarks/eta_replay.py), 0.2 kept the H200 runs within 14 % at 10-90 % and
+# followed the flagship's load change (at 75 %: +54 % against +113 % counting all objects
+# alike); shorter memories (0.1-0.15) swung more on the sm_100 run's uneven predictions.
+RECENT_HALF_LIFE = 0.2
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -93,12 +102,15 @@ class EtaModel:
     def total(self) -> int:
         return len(self.predicted)
 
-    def _speed(self, finished: Mapping[str, float], running: Mapping[str, float]) -> float:
+    def _speed(self, finished: Mapping[str, float], running: Mapping[str, float],
+               ended_ago: Mapping[str, float], elapsed: float) -> float:
         took = predicted = self.prior
         for key, seconds in finished.items():
             if key in self.predicted:
-                took += seconds
-                predicted += self.predicted[key]
+                ago = ended_ago.get(key, elapsed)
+                weight = 0.5 ** (ago / (RECENT_HALF_LIFE * elapsed)) if elapsed > 0 else 1.0
+                took += weight * seconds
+                predicted += weight * self.predicted[key]
         speed = took / predicted if predicted > 0 else 1.0
         for key, elapsed in running.items():
             p = self.predicted.get(key)
@@ -108,11 +120,15 @@ class EtaModel:
         return took / predicted if predicted > 0 else 1.0
 
     def estimate(self, *, finished: Mapping[str, float], running: Mapping[str, float],
-                 done: int | None = None, total: int | None = None) -> Eta:
+                 done: int | None = None, total: int | None = None,
+                 ended_ago: Mapping[str, float] | None = None, elapsed: float = 0.0) -> Eta:
         """``finished``: key -> the seconds it took; ``running``: key -> seconds since it
         started; ``done`` and ``total``: ninja's counts, when the sampler saw fewer objects
-        end (one shorter than a sample) or the build has objects the plan does not know."""
-        speed = self._speed(finished, running)
+        end (one shorter than a sample) or the build has objects the plan does not know;
+        ``ended_ago``: key -> seconds since a finished object ended (one it does not name: as
+        long ago as the compile began), ``elapsed``: seconds since the compile began (0: every
+        finished object counts alike)."""
+        speed = self._speed(finished, running, ended_ago or {}, elapsed)
         seen_done = sum(1 for k in finished if k in self.predicted)
         n_done = max(seen_done, done or 0)
         pending = [k for k in self.order if k not in finished and k not in running]
@@ -163,12 +179,14 @@ class EtaModel:
 
 
 def model_for(times: ObjectTimes | None, *, archs: int, jobs: int, threads: int, cpus: int,
-              spread: tuple[float, float] = (1.0, 1.0)) -> EtaModel | None:
+              spread: tuple[float, float] = (1.0, 1.0), speed: float = 1.0) -> EtaModel | None:
     """The ETA of a build planned at ``jobs`` x ``threads`` on ``cpus`` from the history's
-    per-object ``times``; None without them."""
+    per-object ``times`` at the plan's machine ``speed`` (BuildPlan.speed_factor); None
+    without them."""
     if times is None or not times.seconds:
         return None
-    seconds = object_seconds(times, archs=archs, jobs=jobs, threads=threads, cpus=cpus)
+    seconds = {k: v * speed for k, v in object_seconds(
+        times, archs=archs, jobs=jobs, threads=threads, cpus=cpus).items()}
     return EtaModel(seconds, jobs=jobs, cpus=cpus, compilers_per_job=min(threads, archs),
                     spread=spread)
 
@@ -183,11 +201,32 @@ def spread_of(plan: Any) -> tuple[float, float]:
     return (float(low) / point, float(high) / point)
 
 
-def replay_log(model: EtaModel, timeline: Sequence[LoggedObject], at: float) -> Eta:
+def unplanned(finished: Mapping[str, float], running: Mapping[str, float], *, jobs: int,
+              done: int | None = None, total: int | None = None) -> Eta | None:
+    """The ETA of a build with no plan to go on (no object times in the history): every object
+    as long as the mean of those measured so far; None before the first one ends. It knows
+    nothing of an object longer than those: on the catalog's logs it is far too low (one
+    object of causal-conv1d's four takes 467 s, the others 10-52 s)."""
+    if not finished:
+        return None
+    mean = sum(finished.values()) / len(finished)
+    model = EtaModel({k: mean for k in set(finished) | set(running)}, jobs=jobs)
+    return model.estimate(finished=finished, running=running, done=done, total=total)
+
+
+def replay_log(model: EtaModel | None, timeline: Sequence[LoggedObject], at: float, *,
+               jobs: int = 1, done: int | None = None, total: int | None = None) -> Eta | None:
     """The ETA the build would have shown ``at`` seconds in, from a finished build's timeline:
     finished and running objects as the sampler would have seen them, build.ninja's order as
-    the log shows it."""
-    model.reorder([o.key for o in timeline])
+    the log shows it; ``done`` and ``total`` as ninja's ``[N/M]`` lines had said them (default:
+    the timeline's). Without a ``model``, the ETA of a build with no plan (``unplanned``)."""
     finished = {o.key: o.end - o.start for o in timeline if o.end <= at}
     running = {o.key: at - o.start for o in timeline if o.start <= at < o.end}
-    return model.estimate(finished=finished, running=running, total=len(timeline))
+    if model is None:
+        return unplanned(finished, running, jobs=jobs, done=done, total=total)
+    model.reorder([o.key for o in timeline])
+    began = min((o.start for o in timeline), default=0.0)
+    return model.estimate(finished=finished, running=running, done=done,
+                          total=len(timeline) if total is None else total,
+                          ended_ago={o.key: at - o.end for o in timeline if o.end <= at},
+                          elapsed=at - began)

@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import math
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -44,7 +43,7 @@ from factory.planning.history_file import (
     shipped_history_path,
     today,
 )
-from factory.planning.replay import contention_factor
+from factory.planning.object_times import ObjectTimes, RecordedRun, nearest_times
 from factory.units import format_size
 
 RECENT_PEAKS = 5  # peaks remembered per key; the estimate is their maximum
@@ -98,101 +97,6 @@ class Estimate:
     @property
     def largest(self) -> int:
         return max(self.per_job_bytes, self.largest_object_bytes)
-
-
-PEAK_OF = ("compilers", "host")  # what a run's peak counts (RecordedRun.peak_of)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RecordedRun:
-    """One real build of an objects entry, as a whole: its conditions and what it measured.
-
-    ``peak_of``: "compilers" is the summed RSS of the compiler processes at their peak (the
-    runners' sampler); "host" is the host's used memory above idle, which also holds setup.py
-    and ninja (the GPU machine's 2-s samples)."""
-
-    source: str
-    date: str
-    max_jobs: int
-    cpus: int
-    compile_seconds: float  # ninja's span: first start to last end
-    peak_bytes: int | None = None
-    peak_of: str = "compilers"
-    machine: str = ""  # the builder's CPU model and count, where recorded
-    # the objects in the order the run started them (a plan's check replays it in that order:
-    # a later build's order, from newer times, is not the one this run's peak came from)
-    order: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["order"] = list(self.order)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RecordedRun:
-        peak_of = str(d.get("peak_of", "compilers"))
-        if peak_of not in PEAK_OF:
-            raise ValueError(f"peak_of {peak_of!r} is not one of {PEAK_OF}")
-        peak = d.get("peak_bytes")
-        return cls(source=str(d.get("source", "")), date=str(d.get("date", "")),
-                   max_jobs=int(d["max_jobs"]), cpus=int(d["cpus"]),
-                   compile_seconds=float(d["compile_seconds"]),
-                   peak_bytes=int(peak) if peak is not None else None, peak_of=peak_of,
-                   machine=str(d.get("machine", "")),
-                   order=tuple(str(k) for k in d.get("order", ())))
-
-    def describe(self) -> str:
-        return (f"{self.date or 'undated'} {self.max_jobs} job(s) on {self.cpus} CPU(s)"
-                + (f" ({self.machine})" if self.machine else ""))
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ObjectTimes:
-    """Per-object compile seconds from one build, the conditions they were measured in, and
-    the whole runs recorded for the same objects."""
-
-    package: str
-    version: str
-    cuda: str
-    archs: tuple[int, ...]
-    nvcc_threads: int
-    seconds: Mapping[str, float]  # object key (see object_key) -> seconds
-    source: str
-    # object key -> its peak RSS (nvcc and its children), measured at ``nvcc_threads``
-    peaks: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    # the conditions the seconds were measured under (their contention, see replay.py);
-    # 0: unknown, taken as uncontended
-    max_jobs: int = 0
-    cpus: int = 0
-    runs: tuple[RecordedRun, ...] = ()  # oldest first
-
-    def per_arch_rounds(self) -> int:
-        """How many sequential arch rounds each measured compile ran."""
-        return math.ceil(len(self.archs) / min(self.nvcc_threads, len(self.archs)))
-
-    def scaled(self, archs: int, nvcc_threads: int) -> dict[str, float]:
-        """Seconds per object for a build of ``archs`` archs at ``nvcc_threads`` threads.
-
-        The device compile (cicc + ptxas) dominates and runs once per arch, min(threads,
-        archs) at a time, so a file's time scales with the number of rounds.
-        """
-        rounds = math.ceil(archs / min(max(1, nvcc_threads), archs))
-        factor = rounds / self.per_arch_rounds()
-        return {k: v * factor for k, v in self.seconds.items()}
-
-    def alone(self) -> dict[str, float]:
-        """Seconds per object with nothing else compiling (the measured contention removed)."""
-        if not self.max_jobs or not self.cpus:
-            return dict(self.seconds)
-        conc = min(self.nvcc_threads, len(self.archs))
-        factor = contention_factor(self.max_jobs * conc, self.cpus)
-        return {k: v / factor for k, v in self.seconds.items()}
-
-    def scaled_peaks(self, concurrent_archs: int) -> dict[str, int]:
-        """Peak bytes per object at ``concurrent_archs`` archs compiled at once (each arch a
-        compiler of about the same size, as in the per-job model)."""
-        measured = min(self.nvcc_threads, len(self.archs))
-        return {k: int(v * concurrent_archs / measured) for k, v in self.peaks.items()}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -364,8 +268,10 @@ class MemoryHistory:
                         source=f"default for recipe {name!r}: {format_size(per_arch)} per arch "
                         f"compiled at once ({default.get('source', 'no source given')})")
 
-    def object_times(self, cell: Cell) -> ObjectTimes | None:
-        """The best-matching per-object times for a cell: same archs and CUDA first."""
+    def object_times(self, cell: Cell, cpus: int | None = None) -> ObjectTimes | None:
+        """The best-matching per-object times for a cell: same archs and CUDA first. With
+        ``cpus`` (the machine a plan is for), the times of the entry's recorded run nearest
+        that many CPUs where one is nearer than the entry's own (``nearest_times``)."""
         candidates: list[tuple[tuple[int, ...], ObjectTimes]] = []
         for depth, layer in enumerate(self._layers()):
             for entry in layer.get("objects", []):
@@ -380,7 +286,9 @@ class MemoryHistory:
                     source=str(entry.get("source", "")),
                     peaks={str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()},
                     max_jobs=int(entry.get("max_jobs", 0)), cpus=int(entry.get("cpus", 0)),
-                    runs=_runs(entry),
+                    runs=_runs(entry), ooms=int(entry.get("ooms", 0)),
+                    peaks_from=", ".join(str(x) for x in (
+                        entry.get("peak_source"), entry.get("source")) if x),
                 )
                 rank = (
                     ot.version != cell.version, ot.cuda != cell.cuda,
@@ -389,7 +297,8 @@ class MemoryHistory:
                 candidates.append((tuple(int(r) for r in rank), ot))
         if not candidates:
             return None
-        return min(candidates, key=lambda c: c[0])[1]
+        found = min(candidates, key=lambda c: c[0])[1]
+        return nearest_times(found, cpus) if cpus else found
 
     # -- writing ------------------------------------------------------------------------------
     def record(self, m: BuildMeasurement) -> None:
@@ -430,6 +339,7 @@ class MemoryHistory:
             if (e["package"], str(e["version"]), str(e["cuda"])) == (
                     key.package, key.version, key.cuda) and e.get("peak_bytes"):
                 e["peak_bytes"] = {k: int(v * factor) for k, v in e["peak_bytes"].items()}
+                e["ooms"] = int(e.get("ooms", 0)) + 1  # no run may talk the peaks down again
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -485,8 +395,17 @@ class MemoryHistory:
         seconds = ({k: round(float(v), 3) for k, v in sorted(m.object_seconds.items())}
                    if m.object_seconds else dict(old[-1]["seconds"]) if old else {})
         runs = [r for o in old for r in o.get("runs", [])]
-        if m.run is not None and m.run.as_dict() not in runs:
-            runs.append(m.run.as_dict())
+        if m.object_seconds:  # the times are this build's now: the run that supplied the old
+            # ones keeps them (a plan for a machine like it takes them: nearest_times)
+            runs = [{**_unflagged(r), "seconds": r.get("seconds") or dict(old[-1]["seconds"])}
+                    if r.get("supplied_times") and old else _unflagged(r) for r in runs]
+        if m.run is not None:  # a run folded in again (shared records) keeps its place
+            this = dataclasses.replace(m.run, supplied_times=bool(m.object_seconds)).as_dict()
+            at = [i for i, r in enumerate(runs) if _unkept(r) == _unkept(this)]
+            if at:
+                runs[at[0]] = this
+            else:
+                runs.append(this)
         entry: dict[str, Any] = {
             **new, "max_jobs": m.max_jobs, "cpus": m.cpus, "source": m.source,
             "updated": today(), "seconds": seconds, "peak_bytes": dict(sorted(peaks.items())),
@@ -495,6 +414,9 @@ class MemoryHistory:
             entry.update({k: old[-1][k] for k in ("max_jobs", "cpus", "source") if k in old[-1]})
         if runs:
             entry["runs"] = runs[-RECENT_RUNS:]
+        ooms = sum(int(o.get("ooms", 0)) for o in old)
+        if ooms:
+            entry["ooms"] = ooms
         entries.append(entry)
 
 
@@ -503,6 +425,15 @@ def _same_objects(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
         return (e["package"], str(e["version"]), str(e["cuda"]), list(e["archs"]),
                 int(e.get("nvcc_threads", 1)))
     return ident(a) == ident(b)
+
+
+def _unflagged(run: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in run.items() if k != "supplied_times"}
+
+
+def _unkept(run: Mapping[str, Any]) -> dict[str, Any]:
+    """A run record without what changes as later builds come (the flag, its kept times)."""
+    return {k: v for k, v in run.items() if k not in ("supplied_times", "seconds")}
 
 
 def _runs(entry: Mapping[str, Any]) -> tuple[RecordedRun, ...]:

@@ -37,7 +37,8 @@ from factory.matrix.cell import Cell
 from factory.matrix.load import PlannedCell
 from factory.planning.budget import BudgetRequest
 from factory.planning.cell_model import cell_time
-from factory.planning.memory_model import Estimate, MemoryHistory, ModelKey, ObjectTimes
+from factory.planning.memory_model import Estimate, MemoryHistory, ModelKey
+from factory.planning.object_times import ObjectTimes
 from factory.planning.replay import (
     PEAK_WINDOW_SECONDS,
     TAIL_FRACTION,
@@ -45,7 +46,7 @@ from factory.planning.replay import (
     contention_factor,
     replay,
 )
-from factory.planning.spread import RunCheck, Spread, spread
+from factory.planning.spread import Calibration, RunCheck, Spread, calibrate, spread
 from factory.units import GIB, format_size
 
 # A tie within this fraction of the best predicted time goes to the plan with the lower peak:
@@ -79,6 +80,9 @@ class BuildPlan:
     # compile + the recipe's measured overhead around it
     cell_overhead_seconds: float = 0.0
     predicted_cell_seconds: float | None = None
+    # the object times' seconds x this = the plan's (planning.spread.calibrate: the speed of
+    # the recorded run nearest the plan's CPUs); the ETA scales its predictions the same
+    speed_factor: float = 1.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +105,7 @@ class BuildPlan:
             "cell_overhead_seconds": round(self.cell_overhead_seconds, 1),
             "predicted_cell_seconds": (round(self.predicted_cell_seconds, 1)
                                        if self.predicted_cell_seconds is not None else None),
+            "speed_factor": round(self.speed_factor, 4),
             "model_key": self.model_key.as_dict(),
             "attempt": self.attempt,
             "reasons": list(self.reasons),
@@ -184,9 +189,11 @@ class ObjectReplay:
     objects: tuple[tuple[float, int], ...]
     source: str
     keys: tuple[str, ...] = ()  # the objects' keys, in the same order
+    peak_factor: float = 1.0  # the replayed peak's scale (planning.spread.calibrate)
 
     @classmethod
-    def of(cls, cell: Cell, times: ObjectTimes | None, threads: int) -> ObjectReplay | None:
+    def of(cls, cell: Cell, times: ObjectTimes | None, threads: int, *,
+           peak_factor: float = 1.0) -> ObjectReplay | None:
         """None without per-object peaks measured for exactly this package, version, CUDA and
         arch set (the planner then uses the per-job model: an object's size differs per arch,
         e.g. flash_bwd_hdim256 takes 6.7 GiB for sm_100 with torch 2.14)."""
@@ -202,7 +209,7 @@ class ObjectReplay:
         heaviest = max(peaks.values())  # an object nobody sampled: as heavy as the heaviest
         order = sorted(seconds, key=lambda k: -seconds[k])  # critical_path's order
         return cls(objects=tuple((seconds[k], peaks.get(k, heaviest)) for k in order),
-                   source=times.source, keys=tuple(order))
+                   source=times.source, keys=tuple(order), peak_factor=peak_factor)
 
     def in_order(self, order: Sequence[str]) -> ObjectReplay:
         """The same objects started in ``order`` (a recorded run's own start order); those
@@ -220,12 +227,17 @@ class ObjectReplay:
         factor = contention_factor(jobs * min(threads, archs), cpus)
         return replay([(s * factor, p) for s, p in self.objects], jobs)
 
+    def peak(self, r: Replay) -> int:
+        """A replay's compile peak as the plan counts it: scaled by ``peak_factor``, never
+        below the heaviest object alone (one compile reaches its own peak)."""
+        return max(int(r.peak_bytes * self.peak_factor), max(p for _, p in self.objects))
+
     def jobs_that_fit(self, memory: int, *, headroom: int, most: int, threads: int,
                       archs: int, cpus: int) -> tuple[int, Replay | None]:
         """The most jobs (up to ``most``) whose replayed peak + headroom fits ``memory``."""
         for jobs in range(most, 0, -1):
             r = self.run(jobs, threads=threads, archs=archs, cpus=cpus)
-            if r.peak_bytes + headroom <= memory:
+            if self.peak(r) + headroom <= memory:
                 return jobs, r
         return 0, None
 
@@ -246,14 +258,20 @@ def plan_for(
     history: MemoryHistory,
     memory_source: str = "given",
     cpus_source: str = "given",
+    machine_cpus: int | None = None,
 ) -> BuildPlan:
-    """The planner proper, on plain values (the simulator calls this too)."""
+    """The planner proper, on plain values (the simulator calls this too). ``machine_cpus``:
+    the CPUs of the machine the build runs on, where it has more than the plan's share (a
+    schedule's lane, a bound's one CPU): they pick the recorded run whose speed applies."""
     if memory <= 0 or cpus <= 0:
         raise PlanError(f"the budget must be positive (memory {memory} bytes, {cpus} CPUs)")
     archs = len(cell.archs)
     headroom = history.headroom_bytes(memory_model_key or cell.package)
-    times = history.object_times(cell)
+    beside = history.non_compile_bytes(memory_model_key or cell.package)
+    machine = machine_cpus or cpus
+    times = history.object_times(cell, cpus=machine)  # measured nearest the machine
     n_objects = len(times.seconds) if times else None  # more jobs than objects never help
+    cal = calibration(cell, history, cpus=machine, model_key=memory_model_key)
 
     options: list[_Option] = []
     smallest: _Option | None = None
@@ -265,27 +283,28 @@ def plan_for(
         by_cpu = cpus // conc
         most = min(by_cpu, n_objects or by_cpu)
         largest, largest_source = est.largest, est.largest_object_source
-        objects = ObjectReplay.of(cell, times, threads)
-        if objects is not None:
+        objects = ObjectReplay.of(cell, times, threads, peak_factor=cal.peak_factor)
+        if objects is not None and times is not None:
             shape = {"threads": threads, "archs": archs, "cpus": cpus}
             # Beside the compiles only setup.py and ninja (measured); the link comes after
             # them and needs the headroom alone.
-            beside = history.non_compile_bytes(memory_model_key or cell.package)
-            one_peak = max(objects.run(1, **shape).peak_bytes + beside, headroom)
+            one_peak = max(objects.peak(objects.run(1, **shape)) + beside, headroom)
             jobs, run = objects.jobs_that_fit(memory, headroom=beside, most=most, **shape)
             if headroom > memory:
                 jobs, run = 0, None
             largest = max(p for _, p in objects.objects)
             largest_source = "per-object peaks"
-            peak = max(run.peak_bytes + beside, headroom) if run else one_peak
-            seconds = run.span_seconds if run else None
-            source = (f"per-object peaks replayed in start order ({objects.source}), "
-                      + f"per-job figure {format_size(est.per_job_bytes)} for reference")
+            peak = max(objects.peak(run) + beside, headroom) if run else one_peak
+            seconds = run.span_seconds * cal.speed if run else None
+            source = (f"per-object peaks of the {times.describe()} record ({times.peaks_from}) "
+                      f"replayed in the start order of its object times ({objects.source}), "
+                      f"per-job figure {format_size(est.per_job_bytes)} for reference")
         else:
             jobs = min(jobs_that_fit(memory, **sizes), most)
             one_peak = predicted_peak(1, **sizes)
             peak = predicted_peak(max(1, int(jobs)), **sizes)
             seconds = _predict(times, archs, max(1, int(jobs)), threads, cpus)
+            seconds = seconds * cal.speed if seconds is not None else None
             source = est.source
         one = _Option(jobs=1, threads=threads, per_job=est.per_job_bytes, source=source,
                       peak=one_peak, seconds=None, parallelism=conc, replayed=objects is not None,
@@ -304,7 +323,6 @@ def plan_for(
     budget_txt = f"{format_size(memory)} ({memory_source})"
     if not options:
         assert smallest is not None
-        beside = history.non_compile_bytes(memory_model_key or cell.package)
         what = (f"its heaviest object, {format_size(smallest.largest)} at {smallest.threads} "
                 f"nvcc thread(s), + {format_size(beside)} beside it; the link needs "
                 f"{format_size(headroom)}" if smallest.replayed else
@@ -326,16 +344,17 @@ def plan_for(
     best_cost = min(cost(o) for o in options)
     near = [o for o in options if cost(o) <= best_cost * (1 + _TIE)]
     chosen = min(near, key=lambda o: (o.peak, -o.threads))
-    ranges = _spread(cell, chosen, times, headroom=headroom,
-                     beside=history.non_compile_bytes(memory_model_key or cell.package))
-    plan = _plan(cell, chosen, memory=memory, cpus=cpus, headroom=headroom,
-                 memory_model_key=memory_model_key)
-    whole = cell_time(cell, plan, history, model_key=memory_model_key)
+    ranges = _spread(cell, chosen, times, headroom=headroom, beside=beside, cal=cal)
+    plan = dataclasses.replace(
+        _plan(cell, chosen, memory=memory, cpus=cpus, headroom=headroom,
+              memory_model_key=memory_model_key), speed_factor=cal.speed)
+    whole = cell_time(cell, plan, history, model_key=memory_model_key, machine_cpus=machine)
     return dataclasses.replace(
         plan,
         reasons=_explain(cell, chosen, options, memory=memory, cpus=cpus, headroom=headroom,
                          budget_txt=budget_txt, cpus_source=cpus_source,
                          supports_threads=supports_threads, n_objects=n_objects, times=times)
+        + tuple(cal.reasons(machine) if times is not None else ())
         + tuple(ranges.reasons())
         + (f"around the compile {whole.overhead_seconds:.0f} s (venv, pip, link, tag, repair, "
            f"verify): {whole.overhead_source}",),
@@ -345,27 +364,51 @@ def plan_for(
     )
 
 
-def _spread(cell: Cell, o: _Option, times: ObjectTimes | None, *, headroom: int,
-            beside: int) -> Spread:
-    """The chosen option's ranges: the model replayed at each recorded run's jobs and CPUs
-    (planning.spread), the per-object replay where the plan used it, else the list schedule
-    of the object times; a per-job peak's range from its record's recent peaks."""
+def calibration(cell: Cell, history: MemoryHistory, *, cpus: int,
+                model_key: str = "") -> Calibration:
+    """How the recorded runs of the cell's object times scale a plan on ``cpus`` CPUs: the
+    machine speed and the peak factor (planning.spread.calibrate)."""
+    times = history.object_times(cell, cpus=cpus)
+    beside = history.non_compile_bytes(model_key or cell.package)
+    return calibrate(_run_checks(cell, times, beside=beside, cal=Calibration()),
+                     times_cpus=times.cpus if times else 0, cpus=cpus,
+                     ooms=times.ooms if times else 0)
+
+
+def _run_checks(cell: Cell, times: ObjectTimes | None, *, beside: int,
+                cal: Calibration) -> list[RunCheck]:
+    """The model (scaled by ``cal``) replayed at each recorded run's jobs and CPUs
+    (planning.spread): the per-object replay where the cell has per-object peaks, else the list
+    schedule of the object times."""
     checks: list[RunCheck] = []
-    if times is not None:
-        archs, threads = len(times.archs), times.nvcc_threads
-        objects = ObjectReplay.of(cell, times, threads) if o.replayed else None
-        for run in times.runs:
-            if run.max_jobs < 1 or run.cpus < 1:
-                continue
-            if objects is not None:  # in the run's own start order, where it was recorded
-                r = objects.in_order(run.order).run(run.max_jobs, threads=threads,
-                                                    archs=archs, cpus=run.cpus)
-                peak = r.peak_bytes + (beside if run.peak_of == "host" else 0)
-                checks.append(RunCheck(run=run, predicted_seconds=r.span_seconds,
-                                       predicted_peak_bytes=peak if run.peak_bytes else None))
-            else:
-                seconds = _predict(times, archs, run.max_jobs, threads, run.cpus)
-                checks.append(RunCheck(run=run, predicted_seconds=seconds or 0.0))
+    if times is None:
+        return checks
+    archs, threads = len(times.archs), times.nvcc_threads
+    objects = ObjectReplay.of(cell, times, threads, peak_factor=cal.peak_factor)
+    for run in times.runs:
+        if run.max_jobs < 1 or run.cpus < 1:
+            continue
+        supplied = ", ".join(what for what, yes in (
+            ("object times", run.supplied_times), ("speed", run == cal.speed_from)) if yes)
+        if objects is not None:  # in the run's own start order, where it was recorded
+            r = objects.in_order(run.order).run(run.max_jobs, threads=threads, archs=archs,
+                                                cpus=run.cpus)
+            peak = objects.peak(r) + (beside if run.peak_of == "host" else 0)
+            checks.append(RunCheck(run=run, predicted_seconds=r.span_seconds * cal.speed,
+                                   predicted_peak_bytes=peak if run.peak_bytes else None,
+                                   supplied=supplied))
+        else:
+            seconds = _predict(times, archs, run.max_jobs, threads, run.cpus) or 0.0
+            checks.append(RunCheck(run=run, predicted_seconds=seconds * cal.speed,
+                                   supplied=supplied))
+    return checks
+
+
+def _spread(cell: Cell, o: _Option, times: ObjectTimes | None, *, headroom: int,
+            beside: int, cal: Calibration) -> Spread:
+    """The chosen option's ranges: the calibrated model at each recorded run (_run_checks); a
+    per-job peak's range from its record's recent peaks."""
+    checks = _run_checks(cell, times, beside=beside, cal=cal) if times is not None else []
     fallback, fallback_source = None, ""
     est = o.estimate
     if not o.replayed and est is not None and est.peaks_seen:
@@ -441,7 +484,7 @@ def _explain(cell: Cell, o: _Option, options: Sequence[_Option], *, memory: int,
     if o.seconds is not None and times is not None:
         out.append(
             f"predicted compile time {o.seconds / 60:.0f} min, longest objects first "
-            f"(object times from {times.source})"
+            f"(object times of the {times.describe()} record, from {times.source})"
         )
     for alt in options:
         if alt is o:

@@ -12,8 +12,9 @@ from typing import Protocol
 from factory.errors import FactoryError
 from factory.matrix.load import PlannedCell
 from factory.planning.history_file import today
-from factory.planning.memory_model import BuildMeasurement, MemoryHistory, RecordedRun
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory
 from factory.planning.ninja_log import compile_span, object_key, read_entries
+from factory.planning.object_times import RecordedRun
 from factory.units import format_size
 
 

@@ -25,7 +25,8 @@ from typing import Any, Protocol
 
 from factory.errors import FactoryError, StoreError
 from factory.matrix.cell import DEFAULT_PLATFORM, Cell
-from factory.planning.memory_model import PEAK_OF, BuildMeasurement, MemoryHistory, RecordedRun
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory
+from factory.planning.object_times import PEAK_OF, RecordedRun
 
 RECORDS_PREFIX = "history/records/"
 RECORD_VERSION = 1

@@ -378,6 +378,24 @@ def test_record_build_keeps_the_attempt_as_a_whole_run(tmp_path: Path) -> None:
                  build_tree=tree2, history=h)
     times = MemoryHistory.load(tmp_path / "h.json").object_times(pc.cell)
     assert times is not None and [r.max_jobs for r in times.runs] == [2, 4]
+    # the entry's times are the latest build's: only that run supplied them (a plan's range
+    # does not count it as evidence, factory.planning.spread)
+    assert [r.supplied_times for r in times.runs] == [False, True]
+    # the first run keeps its own times: a plan for a machine like its own (2 CPUs) takes
+    # them, one for 4 CPUs the latest build's
+    first = {"csrc/o0": 90.0, "csrc/o1": 60.0, "csrc/o2": 90.0, "csrc/o3": 30.0}
+    assert dict(times.runs[0].seconds) == first
+    near = MemoryHistory.load(tmp_path / "h.json").object_times(pc.cell, cpus=2)
+    assert near is not None and dict(near.seconds) == first and near.cpus == 2
+    assert [r.supplied_times for r in near.runs] == [True, False]
+    far = MemoryHistory.load(tmp_path / "h.json").object_times(pc.cell, cpus=8)
+    assert far is not None and far.cpus == 4 and set(far.seconds.values()) == {100.0}
+    # a resumed build's times come from no whole run: no run supplied them any more
+    tree3 = _tree_with_objects(tmp_path / "w3", [(0, 100000)] * 4)
+    record_build(pc, FakePlan(max_jobs=4, cpus=4), FakeResult(objects_built=1),
+                 build_tree=tree3, history=h)
+    times = MemoryHistory.load(tmp_path / "h.json").object_times(pc.cell)
+    assert times is not None and [r.supplied_times for r in times.runs] == [False, False]
 
 
 def test_a_resumed_attempt_is_no_whole_run(tmp_path: Path) -> None:
@@ -391,7 +409,7 @@ def test_a_resumed_attempt_is_no_whole_run(tmp_path: Path) -> None:
 
 
 def test_a_run_travels_through_the_shared_records() -> None:
-    from factory.planning.memory_model import RecordedRun
+    from factory.planning.object_times import RecordedRun
     from factory.planning.shared_history import measurement_of, record_document
 
     run = RecordedRun(source="s", date="2026-12-01", max_jobs=2, cpus=2, compile_seconds=9.5,

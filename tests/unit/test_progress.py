@@ -108,6 +108,35 @@ def test_without_predictions_the_measured_objects_stand_in(build: dict[str, Path
     assert eta.remaining == pytest.approx(40.0)
 
 
+def test_ninja_runs_of_several_extensions_add_up(build: dict[str, Path]) -> None:
+    # torch-scatter's setup.py runs ninja once per extension, each counting from 1: the log of
+    # its GPU build says [1/3] [2/3] [3/3] [1/2] [2/2] ... (17 objects in 8 runs).
+    p = progress(build, None, io.StringIO())
+    append(build["log"], "[1/3] a\n[2/3] b\n[3/3] c\n[1/2] d\n")
+    p.poll()
+    assert (p.ninja_done, p.ninja_total) == (4, 5)
+    append(build["log"], "[2/2] e\n[1/1] f\n")
+    p.poll()
+    assert (p.ninja_done, p.ninja_total) == (6, 6)
+
+
+def test_recent_objects_weigh_more_in_the_speed(build: dict[str, Path]) -> None:
+    # Two objects took 4x their prediction early on, the two after them 1x: the speed follows
+    # the recent ones (a load that eased off) instead of averaging all four.
+    model = EtaModel({f"csrc/o{i}": 100.0 for i in range(8)}, jobs=1)
+    p = progress(build, model, io.StringIO())
+    times = [(0, 400), (400, 800), (800, 900), (900, 1000)]
+    for i, (a, b) in enumerate(times):
+        out = OBJ.format(f"o{i}")
+        write_events(build["events"], {"t": T0 + a, "start": out}, {"t": T0 + b, "end": out})
+    p.poll()
+    eta = p.estimate(T0 + 1000)
+    assert eta is not None
+    alike = model.estimate(finished=p.finished, running={})  # every object counted alike
+    assert alike.speed > 2.0 and eta.speed < 1.6
+    assert eta.remaining == pytest.approx(4 * 100 * eta.speed)
+
+
 def test_a_terminal_gets_a_bar(build: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:

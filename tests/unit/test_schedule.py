@@ -159,8 +159,9 @@ class FakeTimes(CellTimes):
         super().__init__(history())
         self.spec = spec
 
-    def compile(self, pc: Any, memory: int, cpus: int) -> Phase | None:
-        """``pc``: a fake cell, "PACKAGE/GROUP/N"."""
+    def compile(self, pc: Any, memory: int, cpus: int, *,
+                machine_cpus: int | None = None) -> Phase | None:
+        """``pc``: a fake cell, "PACKAGE/GROUP/N" (no machine speed: ``machine_cpus`` unused)."""
         work, longest, job, grow = self.spec[pc.split("/")[0]]
         jobs = min(cpus, memory // job)
         if jobs < 1:

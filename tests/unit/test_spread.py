@@ -9,7 +9,8 @@ import pytest
 
 from factory.cli import main
 from factory.matrix.cell import Cell
-from factory.planning.memory_model import MemoryHistory, RecordedRun
+from factory.planning.memory_model import MemoryHistory
+from factory.planning.object_times import RecordedRun
 from factory.planning.planner import ObjectReplay, plan_for
 from factory.planning.spread import MACHINE_SPREAD, RunCheck, spread
 from factory.units import GIB
@@ -20,10 +21,11 @@ SECONDS = {f"o{i}": 100.0 + 10 * i for i in range(8)}
 PEAKS = {k: 2 * GIB for k in SECONDS}
 
 
-def history(runs: list[RecordedRun], *, peaks: bool = True) -> MemoryHistory:
+def history(runs: list[RecordedRun], *, peaks: bool = True, ooms: int = 0) -> MemoryHistory:
+    """The object times measured at 2 jobs on 4 CPUs, with ``runs`` recorded."""
     entry = {"package": "demo", "version": "1.0", "cuda": "13.0", "archs": [100],
-             "nvcc_threads": 1, "max_jobs": 2, "cpus": 2, "source": "a log",
-             "seconds": SECONDS, "runs": [r.as_dict() for r in runs]}
+             "nvcc_threads": 1, "max_jobs": 2, "cpus": 4, "source": "a log",
+             "seconds": SECONDS, "runs": [r.as_dict() for r in runs], "ooms": ooms}
     if peaks:
         entry["peak_bytes"] = PEAKS
     doc = {"version": 1, "defaults": {"*": {"per_arch_bytes": 2 * GIB,
@@ -42,32 +44,97 @@ def replayed(jobs: int, cpus: int) -> tuple[float, int]:
     return r.span_seconds, r.peak_bytes
 
 
-def run(jobs: int, cpus: int, *, slower: float, heavier: float) -> RecordedRun:
+def run(jobs: int, cpus: int, *, slower: float, heavier: float,
+        supplied_times: bool = False) -> RecordedRun:
     seconds, peak = replayed(jobs, cpus)
     return RecordedRun(source=f"run at {jobs}", date="2026-12-01", max_jobs=jobs, cpus=cpus,
                        compile_seconds=seconds * slower, peak_bytes=int(peak * heavier),
-                       machine="a VM")
+                       machine="a VM", supplied_times=supplied_times)
 
 
-def plan(h: MemoryHistory):  # type: ignore[no-untyped-def]
-    return plan_for(CELL, supports_threads=False, memory_model_key="demo", memory=16 * GIB,
-                    cpus=4, history=h)
+def plan(h: MemoryHistory, *, cpus: int = 4, memory: int = 16 * GIB):  # type: ignore[no-untyped-def]
+    return plan_for(CELL, supports_threads=False, memory_model_key="demo", memory=memory,
+                    cpus=cpus, history=h)
+
+
+def unscaled(cpus: int = 4) -> float:
+    """The plan's compile time with no run recorded (speed 1)."""
+    p = plan(history([]), cpus=cpus)
+    assert p.predicted_seconds is not None
+    return p.predicted_seconds
 
 
 def test_the_range_spans_every_recorded_runs_ratio_and_holds_the_point() -> None:
-    runs = [run(2, 2, slower=1.25, heavier=0.8), run(4, 4, slower=0.9, heavier=0.95)]
+    runs = [run(2, 2, slower=1.25, heavier=0.8), run(2, 4, slower=0.9, heavier=0.95)]
     p = plan(history(runs))
     assert p.predicted_seconds is not None and p.predicted_seconds_range is not None
+    # the times were measured on 4 CPUs, as many as the plan's: their own speed
+    assert p.speed_factor == 1.0 and p.predicted_seconds == pytest.approx(unscaled(), abs=0.1)
     lo, hi = p.predicted_seconds_range
     assert lo == pytest.approx(p.predicted_seconds * 0.9, rel=0.01)
     assert hi == pytest.approx(p.predicted_seconds * 1.25, rel=0.01)
+    # the peak: the replay x the highest ratio (0.95); the other run sits at 0.8 / 0.95
     plo, phi = p.predicted_peak_range
-    assert plo == pytest.approx(p.predicted_peak_bytes * 0.8, rel=0.01)
-    assert phi == p.predicted_peak_bytes  # no run was heavier than the model
+    assert plo == pytest.approx(p.predicted_peak_bytes * 0.8 / 0.95, rel=0.01)
+    assert phi == p.predicted_peak_bytes
     # it says which runs
-    assert [c.run.source for c in p.range_runs] == ["run at 2", "run at 4"]
+    assert [c.run.source for c in p.range_runs] == ["run at 2", "run at 2"]
     assert sum(r.startswith("recorded run ") for r in p.reasons) == 2
-    assert any("from 2 recorded run(s)" in r for r in p.reasons)
+    assert any("from 2 recorded run(s)" in r and "widened" not in r for r in p.reasons)
+
+
+def test_the_run_that_supplied_the_times_is_no_evidence() -> None:
+    # A run replays its own object times at ratio 1 by construction: with one other run the
+    # range is widened as for one run; with two others it is not.
+    own = run(2, 4, slower=1.0, heavier=1.0, supplied_times=True)
+    p = plan(history([own, run(2, 2, slower=1.1, heavier=1.0)]))
+    assert p.predicted_seconds is not None and p.predicted_seconds_range is not None
+    lo, hi = p.predicted_seconds_range
+    assert hi == pytest.approx(p.predicted_seconds * 1.1 * (1 + MACHINE_SPREAD), rel=0.01)
+    assert lo == pytest.approx(p.predicted_seconds / (1 + MACHINE_SPREAD), rel=0.01)
+    assert any("1 of them other than the point's own" in r and "widened" in r
+               for r in p.reasons)
+    assert [c.supplied for c in p.range_runs] == ["object times", ""]
+    two = plan(history([own, run(2, 2, slower=1.1, heavier=1.0),
+                        run(1, 4, slower=0.95, heavier=1.0)]))
+    assert two.predicted_seconds_range == pytest.approx(
+        (two.predicted_seconds * 0.95, two.predicted_seconds * 1.1), rel=0.01)
+    assert not any("widened" in r for r in two.reasons)
+
+
+def test_the_speed_is_the_recorded_run_nearest_the_plans_cpus() -> None:
+    # Times measured on 4 CPUs; a run on 16 CPUs compiled in half the time they give there.
+    # A plan for 16 CPUs takes that run's speed (and the run is then no evidence of it); a
+    # plan for 4 CPUs keeps the times' own.
+    fast = run(2, 16, slower=0.5, heavier=1.0)
+    h = history([fast, run(2, 2, slower=1.2, heavier=1.0)])
+    p = plan(h, cpus=16, memory=64 * GIB)
+    assert p.speed_factor == pytest.approx(0.5, rel=0.001)
+    assert p.predicted_seconds == pytest.approx(0.5 * unscaled(16), rel=0.001)
+    assert any("nearest 16 CPU(s)" in r and "0.50x" in r for r in p.reasons)
+    assert [c.supplied for c in p.range_runs] == ["speed", ""]
+    lo, hi = p.predicted_seconds_range or (0, 0)
+    # the 2-CPU run took 1.2x the unscaled model: 2.4x the point; one other run: widened
+    assert hi == pytest.approx(p.predicted_seconds * 2.4 * (1 + MACHINE_SPREAD), rel=0.01)
+    near = plan(h, cpus=4)
+    assert near.speed_factor == 1.0 and near.predicted_seconds == pytest.approx(unscaled(4))
+
+
+def test_the_peak_factor_never_scales_one_object_nor_past_an_oom() -> None:
+    runs = [run(2, 4, slower=1.0, heavier=0.7), run(2, 2, slower=1.0, heavier=0.75)]
+    heaviest = max(PEAKS.values())
+    beside = history([]).non_compile_bytes("demo")
+    # room for one job only: the heaviest object at its full peak, not 0.75 of it
+    one = plan(history(runs), memory=heaviest + beside + GIB // 2)
+    assert one.max_jobs == 1 and one.predicted_peak_bytes == max(heaviest + beside, GIB)
+    two = plan(history(runs))
+    assert any("replayed peaks x 0.750" in r for r in two.reasons)
+    raw = plan(history([]))
+    assert two.predicted_peak_bytes < raw.predicted_peak_bytes
+    # an OOM kill raised the peaks: no run talks them down again
+    after = plan(history(runs, ooms=1))
+    assert after.predicted_peak_bytes == raw.predicted_peak_bytes
+    assert not any("replayed peaks x" in r for r in after.reasons)
 
 
 def test_one_run_is_widened_by_the_machine_spread() -> None:

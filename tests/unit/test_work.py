@@ -78,7 +78,9 @@ def test_groups_share_kernels_and_run_longest_first(cells: list[PlannedCell]) ->
     points = [g.predicted_seconds for g in work.groups]
     assert points == sorted(points, reverse=True)
     assert work.groups[0].planned[0].cell.package == "flash-attn"
-    assert work.groups[-1].planned[0].cell.package == "factory-example-ext"
+    # the shortest: sm_100 flash-attn on 40 CPUs from the H200 run's object times (the
+    # example extension's were measured on a loaded 2-core host)
+    assert work.groups[-1].planned[0].cell.archs == (100,)
 
 
 def test_a_groups_allocation_is_the_top_of_the_planners_ranges(
