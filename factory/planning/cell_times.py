@@ -15,6 +15,7 @@ each other proportionally; replay.contention_factor).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,8 +39,9 @@ class Phase:
     parallel: int
     longest: float
 
-    @property
+    @functools.cached_property
     def cap(self) -> float:
+        # cached: the schedule's search asks it tens of millions of times
         return min(float(self.parallel), self.work / self.longest) if self.longest else \
             float(self.parallel)
 
@@ -54,6 +56,7 @@ class CellTimes:
     def __init__(self, history: MemoryHistory) -> None:
         self.history = history
         self._memo: dict[tuple[Any, ...], Phase | None] = {}
+        self._overheads: dict[str, Phase] = {}
 
     def compile(self, pc: PlannedCell, memory: int, cpus: int, *,
                 machine_cpus: int | None = None) -> Phase | None:
@@ -79,8 +82,10 @@ class CellTimes:
 
     def overhead(self, pc: PlannedCell) -> Phase:
         """The cell's measured overhead outside the compile (cell_model.overhead_of)."""
-        return overhead(overhead_of(self.history, pc.recipe.memory_model_key
-                                    or pc.recipe.name)[0])
+        key = pc.recipe.memory_model_key or pc.recipe.name
+        if key not in self._overheads:
+            self._overheads[key] = overhead(overhead_of(self.history, key)[0])
+        return self._overheads[key]
 
     def phases(self, g: Group, memory: int, cpus: int, *,
                machine_cpus: int | None = None) -> list[Phase] | None:
@@ -111,37 +116,41 @@ def shared_span(cpus: int, lanes: Sequence[Sequence[Phase]],
     end time of each lane; ``phase_ends`` (given empty) gets each lane's phase end times."""
     if phase_ends is not None:
         phase_ends[:] = [[] for _ in lanes]
+    # The schedule's search runs this hundreds of thousands of times: plain lists by lane
+    # index, and the same arithmetic in the same order as the phases themselves would give.
+    works = [[p.work for p in lane] for lane in lanes]
+    caps = [[p.cap for p in lane] for lane in lanes]
+    sizes = [len(lane) for lane in lanes]
     pos = [0] * len(lanes)
     done = [0.0] * len(lanes)  # work done of the current phase
     ends = [0.0] * len(lanes)
     now = 0.0
-    while True:
-        active = [i for i, lane in enumerate(lanes) if pos[i] < len(lane)]
-        if not active:
-            return ends
+    active = [i for i in range(len(lanes)) if sizes[i]]
+    while active:
         # water-fill the CPUs
         rate: dict[int, float] = {}
-        left, todo = float(cpus), sorted(active, key=lambda i: lanes[i][pos[i]].cap)
-        while todo:
-            share = left / len(todo)
-            i = todo[0]
-            cap = lanes[i][pos[i]].cap
+        left = float(cpus)
+        todo = sorted(active, key=lambda i: caps[i][pos[i]])
+        for n, i in enumerate(todo):
+            share = left / (len(todo) - n)
+            cap = caps[i][pos[i]]
             if cap <= share:
                 rate[i] = cap
                 left -= cap
-                todo.pop(0)
             else:
-                for j in todo:
+                for j in todo[n:]:
                     rate[j] = share
-                todo = []
-        step = min((lanes[i][pos[i]].work - done[i]) / rate[i] for i in active)
+                break
+        step = min((works[i][pos[i]] - done[i]) / rate[i] for i in active)
         now += step
         for i in active:
             done[i] += rate[i] * step
-            if done[i] >= lanes[i][pos[i]].work - 1e-6:
+            if done[i] >= works[i][pos[i]] - 1e-6:
                 if phase_ends is not None:
                     phase_ends[i].append(now)
                 pos[i] += 1
                 done[i] = 0.0
-                if pos[i] == len(lanes[i]):
+                if pos[i] == sizes[i]:
                     ends[i] = now
+        active = [i for i in active if pos[i] < sizes[i]]
+    return ends
