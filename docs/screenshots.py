@@ -7,6 +7,10 @@
   the page, the sampler's events it was drawn from, the provenance): every object on a
   timeline with the plan's seconds as outlines, the compilers' memory against the predicted
   peak and the cap.
+- ``h200_report()``: the report drawn by the same code from the flash-attn sm_90 build on the
+  2x H200 machine of 2026-12-01 (benchmarks/gpu/results-2026-12-01-h200x2/: its plan, ninja log
+  and the host's used memory; that run predates the sampler), 73 objects longest first: the
+  browser test of the report (tests/integration/test_reports.py) draws it.
 - The coverage page the real `factory matrix --html` code draws for the repository's own
   matrix (its catalog packages), with the cells built on that builder that day (their content
   keys from the provenance files beside the report) as published, and this machine's
@@ -16,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -25,12 +30,59 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from factory.build.readiness import ReadinessChecker  # noqa: E402
+from factory.matrix.cell import Cell  # noqa: E402
 from factory.matrix.load import PlannedCell, load_matrix  # noqa: E402
+from factory.planning.eta import model_for  # noqa: E402
+from factory.planning.memory_model import MemoryHistory  # noqa: E402
+from factory.planning.ninja_log import read_ninja_timeline  # noqa: E402
+from factory.reports.build_report import AttemptPicture, Sample, build_report_html  # noqa: E402
 from factory.reports.coverage import coverage, coverage_html  # noqa: E402
 
 RUN = ROOT / "benchmarks/results-2026-12-02-catalog"
+H200_RUN = ROOT / "benchmarks/gpu/results-2026-12-01-h200x2"
+H200_CELL = "flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312"
 REPORT = RUN / "torch-scatter-2.1.2-torch2.14.1-cu130-sm100-cp311.report.html"
 PACKAGES = ("causal-conv1d", "grouped-gemm", "mamba-ssm", "torch-scatter")
+
+
+def h200_attempt() -> AttemptPicture:
+    """The 2026-12-01 H200 build as the report draws it (see the module docstring)."""
+    plan = json.loads((H200_RUN / "plan.json").read_text())
+    log = H200_RUN / f"{H200_CELL}.ninja_log"
+    timeline = read_ninja_timeline(log)
+    # Align ninja's clock (seconds from its start) with the memory log's (epoch seconds, from
+    # the stage's start): the factory's step line says when attempt 1 began, and its first
+    # progress line when it saw the first object end (which ninja logs at its own time).
+    steps = (H200_RUN / "planned.log").read_text()
+    attempt = float(re.search(r"\[\s*([\d.]+)s\] attempt 1:", steps).group(1))  # type: ignore[union-attr]
+    seen = float(re.search(r"objects, (\d+)s, ETA", steps).group(1))  # type: ignore[union-attr]
+    first_end = min(o.end for o in timeline)
+    memory_log = (H200_RUN / "planned.mem_used_mb.log").read_text()
+    stage = int(memory_log.split()[0])
+    t0 = stage + attempt + (seen - first_end)
+    rows = [line.split() for line in memory_log.splitlines()]
+    idle = min(int(mb) for _, mb in rows)
+    samples = tuple(Sample(float(t) - t0, (int(mb) - idle) << 20, None) for t, mb in rows
+                    if float(t) >= t0 - 5)
+    ending = max(o.end for o in timeline)
+    samples = tuple(s for s in samples if s.t <= ending + 30)
+    cell = Cell.from_id(H200_CELL)
+    model = model_for(MemoryHistory.load().object_times(cell), archs=1, jobs=plan["max_jobs"],
+                      threads=plan["nvcc_threads"], cpus=plan["cpus"])
+    return AttemptPicture(
+        predicted=model.predicted if model else {},
+        number=1, jobs=plan["max_jobs"], threads=plan["nvcc_threads"],
+        cap_bytes=plan["memory_budget_bytes"], predicted_peak_bytes=plan["predicted_peak_bytes"],
+        predicted_seconds=plan["predicted_seconds"], outcome="built",
+        objects=tuple(timeline), samples=samples,
+        memory_label="host memory used - idle (free, every 2 s)")
+
+
+def h200_report() -> str:
+    return build_report_html(cell_id=H200_CELL, attempts=[h200_attempt()],
+                             wheel="flash_attn-2.8.3.post2+cu130torch2.11sm90-cp312-cp312-"
+                             "manylinux_2_28_x86_64.whl",
+                             note="2x H200 host, 32 CPUs, 160 GiB cap (2026-12-01)")
 
 
 def catalog_coverage() -> str:
