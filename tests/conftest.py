@@ -56,9 +56,11 @@ def cache_root() -> Path:
 
 
 def write_example_matrix(path: Path, *, work_dir: Path, store: Path | None = None,
-                         archs: tuple[str, ...] = ("10.0",), runner: str | None = None) -> Path:
+                         archs: tuple[str, ...] = ("10.0",), runner: str | None = None,
+                         package: str = "factory-example-ext",
+                         source: Path = REPO / "tests" / "example_ext") -> Path:
     """A matrix with the bundled example cell only (one cell per arch in ``archs``), sharing
-    the session's wheelhouse."""
+    the session's wheelhouse; ``package``/``source``: another torch extension in its place."""
     store_line = f'store = "{store}"\n' if store else ""
     runner_line = f'runner = "{runner}"\n' if runner else ""
     arch_sets = ", ".join(f'["{a}"]' for a in archs)
@@ -73,10 +75,10 @@ torch = ["2.14.1"]
 cuda = ["13.0"]
 archs = [{arch_sets}]
 python = ["3.11"]
-[packages.factory-example-ext]
+[packages.{package}]
 recipe = "torch-extension"
 versions = ["0.1.0"]
-source = "{REPO / 'tests' / 'example_ext'}"
+source = "{source}"
 """)
     return path
 
