@@ -11,9 +11,11 @@ index_wheels, ops_builds, wheel_fixtures) serve both tiers.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,9 +56,11 @@ def cache_root() -> Path:
 
 
 def write_example_matrix(path: Path, *, work_dir: Path, store: Path | None = None,
-                         archs: tuple[str, ...] = ("10.0",), runner: str | None = None) -> Path:
+                         archs: tuple[str, ...] = ("10.0",), runner: str | None = None,
+                         package: str = "factory-example-ext",
+                         source: Path = REPO / "tests" / "example_ext") -> Path:
     """A matrix with the bundled example cell only (one cell per arch in ``archs``), sharing
-    the session's wheelhouse."""
+    the session's wheelhouse; ``package``/``source``: another torch extension in its place."""
     store_line = f'store = "{store}"\n' if store else ""
     runner_line = f'runner = "{runner}"\n' if runner else ""
     arch_sets = ", ".join(f'["{a}"]' for a in archs)
@@ -71,10 +75,10 @@ torch = ["2.14.1"]
 cuda = ["13.0"]
 archs = [{arch_sets}]
 python = ["3.11"]
-[packages.factory-example-ext]
+[packages.{package}]
 recipe = "torch-extension"
 versions = ["0.1.0"]
-source = "{REPO / 'tests' / 'example_ext'}"
+source = "{source}"
 """)
     return path
 
@@ -150,6 +154,42 @@ def venv_root() -> Path:
     d = cache_root() / "venvs"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleBuild:
+    """The bundled example cell as the README's main command builds it: docker, the glibc
+    sysroot, published to ``store``. ``raw`` is the wheel before finalize (tags, pin, repair)."""
+
+    matrix: Path
+    store: Path
+    wheel: Path
+    raw: Path
+    log: str
+
+
+@pytest.fixture(scope="session")
+def example_build(tmp_path_factory: pytest.TempPathFactory, base_image: str,
+                  wheelhouse_cp311: Path, cuda13_home: Path) -> ExampleBuild:
+    """One real default build of the example cell per session, in a fresh build tree (its
+    toolkits beside it are the session's), with a fresh memory history: the tests that read a
+    default build (the glibc floor, reproducibility, the aarch64 twin's x86_64 side, the real
+    wheel's verify and finalize) share it instead of each compiling the same five objects."""
+    root = tmp_path_factory.mktemp("example-build")
+    (root / "toolkits").symlink_to(cache_root() / "toolkits")
+    matrix = write_example_matrix(root / "matrix.toml", work_dir=root / "work",
+                                  store=root / "store")
+    proc = subprocess.run(
+        [sys.executable, "-m", "factory", "build", EXAMPLE_CELL, "--matrix", str(matrix),
+         "--out", str(root / "dist"), "--no-import-check", "--memory", "8g", "--publish"],
+        capture_output=True, text=True, cwd=REPO, timeout=1800,
+        env={**os.environ, "CI": "true", "FACTORY_MEMORY_HISTORY": str(root / "history.json")},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (wheel,) = (root / "dist").glob("*.whl")
+    (raw,) = (root / "work" / EXAMPLE_CELL / "raw").glob("*.whl")
+    return ExampleBuild(matrix=matrix, store=root / "store", wheel=wheel, raw=raw,
+                        log=proc.stdout + proc.stderr)
 
 
 @pytest.fixture

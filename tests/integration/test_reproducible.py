@@ -1,7 +1,8 @@
 """Reproducible wheels: the bundled example cell built twice, each in a fresh build tree, gives
 byte-identical wheels, so rebuilding a published cell with --force --publish ends as
-'unchanged' instead of a conflict. Two real builds; they share the session's wheelhouse, venvs
-and CUDA toolkit (not the compiler's work: each tree compiles every object)."""
+'unchanged' instead of a conflict. Two real builds: the session's default build of the example
+(conftest.example_build) and one more here; they share the session's wheelhouse, venvs and CUDA
+toolkit (not the compiler's work: each tree compiles every object)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE_CELL, REPO, cache_root, write_example_matrix
+from conftest import EXAMPLE_CELL, REPO, ExampleBuild, cache_root, write_example_matrix
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -51,18 +52,15 @@ def _build(matrix: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[
 
 def test_the_example_built_twice_in_fresh_trees_is_byte_identical(
     tmp_path: Path,
-    base_image: str,
-    wheelhouse_cp311: Path,
-    cuda13_home: Path,
+    example_build: ExampleBuild,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("FACTORY_MEMORY_HISTORY", str(tmp_path / "history.json"))
-    store = tmp_path / "store"
-    first = _build(_tree(tmp_path / "a", store), tmp_path / "a" / "dist")
-    assert first.returncode == 0, first.stderr[-3000:]
-    second = _build(_tree(tmp_path / "b", store), tmp_path / "b" / "dist", "--force")
+    # the first build: the session's, published to its store from a fresh tree, same flags
+    wheel_a = example_build.wheel
+    second = _build(_tree(tmp_path / "b", example_build.store), tmp_path / "b" / "dist",
+                    "--force")
     assert second.returncode == 0, second.stderr[-3000:]
-    (wheel_a,) = (tmp_path / "a" / "dist").glob("*.whl")
     (wheel_b,) = (tmp_path / "b" / "dist").glob("*.whl")
     if wheel_a.read_bytes() != wheel_b.read_bytes():
         from factory.wheels.compare import compare_wheels

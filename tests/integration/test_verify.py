@@ -8,15 +8,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import ExampleBuild
 from wheel_fixtures import (
     WHEELHOUSE,
     compile_kernel_so,
-    example_raw_wheel,
     ext_wheel,
     make_wheel,
     planned,
     py_wheel,
-    wheelhouse_has_torch,
 )
 
 from factory.cli import main
@@ -194,10 +193,10 @@ def test_cli_verify_json_and_exit_codes(
 
 # -- the real extension ---------------------------------------------------------------------------
 @pytest.mark.slow
-def test_the_real_example_wheel_verifies_with_a_clean_import(tmp_path: Path) -> None:
-    raw = example_raw_wheel()
-    if not wheelhouse_has_torch():
-        pytest.skip(f"no torch in the wheelhouse {WHEELHOUSE}")
+@pytest.mark.docker
+def test_the_real_example_wheel_verifies_with_a_clean_import(tmp_path: Path,
+                                                             example_build: ExampleBuild) -> None:
+    raw = example_build.raw  # the session's default build, before finalize
     pc = planned("factory-example-ext", archs=(100,))
     wheel = finalize_wheel(raw, pc, tmp_path)
     report = verify_wheel(wheel, expected=pc, wheelhouse=WHEELHOUSE)

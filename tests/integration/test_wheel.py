@@ -8,7 +8,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from wheel_fixtures import compile_kernel_so, example_raw_wheel, ext_wheel, planned
+from conftest import ExampleBuild
+from wheel_fixtures import compile_kernel_so, ext_wheel, planned
 
 from factory.errors import WheelError
 from factory.process import find_program
@@ -177,8 +178,9 @@ def test_finalize_refuses_a_filename_other_than_planned(tmp_path: Path, sm90_so:
 
 
 @pytest.mark.slow
-def test_finalize_the_real_example_extension(tmp_path: Path) -> None:
-    raw = example_raw_wheel()
+@pytest.mark.docker
+def test_finalize_the_real_example_extension(tmp_path: Path, example_build: ExampleBuild) -> None:
+    raw = example_build.raw  # the session's default build, before finalize
     pc = planned("factory-example-ext", archs=(100,))
     out = finalize_wheel(raw, pc, tmp_path)
     assert (

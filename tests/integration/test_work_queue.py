@@ -1,7 +1,8 @@
 """The work queue for real: three `factory work` processes with different memory caps share one
-S3 store (moto on loopback) and build a 6-cell example matrix with the local runner, no cell
-built twice; one of them is killed (SIGKILL: no release) while it builds a cell, its
-leases expire, and another worker takes the group and builds the cell: nothing is lost.
+S3 store (moto on loopback) and build a 6-cell matrix (tests/engine_builds.py: a one-kernel
+extension) with the local runner, no cell built twice; one of them is killed (SIGKILL: no
+release) while it builds a cell, its leases expire, and another worker takes the group and
+builds the cell: nothing is lost.
 Before them, a fourth worker whose memory is below what any group needs finds every group
 free and takes none of them, saying why for each (no build: it never claims).
 The cells' trees are shared with test_slurm (tests/engine_builds.py): a cell one of them built
@@ -37,8 +38,9 @@ s3_spec = index_fixtures.s3_spec
 
 pytestmark = pytest.mark.slow
 
-CAPS = (("6g", "1"), ("5g", "1"), ("4500m", "1"))  # each fits one job of the example (3.9 GiB)
-TOO_SMALL = ("3g", "1")  # below one job of the example: no group fits
+# each fits one job of the engines' extension (4.8 GiB: the recipe's per-job figure and headroom)
+CAPS = (("6g", "1"), ("5500m", "1"), ("5g", "1"))
+TOO_SMALL = ("3g", "1")  # below one job: no group fits
 TTL = "20"
 
 
