@@ -86,6 +86,11 @@ RUNS = {
 NOT_REPLAYED = {
     ROOT / "factory/data/flash-attn-2.8.3.post2_sm90+sm100_h200_8jobs_2threads.partial.ninja_log":
         "13 of 73 objects: the build was stopped, so what remained is not known",
+    # the multi-cell run checks the schedule (whole cells on builders), not the ETA in a build
+    **{ROOT / "benchmarks/results-2026-12-02-multicell"
+       / f"factory-example-ext-0.1.0-torch2.14.1-cu130-sm{arch}-cp311.ninja_log":
+       "2 objects per build: the multi-cell run measures the schedule, not the in-build ETA"
+       for arch in (80, 86, 90, 120)},
 }
 POINTS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)
 
