@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -51,8 +52,14 @@ def test_under_the_previous_bcrypt_major(tmp_path: Path) -> None:
         pytest.skip("already the run under the previous major")
     venv = tmp_path / "venv"
     uv = uv_bin()
-    subprocess.run(
-        [uv, "venv", "-q", "--system-site-packages", "-p", sys.executable, str(venv)], check=True
+    subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
+    # This environment's packages, after the venv's own (a .pth line appends to sys.path), so
+    # its bcrypt 4.x comes first. Not --system-site-packages: from inside a venv (the README's
+    # .venv) that is the base interpreter's site-packages, which has no pytest and no factory deps.
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    paths = sysconfig.get_paths()
+    (site / "outer-environment.pth").write_text(
+        "".join(f"{d}\n" for d in dict.fromkeys((paths["purelib"], paths["platlib"])))
     )
     python = str(venv / "bin" / "python")
     installed = subprocess.run(
