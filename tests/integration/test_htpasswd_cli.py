@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -101,4 +100,3 @@ def test_under_the_previous_bcrypt_major(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert " passed" in run.stdout
-    shutil.rmtree(venv, ignore_errors=True)
