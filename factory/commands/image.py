@@ -20,7 +20,12 @@ from factory.toolchain.images import (
     is_image_reference,
     rootfs_tarball,
 )
-from factory.toolchain.python_image import check_image_python, ensure_builder_image
+from factory.toolchain.python_image import (
+    IMAGE_RE,
+    SOURCE_SUITES,
+    check_image_python,
+    ensure_builder_image,
+)
 from factory.toolchain.redist import REDIST_URL, fetch_toolkit, make_cuda_image
 from factory.toolchain.resolve import cuda_image_name
 from factory.toolchain.sysroot import SUITE, ensure_sysroot, tarball_path
@@ -32,7 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     base.add_argument(
         "--name", default=DEFAULT_BASE_IMAGE, help=f"image name (default {DEFAULT_BASE_IMAGE})"
     )
-    base.add_argument("--suite", default="bookworm", help="Debian suite (default bookworm)")
+    base.add_argument("--suite", default=None,
+                      help="Debian suite (default: the one a factory-base:<suite>[-py<X.Y>] "
+                      "name says, else bookworm)")
     base.add_argument(
         "--work-dir",
         type=Path,
@@ -98,9 +105,33 @@ def run(args: argparse.Namespace) -> int:
               f"tarball {args.tarball or tarball_path(cache, platform)}")
         return 0
     work_dir = args.work_dir or _settings().work_dir
-    name = ensure_base_image(args.name, suite=args.suite, work_dir=work_dir)
+    name = _make_base(args.name, args.suite, work_dir)
     print(f"image {name} ready ({time.monotonic() - start:.0f} s)")
     return 0
+
+
+def _make_base(name: str, suite: str | None, work_dir: Path) -> str:
+    """A ``factory-base:<suite>[-py<X.Y>]`` name says what the image holds, and builds trust
+    it: such an image is made as its name says (its suite, and its CPython built in). Any other
+    name is the given suite's base image."""
+    match = IMAGE_RE.match(name)
+    if match is None:
+        return ensure_base_image(name, suite=suite or "bookworm", work_dir=work_dir)
+    named, python = match.group("suite"), match.group("python")
+    if suite and suite != named:
+        raise UsageError(
+            f"--name {name} is a Debian {named} image, but --suite says {suite}",
+            tip=f"drop --suite, or name it factory-base:{suite}"
+            + (f"-py{python}" if python else ""),
+        )
+    if python and python not in SOURCE_SUITES:
+        known = ", ".join(sorted(SOURCE_SUITES))
+        raise UsageError(
+            f"--name {name}: the factory can build CPython {known} into an image, not {python}",
+            tip="name an image with one of those, or make your own and set it in "
+            "[settings.images]",
+        )
+    return ensure_builder_image(name, work_dir=work_dir)
 
 
 def _cuda(args: argparse.Namespace) -> int:

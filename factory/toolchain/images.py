@@ -79,15 +79,26 @@ def rootfs_tarball(work_dir: Path, suite: str) -> Path:
 
 def image_state(client: Any, name: str) -> str:
     """'missing', 'current' (made from today's package set) or 'stale'."""
+    labels = _labels(client, name)
+    if labels is None:
+        return "missing"
+    return "current" if labels.get(PACKAGES_LABEL) == packages_key() else "stale"
+
+
+def image_label(client: Any, name: str, label: str) -> str | None:
+    """One label of image ``name`` (None when the image or the label is missing)."""
+    return (_labels(client, name) or {}).get(label)
+
+
+def _labels(client: Any, name: str) -> dict[str, str] | None:
     # heavy: the docker SDK, imported when used
     from docker.errors import ImageNotFound
 
     try:
         image = client.images.get(name)
     except ImageNotFound:
-        return "missing"
-    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
-    return "current" if labels.get(PACKAGES_LABEL) == packages_key() else "stale"
+        return None
+    return dict((image.attrs.get("Config") or {}).get("Labels") or {})
 
 
 def ensure_base_image(

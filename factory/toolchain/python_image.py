@@ -16,18 +16,24 @@ import logging
 import os
 import re
 import time
+from pathlib import Path
 
 from factory.engine import docker_client
 from factory.errors import EngineError, ToolchainError
 from factory.toolchain.images import (
     DEBIAN_MIRROR,
+    DEFAULT_WORK_DIR,
     ensure_base_image,
+    image_label,
     image_progress,
     image_state,
 )
 
 _log = logging.getLogger(__name__)
 
+# The CPython a ``-py<X.Y>`` image was given (build_python_image): an image of that name
+# without it (say, a plain base image imported under the name) is made again, not trusted.
+PYTHON_LABEL = "org.factory.python"
 IMAGE_RE = re.compile(r"^factory-base:(?P<suite>[a-z]+)(?:-py(?P<python>3\.\d+))?$")
 # Which Debian release ships the source package of each CPython (``python3.X``).
 SOURCE_SUITES = {"3.11": "bookworm", "3.13": "trixie"}
@@ -123,20 +129,25 @@ def check_image_python(image: str, python: str, *, run_image: bool = True) -> No
         )
 
 
-def ensure_builder_image(name: str) -> str:
-    """Make sure ``name`` exists; make it (debootstrap, then a CPython build) when it does not."""
+def ensure_builder_image(name: str, *, work_dir: Path = DEFAULT_WORK_DIR) -> str:
+    """Make sure ``name`` exists; make it (debootstrap, then a CPython build) when it does not.
+    A ``factory-base:<suite>-py<X.Y>`` image counts only with its CPython's label."""
     client = docker_client()
     state = image_state(client, name)
-    if state == "current":
+    match = IMAGE_RE.match(name)
+    python = match.group("python") if match else None
+    if state == "current" and (python is None or image_label(client, name, PYTHON_LABEL) == python):
         return name
-    if not IMAGE_RE.match(name):
+    if not match:
         # any other name: an image of the user's is used as it is; a missing one is made as the
         # default base, as before
-        return name if state == "stale" else ensure_base_image(name)
-    suite, python = parse_image(name)
-    base = ensure_base_image(f"factory-base:{suite}", suite=suite)
+        return name if state == "stale" else ensure_base_image(name, work_dir=work_dir)
+    suite = match.group("suite")
+    base = ensure_base_image(f"factory-base:{suite}", suite=suite, work_dir=work_dir)
     if python is None:
         return base
+    if state != "missing":
+        _log.info(f"+ image {name} has no CPython {python} of the factory's: making it again")
     return build_python_image(base, name, python=python)
 
 
@@ -165,7 +176,8 @@ def build_python_image(base: str, name: str, *, python: str) -> str:
             tail = container.logs(tail=40).decode(errors="replace")
             raise EngineError(f"building CPython {python} for {name} failed", tip=tail.strip())
         repo, _, tag = name.rpartition(":")
-        container.commit(repository=repo, tag=tag, changes=['CMD ["/bin/bash"]'])
+        container.commit(repository=repo, tag=tag,
+                         changes=['CMD ["/bin/bash"]', f"LABEL {PYTHON_LABEL}={python}"])
     except (APIError, ContainerError) as exc:
         raise EngineError(f"building image {name} failed: {exc}") from None
     finally:

@@ -170,6 +170,52 @@ def test_a_bad_image_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
     )
 
 
+def test_an_image_name_that_says_another_suite_or_python_is_refused_before_docker(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A factory-base:<suite>-py<X.Y> name is what builds trust: `image base` makes it as it
+    says or refuses it, in one line, without asking docker."""
+    from factory.commands import image
+
+    def no_docker(*_: object, **__: object) -> str:
+        raise AssertionError("refused before docker")
+
+    monkeypatch.setattr(image, "ensure_builder_image", no_docker)
+    monkeypatch.setattr(image, "ensure_base_image", no_docker)
+    rc, lines = _cli(capsys, "image", "base", "--name", "factory-base:bookworm-py3.13",
+                     "--suite", "trixie")
+    assert rc == UsageError.exit_code
+    assert "factory-base:bookworm-py3.13 is a Debian bookworm image, but --suite says trixie" \
+        in _one_error(lines)
+    assert "TIP drop --suite, or name it factory-base:trixie-py3.13" in lines
+    rc, lines = _cli(capsys, "image", "base", "--name", "factory-base:bookworm-py3.12")
+    assert rc == UsageError.exit_code
+    assert "can build CPython 3.11, 3.13 into an image, not 3.12" in _one_error(lines)
+
+
+def test_image_base_makes_a_python_image_with_its_cpython(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`factory image base --name factory-base:bookworm-py3.13` once imported plain bookworm
+    under that name (the factory's own tip for a missing builder image); it is now the builder
+    image with CPython 3.13, and any other name stays a plain base of --suite."""
+    from factory.commands import image
+
+    made: list[tuple[str, ...]] = []
+    monkeypatch.setattr(image, "ensure_builder_image",
+                        lambda name, *, work_dir: made.append(("builder", name)) or name)
+    monkeypatch.setattr(image, "ensure_base_image",
+                        lambda name, *, suite, work_dir: made.append(("base", name, suite)) or name)
+    work = ["--work-dir", str(tmp_path)]
+    assert main(["image", "base", "--name", "factory-base:bookworm-py3.13", *work]) == 0
+    assert main(["image", "base", "--name", "factory-base:trixie", *work]) == 0
+    assert main(["image", "base", "--name", "mine:1", "--suite", "trixie", *work]) == 0
+    assert main(["image", "base", "--name", "mine:2", *work]) == 0
+    assert made == [("builder", "factory-base:bookworm-py3.13"), ("builder", "factory-base:trixie"),
+                    ("base", "mine:1", "trixie"), ("base", "mine:2", "bookworm")]
+    capsys.readouterr()
+
+
 def test_the_shipped_matrix_still_loads() -> None:
     from factory.matrix.load import load_matrix
 
