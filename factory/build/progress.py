@@ -15,7 +15,6 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any
 
 from factory.logger import Log, Ticker
 from factory.matrix.load import PlannedCell
@@ -24,11 +23,11 @@ from factory.planning.memory_model import MemoryHistory
 from factory.planning.ninja_log import object_key, read_ninja_timeline
 from factory.planning.planner import BuildPlan
 from factory.reports.build_report import AttemptPicture, read_events
+from factory.reports.compile_events import CompileEvents
 from factory.runners.base import BuildJob, RunResult, events_path
 from factory.units import format_duration as duration
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
-OBJECT_SUFFIXES = (".o", ".obj")
 BAR_WIDTH = 24
 
 
@@ -83,10 +82,7 @@ class BuildProgress:
         self.ninja_total = 0
         self._run = (0, 0)  # the current ninja run's [N/M]
         self._runs_before = 0  # objects of the ninja runs before it
-        self.started: dict[str, float] = {}  # output -> wall time it started
-        self.finished: dict[str, float] = {}  # object key -> seconds it took
-        self.ended: dict[str, float] = {}  # object key -> wall time it ended
-        self.first_start: float | None = None
+        self.objects = CompileEvents()  # the sampler's events, as objects
         self.previous: dict[str, float] = {}  # finished by an earlier attempt (.ninja_log)
         self._order_read = False
         self._t0 = time.time()
@@ -106,6 +102,14 @@ class BuildProgress:
 
     # -- reading ------------------------------------------------------------------------------
     def poll(self) -> None:
+        # the objects first: a cached compile's stages are matched to them by name
+        if not self._order_read and self.tree is not None:
+            order = build_ninja_order(self.tree)
+            if order:
+                self.objects.know(order)
+                if self.model is not None:
+                    self.model.reorder(order)
+                self._order_read = True
         for line in self._log_tail.lines():
             m = NINJA_PROGRESS.match(line.strip())
             if m:
@@ -116,12 +120,7 @@ class BuildProgress:
             except ValueError:
                 continue
             if isinstance(event, dict):
-                self._event(event)
-        if not self._order_read and self.tree is not None and self.model is not None:
-            order = build_ninja_order(self.tree)
-            if order:
-                self.model.reorder(order)
-                self._order_read = True
+                self.objects.feed(event)
 
     def _ninja(self, n: int, m: int) -> None:
         """One ``[N/M]`` line. setup.py runs ninja once per extension (torch-scatter: 8 runs),
@@ -133,22 +132,25 @@ class BuildProgress:
         self.ninja_done = self._runs_before + n
         self.ninja_total = self._runs_before + m
 
-    def _event(self, event: dict[str, Any]) -> None:
-        at = float(event.get("t", 0.0))
-        if "start" in event and str(event["start"]).endswith(OBJECT_SUFFIXES):
-            out = str(event["start"])
-            self.started[out] = at
-            self.first_start = at if self.first_start is None else min(self.first_start, at)
-        elif "end" in event:
-            out = str(event["end"])
-            began = self.started.pop(out, None)
-            if began is not None:
-                self.finished[object_key(out)] = at - began
-                self.ended[object_key(out)] = at
-
     # -- what it says ---------------------------------------------------------------------------
+    @property
+    def started(self) -> dict[str, float]:
+        """Object key -> wall time it started, for the objects compiling now."""
+        return self.objects.running
+
+    @property
+    def finished(self) -> dict[str, float]:
+        """Object key -> seconds it took, for the objects this attempt finished."""
+        return {key: end - start for key, (start, end) in self.objects.finished.items()}
+
+    @property
+    def first_start(self) -> float | None:
+        starts = [*self.objects.running.values(),
+                  *(start for start, _ in self.objects.finished.values())]
+        return min(starts) if starts else None
+
     def running(self, now: float) -> dict[str, float]:
-        return {object_key(out): now - at for out, at in self.started.items()}
+        return {key: now - at for key, at in self.objects.running.items()}
 
     def estimate(self, now: float | None = None) -> Eta | None:
         now = time.time() if now is None else now
@@ -163,8 +165,8 @@ class BuildProgress:
         # recent objects weigh more in the speed (an earlier attempt's: as old as this one)
         return self.model.estimate(
             finished=finished, running=running, done=done, total=total,
-            ended_ago={k: now - t for k, t in self.ended.items()},
-            elapsed=now - self.first_start if self.first_start is not None else 0.0)
+            ended_ago={k: now - end for k, (_, end) in self.objects.finished.items()},
+            elapsed=now - first if (first := self.first_start) is not None else 0.0)
 
     def render(self) -> str | None:
         self.poll()
@@ -174,7 +176,7 @@ class BuildProgress:
         total = eta.total if eta else (len(self.previous) + self.ninja_total)
         done = eta.done if eta else (len(self.previous) + self.ninja_done)
         running = len(self.started)
-        compiling = now - self.first_start if self.first_start is not None else None
+        compiling = now - first if (first := self.first_start) is not None else None
         if compiling is None and not total:
             return f"{self.label}: preparing the build ({duration(now - self._t0)})"
         counts = f"{done}/{total or '?'} objects, {running} compiling"
@@ -209,7 +211,7 @@ def attempt_picture(attempt: int, plan: BuildPlan, result: RunResult, job: Build
                     progress: BuildProgress, *, tree: Path) -> AttemptPicture:
     """The attempt as the build report draws it: the sampler's events, else (a runner without
     the sampler) the build tree's .ninja_log."""
-    objects, samples = read_events(events_path(job.log_path))
+    objects, samples = read_events(events_path(job.log_path), build_ninja_order(tree) or ())
     if not objects and attempt == 1:
         logs = sorted(tree.glob("build/temp.*/.ninja_log"))
         objects = tuple(read_ninja_timeline(logs[-1])) if logs else ()

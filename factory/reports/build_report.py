@@ -14,7 +14,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from factory.planning.ninja_log import LoggedObject, object_key
+from factory.planning.ninja_log import LoggedObject
+from factory.reports.compile_events import CompileEvents
 from factory.reports.page import COLORS, Frame, esc, legend, nice_ticks, page
 from factory.units import GIB, format_duration, format_size
 
@@ -65,8 +66,11 @@ class AttemptPicture:
         return max(values) if values else None
 
 
-def read_events(path: Path) -> tuple[tuple[LoggedObject, ...], tuple[Sample, ...]]:
-    """The sampler's events file as (objects, memory samples), times from its first line."""
+def read_events(path: Path, objects: Iterable[str] = ()) -> tuple[tuple[LoggedObject, ...],
+                                                                   tuple[Sample, ...]]:
+    """The sampler's events file as (objects, memory samples), times from its first line.
+    ``objects``: the build's object keys, by which a compile cache's stages find their object
+    (reports.compile_events)."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
@@ -82,21 +86,18 @@ def read_events(path: Path) -> tuple[tuple[LoggedObject, ...], tuple[Sample, ...
     if not events:
         return (), ()
     t0 = min(float(e["t"]) for e in events)
-    started: dict[str, float] = {}
-    objects: list[LoggedObject] = []
+    compiles = CompileEvents(objects)
     samples: list[Sample] = []
     for e in events:
-        t = float(e["t"]) - t0
-        if "start" in e and str(e["start"]).endswith((".o", ".obj")):
-            started[str(e["start"])] = t
-        elif "end" in e and str(e["end"]) in started:
-            out = str(e["end"])
-            objects.append(LoggedObject(key=object_key(out), start=started.pop(out), end=t))
-        elif "rss" in e:
+        compiles.feed(e)
+        if "rss" in e:
             anon = e.get("anon")
-            samples.append(Sample(t, int(e["rss"] or 0), int(anon) if anon is not None else None))
-    objects.sort(key=lambda o: (o.start, o.key))
-    return tuple(objects), tuple(samples)
+            samples.append(Sample(float(e["t"]) - t0, int(e["rss"] or 0),
+                                  int(anon) if anon is not None else None))
+    found = [LoggedObject(key=key, start=start - t0, end=end - t0)
+             for key, (start, end) in compiles.finished.items()]
+    found.sort(key=lambda o: (o.start, o.key))
+    return tuple(found), tuple(samples)
 
 
 def _short(key: str) -> str:

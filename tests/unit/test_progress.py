@@ -101,7 +101,7 @@ def test_without_predictions_the_measured_objects_stand_in(build: dict[str, Path
                  {"t": T0 + 30, "start": "/factory/src/build/lib/ext.so"})  # the link: no object
     append(build["log"], "[1/4] nvcc a\n")
     p.poll()
-    assert set(p.started) == {OBJ.format("b")}
+    assert set(p.started) == {"csrc/b"}
     eta = p.estimate(T0 + 40)
     assert eta is not None and eta.total == 4 and eta.done == 1
     # b has 10 of its 30 s left; two more objects at the mean (30 s) on 2 slots
@@ -226,3 +226,34 @@ def test_an_image_step_shows_its_time_and_the_containers_last_line(
         pass
     err = capsys.readouterr().err
     assert "building CPython 3.13: 0s, gcc -c Objects/longobject.c" in err
+
+
+def cached_compile(temp: str, name: str, at: float) -> list[dict[str, object]]:
+    """One nvcc compile through sccache (--cache), in the shape a real flash-attn build's
+    events have: the server runs nvcc's stages, each with its -o in the compile's temp dir
+    (two anonymous ones, then cicc's .ptx and ptxas's .cubin named after the source); only the
+    last, the host compile, has the object's -o. 133 s in all, the last stage 5 s of it."""
+    d = f"/tmp/sccache_nvcc{temp}"
+    return [{"t": at, "start": f"{d}/x_0.cpp4.ii"}, {"t": at + 0.5, "end": f"{d}/x_0.cpp4.ii"},
+            {"t": at + 1, "start": f"{d}/x_0.cpp1.ii"}, {"t": at + 2, "end": f"{d}/x_0.cpp1.ii"},
+            {"t": at + 2, "start": f"{d}/{name}.ptx"}, {"t": at + 85, "end": f"{d}/{name}.ptx"},
+            {"t": at + 85, "start": f"{d}/{name}.cubin"},
+            {"t": at + 128, "end": f"{d}/{name}.cubin"},
+            {"t": at + 128, "start": OBJ.format(name)}, {"t": at + 133, "end": OBJ.format(name)}]
+
+
+def test_an_object_compiled_through_the_cache_runs_from_its_first_stage(
+    build: dict[str, Path],
+) -> None:
+    model = EtaModel({"csrc/a": 100.0, "csrc/b": 50.0, "csrc/c": 50.0}, jobs=2)
+    p = progress(build, model, io.StringIO())
+    stages = cached_compile("ZfDC3K", "a", T0)
+    write_events(build["events"], *stages[:5])  # up to cicc's start
+    p.poll()
+    assert p.running(T0 + 30) == {"csrc/a": 30.0}
+    eta = p.estimate(T0 + 30)
+    assert eta is not None and eta.running == 1
+    write_events(build["events"], *stages[5:])
+    p.poll()
+    assert p.finished == {"csrc/a": 133.0} and p.started == {}
+    assert "ext: 1/3 objects, 0 compiling, " in (p.render() or "")

@@ -58,6 +58,27 @@ def test_events_become_a_timeline_and_samples(tmp_path: Path) -> None:
     assert read_events(tmp_path / "missing") == ((), ())
 
 
+def test_a_cached_compile_is_drawn_from_its_first_stage(tmp_path: Path) -> None:
+    """Through sccache nvcc's stages run in its server with their -o in a temp dir (named
+    after the source once cicc runs); only the last stage has the object's -o."""
+    t0 = 1_800_000_000.0
+    obj = "/factory/src/build/temp.linux-x86_64-cpython-311/csrc/flash_fwd.o"
+    stage = "/tmp/sccache_nvccZfDC3K/{}"
+    lines = [{"t": t0, "start": stage.format("x_0.cpp4.ii")},
+             {"t": t0 + 1, "end": stage.format("x_0.cpp4.ii")},
+             {"t": t0 + 2, "start": stage.format("flash_fwd.ptx")},
+             {"t": t0 + 85, "end": stage.format("flash_fwd.ptx")},
+             {"t": t0 + 85, "start": stage.format("flash_fwd.cubin")},
+             {"t": t0 + 128, "end": stage.format("flash_fwd.cubin")},
+             {"t": t0 + 128, "start": obj}, {"t": t0 + 133, "end": obj}]
+    path = tmp_path / "a.log.events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    objects, _ = read_events(path, ["csrc/flash_fwd", "csrc/flash_bwd"])
+    assert [(o.key, o.start, o.end) for o in objects] == [("csrc/flash_fwd", 0.0, 133.0)]
+    # without the build's objects a stage cannot be told apart: the object file alone
+    assert [(o.start, o.end) for o in read_events(path)[0]] == [(128.0, 133.0)]
+
+
 def test_the_build_report_draws_each_attempt(tmp_path: Path) -> None:
     objects, samples = read_events(events_file(tmp_path))
     oom = AttemptPicture(number=1, jobs=4, threads=1, cap_bytes=6 << 30,

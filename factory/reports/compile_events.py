@@ -1,0 +1,70 @@
+"""The sampler's events as objects: when each object of the build started and ended.
+
+The sampler (runners/inside/sampling.py) writes a line per compile process that starts or ends,
+named by its ``-o``. Without a compile cache a process's -o is its object. Through sccache an
+nvcc compile runs as stages in sccache's server, each with its -o in a temp dir of that one
+compile (``/tmp/sccache_nvccXXXX/``): anonymous ones first (``x_0.cpp4.ii``), then the ones
+named after the source (``<name>.ptx`` from cicc, ``<name>.cubin`` from ptxas), and last the
+host compile with the object's real ``-o``. Counted by the -o alone, such an object would run
+for its last few seconds only. Here it starts with its temp dir's first stage (known once a
+stage names the source, matched to one object of the build by that name) and ends with its
+object file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from factory.planning.ninja_log import object_key
+
+OBJECT_SUFFIXES = (".o", ".obj")
+# a stage sccache runs for one nvcc compile: its temp dir and its output's file name
+CACHE_STAGE = re.compile(r"^(?P<dir>.*/sccache_nvcc[^/]+)/(?P<file>[^/]+)$")
+
+
+class CompileEvents:
+    """Folds events in as they come. ``objects``: the build's object keys (build.ninja), by
+    which a cache stage's source name is matched to its object; more can be added later."""
+
+    def __init__(self, objects: Iterable[str] = ()) -> None:
+        self.running: dict[str, float] = {}  # object key -> when it started
+        self.finished: dict[str, tuple[float, float]] = {}  # object key -> (start, end)
+        self._by_name: dict[str, set[str]] = {}
+        self._stage_dirs: dict[str, float] = {}  # a cached compile's temp dir -> first stage
+        self.know(objects)
+
+    def know(self, objects: Iterable[str]) -> None:
+        for key in objects:
+            self._by_name.setdefault(key.rsplit("/", 1)[-1], set()).add(key)
+
+    def feed(self, event: Mapping[str, object]) -> None:
+        at = event.get("t")
+        if not isinstance(at, (int, float)):
+            return
+        if "start" in event:
+            self._start(str(event["start"]), float(at))
+        elif "end" in event:
+            self._end(str(event["end"]), float(at))
+
+    def _start(self, out: str, at: float) -> None:
+        stage = CACHE_STAGE.match(out)
+        if stage:
+            first = self._stage_dirs.setdefault(stage["dir"], at)
+            named = self._by_name.get(stage["file"].split(".", 1)[0], set())
+            if len(named) == 1:
+                key = next(iter(named))
+                if key not in self.finished:
+                    self.running[key] = min(first, self.running.get(key, first))
+            return
+        if out.endswith(OBJECT_SUFFIXES):
+            key = object_key(out)
+            self.running[key] = min(at, self.running.get(key, at))
+
+    def _end(self, out: str, at: float) -> None:
+        if not out.endswith(OBJECT_SUFFIXES) or CACHE_STAGE.match(out):
+            return
+        key = object_key(out)
+        began = self.running.pop(key, None)
+        if began is not None:
+            self.finished[key] = (began, at)
