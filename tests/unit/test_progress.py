@@ -257,3 +257,13 @@ def test_an_object_compiled_through_the_cache_runs_from_its_first_stage(
     p.poll()
     assert p.finished == {"csrc/a": 133.0} and p.started == {}
     assert "ext: 1/3 objects, 0 compiling, " in (p.render() or "")
+
+
+def test_without_predictions_nothing_is_guessed_before_the_first_object_ends(
+    build: dict[str, Path],
+) -> None:
+    p = progress(build, None, io.StringIO())
+    write_events(build["events"], {"t": T0, "start": OBJ.format("a")})
+    append(build["log"], "")
+    assert p.estimate(T0 + 5) is None
+    assert (p.render() or "").endswith(", ETA after the first object")
