@@ -51,7 +51,9 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends xz-
     uuid-dev libgdbm-dev libncurses-dev pkgconf
 mkdir -p /tmp/pysrc && cd /tmp/pysrc
 apt-get source --download-only python{python}
-tar xf python{python}_*.orig.tar.*  # bookworm ships .tar.gz, trixie .tar.xz
+# bookworm ships .orig.tar.gz, trixie .orig.tar.xz with its signature (.asc) beside it
+orig=$(ls python{python}_*.orig.tar.gz python{python}_*.orig.tar.xz 2>/dev/null | head -n 1)
+tar xf "$orig"
 cd Python-{python}*/
 ./configure --prefix=/usr/local --with-ensurepip=install > /tmp/pysrc/configure.log
 make -j"$(nproc)" > /tmp/pysrc/make.log 2>&1 || {{ tail -n 40 /tmp/pysrc/make.log; exit 1; }}
@@ -173,8 +175,10 @@ def build_python_image(base: str, name: str, *, python: str) -> str:
             # minutes of compiling; the client default is 120 s
             status = container.wait(timeout=3 * 3600)
         if int(status.get("StatusCode", 1)) != 0:
-            tail = container.logs(tail=40).decode(errors="replace")
-            raise EngineError(f"building CPython {python} for {name} failed", tip=tail.strip())
+            lines = [x.strip() for x in container.logs(tail=40).decode(errors="replace")
+                     .splitlines() if x.strip()]
+            raise EngineError(f"building CPython {python} for {name} failed",
+                              tip="its last lines: " + " / ".join(lines[-3:]))
         repo, _, tag = name.rpartition(":")
         container.commit(repository=repo, tag=tag,
                          changes=['CMD ["/bin/bash"]', f"LABEL {PYTHON_LABEL}={python}"])

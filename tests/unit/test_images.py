@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 
 from factory.matrix.manylinux import plat_for_image
 from factory.toolchain import images
+from factory.toolchain.python_image import BUILD_SCRIPT
 from factory.errors import EngineError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,3 +104,33 @@ def test_cuda_dockerfile_is_parameterised_by_cuda_version() -> None:
         "libcusparse-devel-",
     ):
         assert pkg in text
+
+
+@pytest.mark.parametrize(("suite_files", "python"), [
+    (["python3.13_3.13.5.orig.tar.xz", "python3.13_3.13.5.orig.tar.xz.asc"], "3.13"),  # trixie
+    (["python3.11_3.11.2.orig.tar.gz"], "3.11"),  # bookworm: no signature beside it
+])
+def test_the_cpython_build_unpacks_the_source_beside_its_signature(
+    tmp_path: Path, suite_files: list[str], python: str
+) -> None:
+    """The image build's unpack step, as the script has it, on what `apt-get source` leaves:
+    trixie's python3.13 has its .asc beside the tarball (a glob of both once failed with
+    "tar: ...orig.tar.xz.asc: Not found in archive")."""
+    script = BUILD_SCRIPT.format(mirror="M", source_suite="S", python=python)
+    lines = script.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("apt-get source")) + 1
+    end = next(i for i, x in enumerate(lines) if x.startswith("cd Python-"))
+    src = tmp_path / f"Python-{python}.5"
+    src.mkdir()
+    (src / "configure").write_text("#!/bin/sh\n")
+    for name in suite_files:
+        if name.endswith(".asc"):
+            (tmp_path / name).write_text("-----BEGIN PGP SIGNATURE-----\n")
+        else:
+            with tarfile.open(tmp_path / name, "w:xz" if name.endswith(".xz") else "w:gz") as t:
+                t.add(src, arcname=src.name)
+    shutil.rmtree(src)
+    unpack = "set -eu\n" + "\n".join(lines[start:end + 1]) + "\nls configure\n"
+    done = subprocess.run(["bash", "-c", unpack], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "configure"
