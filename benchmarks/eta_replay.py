@@ -83,6 +83,11 @@ RUNS = {
     "sm100-flagship-2jobs": RealRun(
         log=ROOT / "benchmarks/results-2026-12-01-flagship/cp311.ninja_log", date="2026-12-01",
         jobs=2, cpus=2, archs=(100,), machine="the 2-core builder, shared"),
+    # the same cell rebuilt there a day later with --cache (a cold cache: every object
+    # compiled), the builder otherwise idle, on another CPU model
+    "sm100-flagship-again": RealRun(
+        log=ROOT / "benchmarks/results-2026-12-02-flagship/cp311-again.ninja_log",
+        date="2026-12-02", jobs=2, cpus=2, archs=(100,), machine="the 2-core builder, idle"),
     # the catalog's sm_90 cells built side by side on one H200 machine, each in its own cgroup
     "causal-conv1d": _catalog("causal-conv1d", "1.7.0", 4),
     "grouped-gemm": _catalog("grouped-gemm", "0.3.0", 3),

@@ -58,6 +58,7 @@ SM100 = X2 / "flash-attn-2.8.3.post2-torch2.11.0-cu130-sm100-cp312.ninja_log"
 X3 = GPU / "results-2026-12-01-h200x2"
 SM90_32 = X3 / "flash-attn-2.8.3.post2-torch2.11.0-cu130-sm90-cp312.ninja_log"
 FLAGSHIP = ROOT / "benchmarks" / "results-2026-12-01-flagship"
+FLAGSHIP_AGAIN = ROOT / "benchmarks" / "results-2026-12-02-flagship"
 
 # Used above idle in the last sample before ninja started (setup.py with torch imported, ninja):
 # 371 MiB (baseline), 477 MiB (longest-first run). The larger is the non-compile memory.
@@ -111,18 +112,21 @@ def _peaks_of(history_file: Path, archs: list[int]) -> dict[str, int]:
 
 def _flagship() -> tuple[Run, ...]:
     """The default matrix's flash-attn sm_100 cell built on the 2-core builder, if its
-    results are in the repo (benchmarks/flagship_results.py collect)."""
-    meta = FLAGSHIP / "cp311.json"
-    if not meta.exists():
-        return ()
-    m = json.loads(meta.read_text())
-    return (Run(order=6, name=m["name"], date=m["date"], log=FLAGSHIP / m["ninja_log"],
-                archs=(100,), jobs=int(m["jobs"]), cpus=int(m["cpus"]),
-                peak_gib=int(m["compile_peak_rss_bytes"]) / GIB, peak_of="compilers",
-                machine=m["machine"] + f", docker cap {m['memory_limit_bytes'] / GIB:.0f} GiB"
-                f" / {m['cpus']} CPUs",
-                object_peaks={str(k): int(v) for k, v in
-                              m["object_peak_rss_bytes"].items()}),)
+    results are in the repo (benchmarks/flagship_results.py collect): the first build
+    (2026-12-01, the builder shared) and its rebuild with a cold --cache (2026-12-02, idle)."""
+    runs = []
+    for order, meta in ((6, FLAGSHIP / "cp311.json"), (7, FLAGSHIP_AGAIN / "cp311-again.json")):
+        if not meta.exists():
+            continue
+        m = json.loads(meta.read_text())
+        runs.append(Run(
+            order=order, name=m["name"], date=m["date"], log=meta.parent / m["ninja_log"],
+            archs=(100,), jobs=int(m["jobs"]), cpus=int(m["cpus"]),
+            peak_gib=int(m["compile_peak_rss_bytes"]) / GIB, peak_of="compilers",
+            machine=m["machine"] + f", docker cap {m['memory_limit_bytes'] / GIB:.0f} GiB"
+            f" / {m['cpus']} CPUs",
+            object_peaks={str(k): int(v) for k, v in m["object_peak_rss_bytes"].items()}))
+    return tuple(runs)
 
 
 H200_VM = "2x H200 VM, 32 cores, 251 GiB"
@@ -368,9 +372,12 @@ def fits_table(history: MemoryHistory) -> list[str]:
         ("sm_100 1 job, torch 2.14.1 (this builder, docker)", (100,), 7, 1, 1,
          "OOM-killed on flash_bwd_hdim256"),
     ]
+    built_here = {}  # the builds on this builder: their dates (the shipped record is one's)
     for row in _flagship():
-        cases.append((f"sm_100 {row.jobs} jobs, torch 2.14.1 (this builder, docker)", (100,),
-                      16, row.jobs, row.cpus, f"built; compilers {row.peak_gib:.1f} GiB"))
+        name = f"sm_100 {row.jobs} jobs, torch 2.14.1 (this builder, docker, {row.date})"
+        built_here[name] = row.date
+        cases.append((name, (100,), 16, row.jobs, row.cpus,
+                      f"built; compilers {row.peak_gib:.1f} GiB"))
     for name, archs, cap, jobs, cpus, happened in cases:
         cell = Cell(package="flash-attn", version="2.8.3.post2", torch="2.14.1", cuda="13.0",
                     archs=archs, python="3.11")
@@ -398,9 +405,12 @@ def fits_table(history: MemoryHistory) -> list[str]:
         runs = {(r.max_jobs, r.cpus): r for r in (times.runs if times and objects else ())
                 if r.peak_bytes}
         own = runs.get((jobs, cpus))
+        if own is not None and name in built_here and own.date != built_here[name]:
+            own = None  # the record is another build's of the same jobs and CPUs
         inputs = [what for what, yes in (
             ("its object times", own is not None and own.supplied_times),
-            ("its per-object peaks", "docker" in name and jobs > 1),  # the flagship build's
+            # the shipped per-object peaks are the flagship build's
+            ("its per-object peaks", own is not None and name in built_here),
             ("its peak (the calibration)", own is not None and cal.peak_factor < 1),
             ("its peak (the sm_90 peaks' fit)", archs == (90,) and (jobs, cap) == (16, 64)),
         ) if yes]

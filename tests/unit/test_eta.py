@@ -37,6 +37,13 @@ BOUNDS = {
     # the load on the 2-core builder eased 53 % in; every object that had ended by 50 %
     # took 2-4.5x the H200 times: +179 %
     ("sm100-flagship-2jobs", 0.5): 1.85,
+    # the two flagship builds on the 2-core builder, each predicted from the other: the loaded
+    # one's first objects took 2-4.5x the idle rebuild's (-27 % at 10 %), and the rebuild,
+    # predicted from the loaded one, learns a speed of about half from its first objects that
+    # does not hold for the loaded run's later, less inflated ones (-25, -35, -40 %)
+    ("sm100-flagship-2jobs", 0.1): 0.30,
+    ("sm100-flagship-again", 0.1): 0.30, ("sm100-flagship-again", 0.5): 0.40,
+    ("sm100-flagship-again", 0.9): 0.45,
     # the catalog, built twice on the GPU machine: each run predicted from the other's record.
     # causal-conv1d is one 408-467 s object beside three of 10-52 s: the 13 % by which that one
     # object differed between the runs is most of what remains late in the build
