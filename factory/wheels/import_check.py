@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,21 +33,39 @@ from factory.wheels.report import Check
 
 def _python_for(info: WheelInfo) -> tuple[str | None, str]:
     """(interpreter, why): the host's when its version matches the wheel's cp tag, else a
-    python3.X on PATH, else None with the reason."""
+    python3.X on PATH that runs as that version (a pyenv shim for a version that is not
+    selected is on PATH and exits 127), else None with the reason."""
     cps = [i for i in info.interpreters if re.fullmatch(r"cp3\d+", i)]
     if not cps:
         return None, f"no CPython tag in {', '.join(info.interpreters)}"
     host = f"cp{sys.version_info.major}{sys.version_info.minor}"
     if host in cps:
         return sys.executable, host
+    broken = []
     for cp in cps:
         found = shutil.which(f"python3.{cp[3:]}")
-        if found:
+        if found and _runs_as(found, cp):
             return found, cp
+        if found:
+            broken.append(found)
+    if broken:
+        return None, (f"the wheel is for {', '.join(cps)}, and {', '.join(broken)} on PATH does "
+                      "not run as that version")
     return (
         None,
         f"the wheel is for {', '.join(cps)}, this host runs {host} and has no python3.{cps[0][3:]}",
     )
+
+
+def _runs_as(python: str, cp: str) -> bool:
+    """Whether ``python`` starts and is CPython version ``cp`` ('cp313')."""
+    try:
+        done = subprocess.run(
+            [python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=60, env=_clean_env(), check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and done.stdout.strip() == cp
 
 
 def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -74,6 +74,29 @@ def test_import_check_is_skipped_without_a_matching_python(
     assert "the wheel is for cp39" in check.detail and "python3.9" in check.detail
 
 
+def test_a_python_on_path_that_does_not_run_as_the_wheels_version_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pyenv shim for a version that is not selected is on PATH and exits 127 ("pyenv:
+    python3.13: command not found"): the check said "creating a clean venv failed" and the
+    build failed. Such an interpreter is not taken; one that runs as the version is."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "python3.9"
+    shim.write_text("#!/bin/sh\necho 'pyenv: python3.9: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    wheel = analyse_wheel(py_wheel(tmp_path, b"", tag="cp39-cp39-linux_x86_64"))
+    check = check_import(wheel, wheelhouse=None)
+    assert check.ok and check.skipped
+    assert f"{shim} on PATH does not run as that version" in check.detail
+    # one that runs as 3.9 is taken: its "venv" step passes, and the venv it did not make
+    # has no python for pip
+    shim.write_text("#!/bin/sh\necho cp39\n")
+    with pytest.raises(EngineError, match=r"pip install: program .*/venv/bin/python"):
+        check_import(wheel, wheelhouse=None)
+
+
 def test_cli_verify_runs_as_a_program(tmp_path: Path) -> None:
     result = subprocess.run(
         [
