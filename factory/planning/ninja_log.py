@@ -5,6 +5,7 @@ accuracy benchmarks all read logs through here."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 
 from factory.errors import ConfigError
@@ -26,6 +27,26 @@ def object_key(path: str) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+class ObjectNames:
+    """The build's objects by their file name, for an output that names its object only by the
+    source's name: sccache runs nvcc's stages with their -o in a temp dir of the compile
+    (``/tmp/sccache_nvccXXXX/<name>.ptx``, ``.cubin``). Such an output belongs to the one object
+    of that name, and to none where two objects share it."""
+
+    def __init__(self, objects: Iterable[str] = ()) -> None:
+        self._by_name: dict[str, set[str]] = {}
+        self.add(objects)
+
+    def add(self, objects: Iterable[str]) -> None:
+        for key in objects:
+            self._by_name.setdefault(key.rsplit("/", 1)[-1], set()).add(key)
+
+    def of(self, path: str) -> str | None:
+        """The object key of the one object named like ``path``'s file (up to its first dot)."""
+        named = self._by_name.get(path.rsplit("/", 1)[-1].split(".", 1)[0], set())
+        return next(iter(named)) if len(named) == 1 else None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from factory.errors import FactoryError
 from factory.matrix.load import PlannedCell
 from factory.planning.history_file import today
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory
-from factory.planning.ninja_log import compile_span, object_key, read_entries
+from factory.planning.ninja_log import ObjectNames, compile_span, object_key, read_entries
 from factory.planning.object_times import RecordedRun
 from factory.units import format_size
 
@@ -77,17 +77,14 @@ def object_peaks(raw: Mapping[str, int], objects: Iterable[str]) -> dict[str, in
     Anything else is left out: the link (.so), a host compile's temporary ``cc*.s``, the
     anonymous ``x_0.cpp1.ii`` stages."""
     wanted = set(objects)
-    by_name: dict[str, list[str]] = {}
-    for k in wanted:
-        by_name.setdefault(k.rsplit("/", 1)[-1], []).append(k)
+    names = ObjectNames(wanted)
     out: dict[str, int] = {}
     for path, value in raw.items():
-        key = object_key(path)
+        key: str | None = object_key(path)
         if key not in wanted:
-            match = by_name.get(Path(path).name.split(".", 1)[0], [])
-            if len(match) != 1:
+            key = names.of(path)
+            if key is None:
                 continue
-            key = match[0]
         out[key] = max(int(value), out.get(key, 0))
     return out
 

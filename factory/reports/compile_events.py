@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from factory.planning.ninja_log import object_key
+from factory.planning.ninja_log import ObjectNames, object_key
 
 OBJECT_SUFFIXES = (".o", ".obj")
 # a stage sccache runs for one nvcc compile: its temp dir and its output's file name
@@ -30,13 +30,11 @@ class CompileEvents:
     def __init__(self, objects: Iterable[str] = ()) -> None:
         self.running: dict[str, float] = {}  # object key -> when it started
         self.finished: dict[str, tuple[float, float]] = {}  # object key -> (start, end)
-        self._by_name: dict[str, set[str]] = {}
+        self._names = ObjectNames(objects)
         self._stage_dirs: dict[str, float] = {}  # a cached compile's temp dir -> first stage
-        self.know(objects)
 
     def know(self, objects: Iterable[str]) -> None:
-        for key in objects:
-            self._by_name.setdefault(key.rsplit("/", 1)[-1], set()).add(key)
+        self._names.add(objects)
 
     def feed(self, event: Mapping[str, object]) -> None:
         at = event.get("t")
@@ -51,11 +49,9 @@ class CompileEvents:
         stage = CACHE_STAGE.match(out)
         if stage:
             first = self._stage_dirs.setdefault(stage["dir"], at)
-            named = self._by_name.get(stage["file"].split(".", 1)[0], set())
-            if len(named) == 1:
-                key = next(iter(named))
-                if key not in self.finished:
-                    self.running[key] = min(first, self.running.get(key, first))
+            key = self._names.of(stage["file"])
+            if key is not None and key not in self.finished:
+                self.running[key] = min(first, self.running.get(key, first))
             return
         if out.endswith(OBJECT_SUFFIXES):
             key = object_key(out)
