@@ -27,7 +27,7 @@ from factory.matrix.cell import Cell  # noqa: E402
 from factory.planning.eta import EtaModel, model_for, replay_log  # noqa: E402
 from factory.planning.history_file import shipped_history_path  # noqa: E402
 from factory.planning.memory_model import MemoryHistory  # noqa: E402
-from factory.planning.ninja_log import LoggedObject, object_key, read_ninja_log  # noqa: E402
+from factory.planning.ninja_log import LoggedObject, read_entries, stages_of  # noqa: E402
 from factory.planning.planner import calibration  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,46 +116,21 @@ NOT_REPLAYED = {
 POINTS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)
 
 
-def ninja_runs(name: str) -> list[list[LoggedObject]]:
-    """The log's ninja runs, each on one clock with the others, end to end: setup.py runs
-    ninja once per extension (torch-scatter: 8 runs into one .ninja_log, each counting from its
-    own start). A run begins where an entry ends before the one logged before it (ninja logs an
-    entry as it ends) or names an output the run already built; it is placed where the run
-    before it ended (setup.py's seconds between them are not in the log). An output built again
-    in a later run is keyed ``<key>#<n>``."""
-    runs: list[list[LoggedObject]] = []
-    seen: dict[str, int] = {}
-    offset = last_end = 0.0
-    for line in RUNS[name].log.read_text().splitlines():
-        fields = line.split("\t")
-        if line.startswith("#") or len(fields) < 4:
-            continue
-        start, end, key = int(fields[0]) / 1000, int(fields[1]) / 1000, object_key(fields[3])
-        if not runs or end < last_end or any(o.key.split("#")[0] == key for o in runs[-1]):
-            offset = max((o.end for o in runs[-1]), default=0.0) if runs else 0.0
-            runs.append([])
-        last_end = end
-        seen[key] = seen.get(key, 0) + 1
-        label = key if seen[key] == 1 else f"{key}#{seen[key]}"
-        runs[-1].append(LoggedObject(key=label, start=offset + start, end=offset + end))
-    t0 = min(o.start for o in runs[0])
-    return [sorted((dataclasses.replace(o, start=o.start - t0, end=o.end - t0) for o in run),
-                   key=lambda o: (o.start, o.key)) for run in runs]
-
-
 def timeline(name: str) -> list[LoggedObject]:
-    """Every object of the log on one clock (``ninja_runs`` end to end), in start order."""
-    return sorted((o for run in ninja_runs(name) for o in run), key=lambda o: (o.start, o.key))
+    """Every compile of the log on one clock, in start order: its ninja runs end to end, an
+    output compiled again as ``<key>#<n>`` (planning.ninja_log.read_entries, as the factory
+    records a build)."""
+    return read_entries(RUNS[name].log)
 
 
 def ninja_counts(name: str, at: float) -> tuple[int, int | None]:
     """What ninja's ``[N/M]`` lines have said ``at`` seconds in (ninja prints one as each object
     ends, M counting its own run's objects): objects ended, and the objects of the runs that
     have printed one (None before the first)."""
-    runs = ninja_runs(name)
-    done = sum(1 for run in runs for o in run if o.end <= at)
-    told = [len(run) for run in runs if any(o.end <= at for o in run)]
-    return done, (sum(told) if told else None)
+    objects = timeline(name)
+    done = sum(1 for o in objects if o.end <= at)
+    told = {o.stage for o in objects if o.end <= at}
+    return done, (sum(1 for o in objects if o.stage in told) if told else None)
 
 
 def _same(record: dict[str, object], name: str) -> bool:
@@ -171,9 +146,15 @@ def history_without(name: str) -> MemoryHistory:
     run = RUNS[name]
     doc = MemoryHistory.load(shipped_history_path()).as_document()
     # the package's records from its other runs' builds, as the builder's own history has them
+    # (its times read from that run's ninja log as the recorder reads it now: a compile
+    # repeated by a second ninja run as its own object, and the runs in order, where the
+    # recorder of the GPU run's day kept only the last compile of each output)
     for other, r in RUNS.items():
         if other != name and r.package == run.package and r.history is not None:
-            doc["objects"] += [e for e in MemoryHistory.load(r.history).as_document()["objects"]
+            logged = read_entries(r.log)
+            doc["objects"] += [{**e, "seconds": {o.key: o.seconds for o in logged},
+                                "stages": stages_of(logged)}
+                               for e in MemoryHistory.load(r.history).as_document()["objects"]
                                if e["package"] == run.package]
     for entry in doc["objects"]:
         if (entry["package"], tuple(entry["archs"])) != (run.package, run.archs):
@@ -187,7 +168,9 @@ def history_without(name: str) -> MemoryHistory:
         others = [n for n, r in RUNS.items() if n != name and r.archs == run.archs
                   and r.package == run.package]
         other = max(others, key=lambda n: RUNS[n].date)
-        entry.update(seconds=read_ninja_log(RUNS[other].log), max_jobs=RUNS[other].jobs,
+        other_log = read_entries(RUNS[other].log)
+        entry.update(seconds={o.key: o.seconds for o in other_log}, stages=stages_of(other_log),
+                     max_jobs=RUNS[other].jobs,
                      cpus=RUNS[other].cpus,
                      source=f"{other}: {RUNS[other].log.name} (instead of the replayed run's)")
         entry["runs"] = [{**r, "supplied_times": True} if _same(r, other) else

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from process_memory import PeakSampler  # noqa: E402
 
-from factory.units import format_size  # noqa: E402
 from factory.matrix.cell import Cell  # noqa: E402
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory  # noqa: E402
 from factory.planning.ninja_log import read_ninja_log  # noqa: E402
+from factory.units import format_size  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -43,8 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from factory.planning.history_file import shipped_history_path  # noqa: E402
 from factory.planning.memory_model import MemoryHistory  # noqa: E402
 from factory.planning.ninja_log import LoggedObject, compile_span, read_entries  # noqa: E402
-from factory.planning.planner import HEAVY_JOBS, list_schedule  # noqa: E402
-from factory.planning.replay import contention_factor, replay  # noqa: E402
+from factory.planning.planner import HEAVY_JOBS  # noqa: E402
+from factory.planning.replay import (  # noqa: E402
+    contention_factor,
+    list_schedule,  # noqa: E402
+    replay,
+)
 from factory.units import GIB  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

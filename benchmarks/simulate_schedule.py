@@ -60,7 +60,6 @@ from factory.planning.ninja_log import read_ninja_log  # noqa: E402
 from factory.planning.object_times import ObjectTimes  # noqa: E402
 from factory.planning.planner import (  # noqa: E402
     jobs_that_fit,
-    list_schedule,
     plan_for,
     predicted_peak,
 )
@@ -68,6 +67,7 @@ from factory.planning.replay import (  # noqa: E402
     PEAK_WINDOW_SECONDS,
     TAIL_FRACTION,
     contention_factor,
+    list_schedule,  # noqa: E402
     replay,
 )
 from factory.units import GIB  # noqa: E402

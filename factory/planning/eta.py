@@ -16,7 +16,9 @@ finished and how long they took. The estimate is a replay of the rest:
   first hour and 0.5-1.5x after (docs/BENCHMARKS.md, "The ETA during a build").
 - Each running object keeps ``speed x predicted - elapsed``; one past that is taken to be
   nearly done (a tenth of its prediction).
-- The objects not started yet start in build.ninja's order as slots free up.
+- The objects not started yet start in build.ninja's order as slots free up; where setup.py
+  runs ninja once per extension (``stages``: torch-scatter's 8 runs), a run's objects start
+  only when every object of the runs before it has ended.
 - Contention as it really goes: the predictions hold the plan's contention (every slot
   compiling); when fewer objects are left than slots, the last ones compile faster
   (replay.contention_factor on the objects still running).
@@ -75,12 +77,15 @@ class EtaModel:
     ``jobs``: ninja's slots; ``cpus`` and ``compilers_per_job`` (archs compiled at once): for
     the contention as slots empty at the end (0 CPUs: constant, as the plan); ``order``: the
     start order (build.ninja's; default longest first, what the factory writes); ``spread``:
-    the plan's range as factors of its point figure."""
+    the plan's range as factors of its point figure; ``stages``: key -> the ninja run it
+    compiles in (absent: the first; ObjectTimes.stages)."""
 
     def __init__(self, predicted: Mapping[str, float], *, jobs: int, cpus: int = 0,
                  compilers_per_job: int = 1, order: Sequence[str] | None = None,
-                 spread: tuple[float, float] = (1.0, 1.0)) -> None:
+                 spread: tuple[float, float] = (1.0, 1.0),
+                 stages: Mapping[str, int] | None = None) -> None:
         self.predicted = {k: max(0.0, float(v)) for k, v in predicted.items()}
+        self.stages = {k: int(v) for k, v in (stages or {}).items() if k in self.predicted}
         self.jobs = max(1, int(jobs))
         self.cpus = max(0, int(cpus))
         self.per_job = max(1, int(compilers_per_job))
@@ -131,7 +136,8 @@ class EtaModel:
         speed = self._speed(finished, running, ended_ago or {}, elapsed)
         seen_done = sum(1 for k in finished if k in self.predicted)
         n_done = max(seen_done, done or 0)
-        pending = [k for k in self.order if k not in finished and k not in running]
+        pending = sorted((k for k in self.order if k not in finished and k not in running),
+                         key=lambda k: self.stages.get(k, 0))  # by ninja run, then in order
         # ninja counted objects the sampler never saw end: the first in order
         unseen = max(0, n_done - seen_done)
         dropped = min(unseen, len(pending))
@@ -142,13 +148,21 @@ class EtaModel:
         # how much of the plan's range is left: the prior's share of the evidence
         weight = math.sqrt(self.prior / (self.prior + evidence)) if self.prior > 0 else 0.0
 
+        # the ninja run going now: the latest of the objects seen; one the plan does not know
+        # runs in it, and the objects it does not know are left for the last run
+        now = max((self.stages.get(k, 0) for k in (*finished, *running) if k in self.predicted),
+                  default=0)
+        last = max(self.stages.values(), default=0)
+
         def remaining(factor: float) -> float:
             s = speed * factor
             busy = []
             for key, elapsed in running.items():
                 p = self.predicted.get(key, self.mean) * s
-                busy.append(p - elapsed if elapsed < p else OVERDUE_FRACTION * p)
-            rest = [self.predicted[k] * s for k in pending] + [self.mean * s] * extra
+                busy.append((p - elapsed if elapsed < p else OVERDUE_FRACTION * p,
+                             self.stages.get(key, now) if key in self.predicted else now))
+            rest = [(self.predicted[k] * s, self.stages.get(k, 0)) for k in pending]
+            rest += [(self.mean * s, last)] * extra
             return self._makespan(busy, rest)
 
         point = remaining(1.0)
@@ -157,24 +171,31 @@ class EtaModel:
         return Eta(remaining=point, low=min(point, low), high=max(point, high), speed=speed,
                    done=n_done, running=len(running), total=max(self.total, total or 0))
 
-    def _makespan(self, busy: Sequence[float], pending: Sequence[float]) -> float:
+    def _makespan(self, busy: Sequence[tuple[float, int]],
+                  pending: Sequence[tuple[float, int]]) -> float:
         """When the last object ends: ``busy`` objects with their seconds left, ``pending``
-        ones starting in order on the first free slot. Seconds are at the plan's contention;
+        ones starting in order on the first free slot, each (seconds, ninja run): a run's
+        objects wait for the runs before it to end. Seconds are at the plan's contention;
         with ``cpus`` they are replayed at the contention of the objects really running."""
         full = contention_factor(self.jobs * self.per_job, self.cpus) if self.cpus else 1.0
-        active = [max(0.0, b) / full for b in busy]  # seconds alone still to go
-        queue = [p / full for p in reversed(pending)]  # popped from the end: in order
-        while len(active) < self.jobs and queue:
-            active.append(queue.pop())
+        active = [(max(0.0, b) / full, r) for b, r in busy]  # seconds alone still to go
+        # popped from the end: by run, in order within one
+        queue = [(p / full, r) for p, r in sorted(pending, key=lambda x: x[1])][::-1]
+
+        def fill() -> None:
+            while len(active) < self.jobs and queue and all(
+                    r >= queue[-1][1] for _, r in active):
+                active.append(queue.pop())
+
+        fill()
         now = 0.0
         while active:
             rate = 1.0 / (contention_factor(len(active) * self.per_job, self.cpus)
                           if self.cpus else full)
-            step = min(active)
+            step = min(a for a, _ in active)
             now += step / rate
-            active = [a - step for a in active if a - step > 1e-9]
-            while len(active) < self.jobs and queue:
-                active.append(queue.pop())
+            active = [(a - step, r) for a, r in active if a - step > 1e-9]
+            fill()
         return now
 
 
@@ -188,7 +209,7 @@ def model_for(times: ObjectTimes | None, *, archs: int, jobs: int, threads: int,
     seconds = {k: v * speed for k, v in object_seconds(
         times, archs=archs, jobs=jobs, threads=threads, cpus=cpus).items()}
     return EtaModel(seconds, jobs=jobs, cpus=cpus, compilers_per_job=min(threads, archs),
-                    spread=spread)
+                    spread=spread, stages=times.stages)
 
 
 def spread_of(plan: Any) -> tuple[float, float]:

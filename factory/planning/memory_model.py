@@ -114,6 +114,8 @@ class BuildMeasurement:
     cpus: int = 0
     source: str = ""
     run: RecordedRun | None = None  # the attempt as a whole, when it compiled every object
+    # object key -> the ninja run it compiled in, for those after the first (ObjectTimes.stages)
+    object_stages: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def _key_of(rec: Mapping[str, Any]) -> ModelKey:
@@ -287,6 +289,7 @@ class MemoryHistory:
                     peaks={str(k): int(v) for k, v in entry.get("peak_bytes", {}).items()},
                     max_jobs=int(entry.get("max_jobs", 0)), cpus=int(entry.get("cpus", 0)),
                     runs=_runs(entry), ooms=int(entry.get("ooms", 0)),
+                    stages={str(k): int(v) for k, v in entry.get("stages", {}).items()},
                     peaks_from=", ".join(str(x) for x in (
                         entry.get("peak_source"), entry.get("source")) if x),
                 )
@@ -410,8 +413,11 @@ class MemoryHistory:
             **new, "max_jobs": m.max_jobs, "cpus": m.cpus, "source": m.source,
             "updated": today(), "seconds": seconds, "peak_bytes": dict(sorted(peaks.items())),
         }
+        if m.object_stages:
+            entry["stages"] = dict(sorted((k, int(v)) for k, v in m.object_stages.items()))
         if not m.object_seconds and old:  # the times (and their conditions) stay the old ones
-            entry.update({k: old[-1][k] for k in ("max_jobs", "cpus", "source") if k in old[-1]})
+            entry.update({k: old[-1][k] for k in ("max_jobs", "cpus", "source", "stages")
+                          if k in old[-1]})
         if runs:
             entry["runs"] = runs[-RECENT_RUNS:]
         ooms = sum(int(o.get("ooms", 0)) for o in old)

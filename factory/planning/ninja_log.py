@@ -51,23 +51,32 @@ class ObjectNames:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LoggedObject:
-    key: str  # object_key of the output
+    key: str  # object_key of the output; ``<key>#<n>`` for its n-th compile in one build
     start: float  # seconds since ninja started
     end: float
+    stage: int = 0  # the ninja run it compiled in (setup.py runs ninja once per extension)
 
     @property
     def seconds(self) -> float:
         return self.end - self.start
 
 
-def read_entries(path: Path) -> list[LoggedObject]:
-    """Every object of a .ninja_log (v5-v7) in start order; the last entry of an output wins
-    (a resumed build appends the objects it compiled again)."""
+def repeat_key(key: str, n: int) -> str:
+    """The key of an output's ``n``-th compile in one build (1: the key itself)."""
+    return key if n <= 1 else f"{key}#{n}"
+
+
+def base_key(key: str) -> str:
+    """The output a (repeat) key names: 'csrc/scatter#2' -> 'csrc/scatter'."""
+    return key.split("#", 1)[0]
+
+
+def _lines(path: Path) -> list[tuple[float, float, str]]:
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise ConfigError(f"cannot read ninja log {path}: {exc}") from None
-    out: dict[str, LoggedObject] = {}
+    out = []
     for line in lines:
         if line.startswith("#") or not line.strip():
             continue
@@ -78,14 +87,55 @@ def read_entries(path: Path) -> list[LoggedObject]:
             start, end = int(fields[0]), int(fields[1])
         except ValueError:
             continue
-        key = object_key(fields[3])
-        out[key] = LoggedObject(key=key, start=start / 1000.0, end=end / 1000.0)
-    return sorted(out.values(), key=lambda o: (o.start, o.key))
+        out.append((start / 1000.0, end / 1000.0, object_key(fields[3])))
+    return out
+
+
+def read_entries(path: Path, *, compiled: int | None = None) -> list[LoggedObject]:
+    """Every compile of a .ninja_log (v5-v7) in start order, its ninja runs end to end.
+
+    setup.py runs ninja once per extension into one build dir and one log (torch-scatter: 8
+    runs, 7 of its 10 sources compiled twice, for the CPU and the CUDA extension), each run
+    counting from its own start. A run begins where an entry ends before the one logged
+    before it (ninja logs an entry as it ends) or names an output the run already built; it
+    is placed where the run before it ended (setup.py's seconds between runs are not in the
+    log) and numbered in ``stage``. An output compiled again in a later run is another
+    compile of the build: ``<key>#<n>`` (repeat_key).
+
+    ``compiled``: how many objects the last attempt compiled (ninja's ``[N/M]`` counts): the
+    log's last ``compiled`` entries are that attempt's; before them, an earlier attempt's
+    (the log after an OOM resume), where the last compile of an output wins and one the last
+    attempt compiled again is dropped. None: the whole log is one build's."""
+    lines = _lines(path)
+    split = len(lines) - compiled if compiled is not None and 0 <= compiled <= len(lines) else 0
+    earlier, ours = lines[:split], lines[split:]
+    runs: list[list[LoggedObject]] = []
+    seen: dict[str, int] = {}
+    offset = last_end = 0.0
+    for start, end, key in ours:
+        if not runs or end < last_end or any(base_key(o.key) == key for o in runs[-1]):
+            offset = max((o.end for o in runs[-1]), default=0.0) if runs else 0.0
+            runs.append([])
+        last_end = end
+        seen[key] = seen.get(key, 0) + 1
+        runs[-1].append(LoggedObject(key=repeat_key(key, seen[key]), start=offset + start,
+                                     end=offset + end, stage=len(runs) - 1))
+    out = [o for run in runs for o in run]
+    kept: dict[str, LoggedObject] = {}
+    for start, end, key in earlier:
+        if key not in seen:
+            kept[key] = LoggedObject(key=key, start=start, end=end)
+    return sorted([*kept.values(), *out], key=lambda o: (o.start, o.key))
 
 
 def read_ninja_log(path: Path) -> dict[str, float]:
-    """Object key -> seconds from a .ninja_log (the last entry of an output wins)."""
+    """Object key -> seconds from a .ninja_log (``read_entries``: a repeat as its own key)."""
     return {o.key: o.seconds for o in read_entries(path)}
+
+
+def stages_of(entries: Iterable[LoggedObject]) -> dict[str, int]:
+    """Object key -> the ninja run it compiled in, for those after the first run."""
+    return {o.key: o.stage for o in entries if o.stage}
 
 
 def compile_span(entries: list[LoggedObject]) -> float:
@@ -101,3 +151,15 @@ def read_ninja_timeline(path: Path) -> list[LoggedObject]:
     entries = read_entries(path)
     t0 = min((o.start for o in entries), default=0.0)
     return [dataclasses.replace(o, start=o.start - t0, end=o.end - t0) for o in entries]
+
+
+def ninja_counts(lines: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """Objects built and in all, from ninja's ``[N/M]`` lines in order: setup.py runs ninja
+    once per extension, each run counting its own objects from 1, so a count that does not go
+    up starts a new run and the runs add up."""
+    before_built = before_total = built = total = 0
+    for n, m in lines:
+        if n <= built:
+            before_built, before_total, total = before_built + built, before_total + total, 0
+        built, total = n, max(m, total)
+    return before_built + built, before_total + total

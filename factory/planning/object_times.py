@@ -94,6 +94,10 @@ class ObjectTimes:
     # OOM kills that raised these peaks (record_oom): a kill proves the replay was not too
     # high there, so no run's ratio scales the peaks down (planning.spread.calibrate)
     ooms: int = 0
+    # object key -> the ninja run it compiles in, where that is not the first: setup.py runs
+    # ninja once per extension, and a run starts when the one before it has ended
+    # (torch-scatter: 8 runs of 2-3 objects); absent for a build of one run
+    stages: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         """Which record: "flash-attn 2.8.3.post2, CUDA 13.0, sm_100"."""

@@ -27,9 +27,8 @@ faster and each still holds its memory).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from factory.errors import ConfigError, PlanError
@@ -45,6 +44,7 @@ from factory.planning.replay import (
     Replay,
     contention_factor,
     replay,
+    staged_schedule,
 )
 from factory.planning.spread import Calibration, RunCheck, Spread, calibrate, spread
 from factory.units import GIB, format_size
@@ -112,23 +112,6 @@ class BuildPlan:
         }
 
 
-def list_schedule(durations: Iterable[float], slots: int) -> float:
-    """Makespan of running ``durations`` in the given order on ``slots`` parallel slots
-    (each starts on the first free slot), as ninja does with a ready queue of independent
-    compiles."""
-    free = [0.0] * max(1, slots)
-    end = 0.0
-    for d in durations:
-        start = heapq.heappop(free)
-        heapq.heappush(free, start + d)
-        end = max(end, start + d)
-    return end
-
-
-def longest_first(seconds: Iterable[float]) -> list[float]:
-    return sorted(seconds, reverse=True)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Option:
     jobs: int
@@ -179,7 +162,7 @@ def _predict(times: ObjectTimes | None, archs: int, jobs: int, threads: int, cpu
     if times is None:
         return None
     seconds = object_seconds(times, archs=archs, jobs=jobs, threads=threads, cpus=cpus)
-    return list_schedule(longest_first(seconds.values()), jobs)
+    return staged_schedule(seconds, times.stages, jobs)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,14 @@ from factory.errors import FactoryError
 from factory.matrix.load import PlannedCell
 from factory.planning.history_file import today
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory
-from factory.planning.ninja_log import ObjectNames, compile_span, object_key, read_entries
+from factory.planning.ninja_log import (
+    ObjectNames,
+    base_key,
+    compile_span,
+    object_key,
+    read_entries,
+    stages_of,
+)
 from factory.planning.object_times import RecordedRun
 from factory.units import format_size
 
@@ -86,6 +93,11 @@ def object_peaks(raw: Mapping[str, int], objects: Iterable[str]) -> dict[str, in
             if key is None:
                 continue
         out[key] = max(int(value), out.get(key, 0))
+    # an output compiled again (``<key>#<n>``) was sampled under its one -o: each compile of
+    # it counts at that peak
+    for key in wanted:
+        if key not in out and base_key(key) in out:
+            out[key] = out[base_key(key)]
     return out
 
 
@@ -114,12 +126,16 @@ def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, 
     # build.py keeps the tree in <work>/src and logs in <work>/logs/attempt-N.log.
     tree = build_tree if build_tree is not None else result.log_path.parent.parent / "src"
     seconds: dict[str, float] = {}
+    stages: dict[str, int] = {}
     run = None
     cached = bool(result.cache_hits or result.sccache_hits)
     if not cached:  # any hit: not compile times
-        entries = [e for log in sorted(tree.glob("build/temp*/.ninja_log"))
-                   for e in read_entries(log)]
+        logs = sorted(tree.glob("build/temp*/.ninja_log"))
+        # one log: this attempt's compiles are its last objects_built entries
+        entries = [e for log in logs for e in read_entries(
+            log, compiled=result.objects_built if len(logs) == 1 else None)]
         seconds = {e.key: e.seconds for e in entries}
+        stages = stages_of(entries)
         if entries and result.objects_built == len(seconds):
             run = RecordedRun(
                 source=f"factory build {pc.cell.id}", date=today(), max_jobs=plan.max_jobs,
@@ -136,6 +152,7 @@ def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, 
     measurement = BuildMeasurement(
         cell=pc.cell, nvcc_threads=plan.nvcc_threads, max_jobs=plan.max_jobs,
         peak_job_bytes=per_job, object_seconds=seconds, object_peaks=peaks, cpus=plan.cpus,
+        object_stages=stages,
         source=f"factory build {today()}, {plan.max_jobs} job(s) x {plan.nvcc_threads} "
         "thread(s): peak compiler RSS / most jobs at once", run=run,
     )

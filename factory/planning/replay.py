@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 PEAK_WINDOW_SECONDS = 60.0  # how long an object's front end holds its peak
 TAIL_FRACTION = 0.5  # what it holds after that, as a fraction of its peak
@@ -63,3 +63,30 @@ def replay(objects: Sequence[tuple[float, int]], jobs: int) -> Replay:
         level += delta
         best = max(best, level)
     return Replay(peak_bytes=int(round(best)), span_seconds=span)
+
+
+def list_schedule(durations: Iterable[float], slots: int) -> float:
+    """Makespan of running ``durations`` in the given order on ``slots`` parallel slots
+    (each starts on the first free slot), as ninja does with a ready queue of independent
+    compiles."""
+    free = [0.0] * max(1, slots)
+    end = 0.0
+    for d in durations:
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + d)
+        end = max(end, start + d)
+    return end
+
+
+def longest_first(seconds: Iterable[float]) -> list[float]:
+    return sorted(seconds, reverse=True)
+
+
+def staged_schedule(seconds: Mapping[str, float], stages: Mapping[str, int], jobs: int
+                    ) -> float:
+    """The compile's makespan: each ninja run (``stages``: key -> run, absent: the first)
+    longest first on ``jobs`` slots, one run after the other."""
+    runs: dict[int, list[float]] = {}
+    for key, s in seconds.items():
+        runs.setdefault(stages.get(key, 0), []).append(s)
+    return sum(list_schedule(longest_first(runs[r]), jobs) for r in sorted(runs))

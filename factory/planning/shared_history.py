@@ -54,6 +54,7 @@ def record_document(m: BuildMeasurement) -> dict[str, Any]:
         "max_jobs": m.max_jobs, "cpus": m.cpus, "peak_job_bytes": m.peak_job_bytes,
         "object_seconds": dict(m.object_seconds), "object_peaks": dict(m.object_peaks),
         "source": m.source, "run": m.run.as_dict() if m.run else None,
+        "object_stages": dict(m.object_stages),
     }
 
 
@@ -82,6 +83,8 @@ def measurement_of(doc: object) -> BuildMeasurement:
                           for k, v in _table(doc, "object_peaks")},
             source=_text(doc, "source", ""),
             run=None if run is None else _run(run),
+            object_stages={k: _count(v, "an object's ninja run", 0, _MAX_OBJECTS)
+                           for k, v in _table(doc, "object_stages")},
         )
     except (KeyError, TypeError, ValueError, FactoryError) as exc:
         what = exc.message if isinstance(exc, FactoryError) else str(exc)

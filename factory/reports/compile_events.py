@@ -9,6 +9,10 @@ host compile with the object's real ``-o``. Counted by the -o alone, such an obj
 for its last few seconds only. Here it starts with its temp dir's first stage (known once a
 stage names the source, matched to one object of the build by that name) and ends with its
 object file.
+
+An output compiled again after it ended (setup.py runs ninja once per extension into one build
+dir: torch-scatter compiles 7 sources twice) is another object, ``<key>#<n>``, as the ninja
+log is read (planning.ninja_log.read_entries).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from factory.planning.ninja_log import ObjectNames, object_key
+from factory.planning.ninja_log import ObjectNames, object_key, repeat_key
 
 OBJECT_SUFFIXES = (".o", ".obj")
 # a stage sccache runs for one nvcc compile: its temp dir and its output's file name
@@ -32,6 +36,8 @@ class CompileEvents:
         self.finished: dict[str, tuple[float, float]] = {}  # object key -> (start, end)
         self._names = ObjectNames(objects)
         self._stage_dirs: dict[str, float] = {}  # a cached compile's temp dir -> first stage
+        self._compiles: dict[str, int] = {}  # an output's key -> its compiles started
+        self._dir_labels: dict[str, str] = {}  # a cached compile's temp dir -> its object
 
     def know(self, objects: Iterable[str]) -> None:
         self._names.add(objects)
@@ -49,18 +55,36 @@ class CompileEvents:
         stage = CACHE_STAGE.match(out)
         if stage:
             first = self._stage_dirs.setdefault(stage["dir"], at)
+            known = self._dir_labels.get(stage["dir"])
+            if known is not None:  # a later stage of a compile already matched
+                if known in self.running:
+                    self.running[known] = min(first, self.running[known])
+                return
             key = self._names.of(stage["file"])
-            if key is not None and key not in self.finished:
-                self.running[key] = min(first, self.running.get(key, first))
+            if key is not None:
+                self._dir_labels[stage["dir"]] = self._started(key, first)
             return
         if out.endswith(OBJECT_SUFFIXES):
-            key = object_key(out)
-            self.running[key] = min(at, self.running.get(key, at))
+            self._started(object_key(out), at)
+
+    def _started(self, key: str, at: float) -> str:
+        """A compile of output ``key`` seen at ``at``: the one running, or the next; its
+        label."""
+        label = self._running_label(key)
+        if label is None:
+            self._compiles[key] = n = self._compiles.get(key, 0) + 1
+            label = repeat_key(key, n)
+        self.running[label] = min(at, self.running.get(label, at))
+        return label
+
+    def _running_label(self, key: str) -> str | None:
+        n = self._compiles.get(key, 0)
+        label = repeat_key(key, n)
+        return label if n and label in self.running else None
 
     def _end(self, out: str, at: float) -> None:
         if not out.endswith(OBJECT_SUFFIXES) or CACHE_STAGE.match(out):
             return
-        key = object_key(out)
-        began = self.running.pop(key, None)
-        if began is not None:
-            self.finished[key] = (began, at)
+        label = self._running_label(object_key(out))
+        if label is not None:
+            self.finished[label] = (self.running.pop(label), at)

@@ -32,6 +32,7 @@ from typing import Any
 
 from factory.engine import docker_client
 from factory.errors import EngineError
+from factory.planning.ninja_log import ninja_counts
 from factory.process import run_command
 from factory.runners.base import INSIDE, BuildJob, LineCallback, RunResult
 from factory.runners.cache_config import SCCACHE_SUBDIR
@@ -281,9 +282,10 @@ class CibuildwheelRunner:
                 on_line(ln)
         new = [p for p in job.out_dir.glob("*.whl") if before.get(p) != p.stat().st_mtime]
         progress = [
-            tuple(map(int, m.groups()))
+            (int(m.group(1)), int(m.group(2)))
             for m in re.finditer(r"^\s*\[(\d+)/(\d+)\]", result.output, re.M)
         ]
+        counted = ninja_counts(progress)  # setup.py's ninja runs, one per extension, add up
         return RunResult(
             exit_code=result.returncode,
             oom_killed=was_oom_killed(
@@ -296,8 +298,8 @@ class CibuildwheelRunner:
             cgroup_peak_bytes=None,
             cgroup_anon_peak_bytes=None,
             wall_seconds=round(time.monotonic() - started, 1),
-            objects_total=max((t for _, t in progress), default=None),
-            objects_built=max((n for n, _ in progress), default=None),
+            objects_total=counted[1] or None,
+            objects_built=counted[0] or None,
             log_path=job.log_path,
             runner=self.name,
             report={"oom_detection": "log"},

@@ -97,7 +97,7 @@ def test_the_best_packing_is_a_packing_no_longer_than_lpt() -> None:
 
     import simulate_schedule as ss
 
-    from factory.planning.planner import list_schedule
+    from factory.planning.replay import list_schedule
 
     rng = random.Random(3)
     for _ in range(30):

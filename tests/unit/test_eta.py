@@ -15,6 +15,7 @@ from factory.planning.eta import EtaModel, model_for, replay_log, spread_of
 from factory.planning.memory_model import MemoryHistory
 from factory.planning.ninja_log import read_ninja_timeline
 from factory.planning.planner import plan_for
+from factory.planning.replay import staged_schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from eta_replay import (  # noqa: E402  (the replay the docs print)
@@ -53,11 +54,9 @@ BOUNDS = {
     ("grouped-gemm", 0.9): 0.45, ("grouped-gemm-again", 0.5): 0.25,
     ("grouped-gemm-again", 0.9): 0.5,
     ("mamba-ssm-again", 0.9): 0.26,
-    # torch-scatter compiles 7 of its 10 sources twice (its CPU and its CUDA extension, one
-    # ninja run each into one build dir): the history's times count each source once, so the
-    # ETA knows 10 of its 17 compiles
-    ("torch-scatter", 0.1): 0.75, ("torch-scatter", 0.5): 0.75, ("torch-scatter", 0.9): 1.0,
-    ("torch-scatter-again", 0.5): 0.85, ("torch-scatter-again", 0.9): 0.65,
+    # torch-scatter: 8 ninja runs of 2-3 objects one after the other; at 90 % one object of
+    # about 50 s is left, which took 20 % less in the run it is predicted from
+    ("torch-scatter", 0.9): 0.25,
 }
 # No ETA shown (no plan, no object ended yet; the line then says "ETA after the first object",
 # tests/unit/test_progress.py): none left, every replayed package has another run's times.
@@ -191,3 +190,31 @@ def test_ninja_counts_cover_what_the_sampler_missed() -> None:
     assert eta.done == 1 and eta.remaining == pytest.approx(20.0)
     more = model.estimate(finished={}, running={}, total=5)
     assert more.total == 5 and more.remaining == pytest.approx(50.0)
+
+
+def test_a_later_ninja_run_starts_when_the_one_before_it_has_ended() -> None:
+    """setup.py runs ninja once per extension: with 3 slots, the second run's objects wait for
+    the first run's longest, as the planner's replay has them (planning.replay.staged_schedule)."""
+    predicted = {"a": 100.0, "b": 10.0, "a#2": 50.0, "c": 50.0}
+    stages = {"a#2": 1, "c": 1}
+    model = EtaModel(predicted, jobs=3, stages=stages)
+    assert model.estimate(finished={}, running={}).remaining == pytest.approx(150.0)
+    assert staged_schedule(predicted, stages, 3) == pytest.approx(150.0)
+    # packed without the runs, all four would end by 100 s
+    assert EtaModel(predicted, jobs=3).estimate(finished={}, running={}).remaining == (
+        pytest.approx(100.0))
+    # 60 s in: "a" has 40 s left, then the second run's 50 s
+    eta = model.estimate(finished={"b": 10.0}, running={"a": 60.0}, elapsed=60.0)
+    assert eta.remaining == pytest.approx(40.0 + 50.0, rel=0.05)
+
+
+def test_a_compile_repeated_in_a_later_ninja_run_is_predicted_and_planned() -> None:
+    """torch-scatter's two runs of its record: the ETA knows all 17 compiles in their 8 ninja
+    runs, and the planner's compile time adds the runs up."""
+    name = "torch-scatter"
+    h = history_without(name)
+    times = h.object_times(RUNS[name].cell(), cpus=RUNS[name].cpus)
+    assert times is not None and len(times.seconds) == 17 and max(times.stages.values()) == 7
+    model = model_of(name)
+    assert model is not None and model.total == 17
+    assert model.estimate(finished={}, running={}).remaining > 500.0  # the runs end to end

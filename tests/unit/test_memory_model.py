@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from factory.environment import HISTORY_ENV
-from factory.errors import ConfigError
+from factory.errors import ConfigError, StoreError
 from factory.matrix.cell import Cell
 from factory.planning.history_file import history_path, shipped_history_path
 from factory.planning.memory_model import (
@@ -20,7 +20,15 @@ from factory.planning.memory_model import (
     MemoryHistory,
     ModelKey,
 )
-from factory.planning.ninja_log import object_key, read_ninja_log
+from factory.planning.ninja_log import (
+    compile_span,
+    ninja_counts,
+    object_key,
+    read_entries,
+    read_ninja_log,
+    stages_of,
+)
+from factory.planning.planner import _predict
 from factory.planning.record import record_build
 
 GB = 10**9
@@ -260,11 +268,29 @@ def test_object_key_normalises_build_and_source_paths() -> None:
     assert object_key("./csrc/x.cpp") == "csrc/x"
 
 
-def test_read_ninja_log_last_entry_wins(tmp_path: Path) -> None:
+def test_read_ninja_log_keeps_a_second_compile_as_its_own_object(tmp_path: Path) -> None:
+    # setup.py's second ninja run (another extension) compiles a.o again, counting from 0
     log = tmp_path / ".ninja_log"
     log.write_text("# ninja log v5\n0\t1000\t0\tbuild/temp.x/a.o\th\n"
                    "5\t2505\t0\tbuild/temp.x/b.o\th\n0\t3000\t0\tbuild/temp.x/a.o\th\n")
-    assert read_ninja_log(log) == {"a": 3.0, "b": 2.5}
+    assert read_ninja_log(log) == {"a": 1.0, "b": 2.5, "a#2": 3.0}
+    entries = read_entries(log)
+    # the second run starts where the first ended, and is the second stage
+    assert [(e.key, e.start, e.end, e.stage) for e in entries] == [
+        ("a", 0.0, 1.0, 0), ("b", 0.005, 2.505, 0), ("a#2", 2.505, 5.505, 1)]
+    assert stages_of(entries) == {"a#2": 1}
+    assert compile_span(entries) == 5.505
+
+
+def test_read_entries_after_a_resume_takes_the_last_attempts_compile(tmp_path: Path) -> None:
+    # an attempt compiled a and b, then the resumed attempt (its flags changed) compiled a
+    # again and c: only the last attempt's two entries are its compiles
+    log = tmp_path / ".ninja_log"
+    log.write_text("# ninja log v5\n0\t1000\t0\tbuild/temp.x/a.o\th\n"
+                   "5\t2505\t0\tbuild/temp.x/b.o\th\n0\t3000\t0\tbuild/temp.x/a.o\th\n"
+                   "0\t4000\t0\tbuild/temp.x/c.o\th\n")
+    assert {e.key: e.seconds for e in read_entries(log, compiled=2)} == {
+        "a": 3.0, "b": 2.5, "c": 4.0}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -351,9 +377,10 @@ def test_record_build_never_fails_the_build(tmp_path: Path) -> None:
 def _tree_with_objects(root: Path, spans: list[tuple[int, int]]) -> Path:
     log = root / "src" / "build" / "temp.linux-x86_64-cpython-311" / ".ninja_log"
     log.parent.mkdir(parents=True)
+    # ninja logs an entry as it ends
     log.write_text("# ninja log v7\n" + "".join(
         f"{a}\t{b}\t0\t/factory/src/build/temp.linux-x86_64-cpython-311/csrc/o{i}.o\th\n"
-        for i, (a, b) in enumerate(spans)))
+        for i, (a, b) in sorted(enumerate(spans), key=lambda x: x[1][1])))
     return root / "src"
 
 
@@ -449,3 +476,46 @@ def test_peaks_through_the_compile_cache_land_on_their_objects() -> None:
         "/tmp/cc0Uhdig.s": 9 * GB,
     }
     assert object_peaks(raw, objects) == {objects[0]: 7 * GB, objects[1]: GB}
+
+
+def test_a_second_ninja_run_is_recorded_with_its_repeats_and_planned_after_the_first(
+        tmp_path: Path) -> None:
+    # setup.py's two extensions, one ninja run each into one build dir and one log: o0 and o1
+    # (60 and 30 s), then o0 again (40 s) counting from 0; 3 compiles in this attempt
+    log = tmp_path / "w" / "src" / "build" / "temp.linux-x86_64-cpython-311" / ".ninja_log"
+    log.parent.mkdir(parents=True)
+    out = "/factory/src/build/temp.linux-x86_64-cpython-311/csrc"
+    log.write_text(f"# ninja log v7\n0\t30000\t0\t{out}/o1.o\th\n0\t60000\t0\t{out}/o0.o\th\n"
+                   f"0\t40000\t0\t{out}/o0.o\th\n")
+    h = MemoryHistory.load(tmp_path / "h.json")
+    pc = _planned_ext()
+    line = record_build(pc, FakePlan(max_jobs=2, cpus=2), FakeResult(
+        objects_built=3, object_peak_rss_bytes={f"{out}/o0.o": 3 * GB}),
+        build_tree=tmp_path / "w" / "src", history=h)
+    assert "3 object time(s)" in line and "the run as a whole" in line
+    times = MemoryHistory.load(tmp_path / "h.json").object_times(pc.cell)
+    assert times is not None
+    assert dict(times.seconds) == {"csrc/o0": 60.0, "csrc/o1": 30.0, "csrc/o0#2": 40.0}
+    assert dict(times.stages) == {"csrc/o0#2": 1}
+    assert dict(times.peaks) == {"csrc/o0": 3 * GB, "csrc/o0#2": 3 * GB}
+    assert times.runs[0].compile_seconds == 100.0  # the second run after the first
+    # the plan's compile time: the first run's longest, then the second run
+    assert _predict(times, 1, 2, 1, 2) == pytest.approx(100.0)
+
+
+def test_ninja_counts_add_up_over_ninja_runs() -> None:
+    assert ninja_counts([]) == (0, 0)
+    assert ninja_counts([(1, 3), (2, 3), (3, 3), (1, 2), (2, 2), (1, 1)]) == (6, 6)
+    assert ninja_counts([(1, 3), (2, 3), (1, 2)]) == (3, 5)  # the first run stopped at 2
+
+
+def test_object_stages_travel_through_the_shared_records() -> None:
+    from factory.planning.shared_history import measurement_of, record_document
+
+    m = BuildMeasurement(cell=fa_cell(), nvcc_threads=1, max_jobs=2, peak_job_bytes=None,
+                         object_seconds={"a": 1.0, "a#2": 2.0}, object_stages={"a#2": 1})
+    back = measurement_of(json.loads(json.dumps(record_document(m))))
+    assert dict(back.object_stages) == {"a#2": 1}
+    bad = {**record_document(m), "object_stages": {"a#2": -1}}
+    with pytest.raises(StoreError, match="ninja run"):
+        measurement_of(bad)

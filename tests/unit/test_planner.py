@@ -19,13 +19,12 @@ from factory.planning.memory_model import MemoryHistory
 from factory.planning.planner import (
     BuildPlan,
     jobs_that_fit,
-    list_schedule,
-    longest_first,
     plan_after_oom,
     plan_build,
     plan_for,
     predicted_peak,
 )
+from factory.planning.replay import list_schedule, longest_first
 from factory.units import GIB, parse_size
 
 REPO = Path(__file__).resolve().parents[2]

@@ -267,3 +267,23 @@ def test_without_predictions_nothing_is_guessed_before_the_first_object_ends(
     append(build["log"], "")
     assert p.estimate(T0 + 5) is None
     assert (p.render() or "").endswith(", ETA after the first object")
+
+
+def test_an_output_compiled_again_by_a_later_ninja_run_is_another_object(
+    build: dict[str, Path],
+) -> None:
+    # torch-scatter compiles csrc/a.o for its CUDA extension, then again for its CPU one: the
+    # second compile is "csrc/a#2", as the ninja log is read, plain or through the cache
+    model = EtaModel({"csrc/a": 100.0, "csrc/a#2": 60.0, "csrc/b": 50.0}, jobs=2,
+                     stages={"csrc/a#2": 1})
+    p = progress(build, model, io.StringIO())
+    write_events(build["events"], {"t": T0, "start": OBJ.format("a")},
+                 {"t": T0 + 100, "end": OBJ.format("a")},
+                 {"t": T0 + 101, "start": OBJ.format("a")})
+    p.poll()
+    assert p.finished == {"csrc/a": 100.0} and p.running(T0 + 111) == {"csrc/a#2": 10.0}
+    write_events(build["events"], {"t": T0 + 150, "end": OBJ.format("a")},
+                 *cached_compile("Q1", "a", T0 + 200))
+    p.poll()
+    assert p.finished == {"csrc/a": 100.0, "csrc/a#2": 49.0, "csrc/a#3": 133.0}
+    assert p.started == {}

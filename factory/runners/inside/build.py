@@ -143,17 +143,23 @@ class Build:
         if self.cache is not None:
             # The server daemonizes (its parent is init): its compilers are found through it.
             sampler.roots.update(self.cache.servers())
-        progress = {"built": 0, "total": 0}
+        # setup.py runs ninja once per extension (torch-scatter: 8 runs), each counting its
+        # own objects from 1: a count that does not go up starts a new run; the runs add up
+        progress = {"built": 0, "total": 0, "run_built": 0, "run_total": 0}
 
         fault = OomFault.from_env(extra, sampler, log)
 
         def on_line(text: str) -> None:
             m = NINJA_PROGRESS.match(text.strip())
             if m:
-                progress["built"] = max(progress["built"], int(m.group(1)))
-                progress["total"] = max(progress["total"], int(m.group(2)))
+                n, total = int(m.group(1)), int(m.group(2))
+                if n <= progress["run_built"]:
+                    progress["built"] += progress["run_built"]
+                    progress["total"] += progress["run_total"]
+                    progress["run_built"] = progress["run_total"] = 0
+                progress["run_built"], progress["run_total"] = n, max(total, progress["run_total"])
                 if fault is not None:
-                    fault.maybe_fire(progress["built"])
+                    fault.maybe_fire(progress["built"] + progress["run_built"])
 
         def on_start(pid: int) -> None:
             sampler.roots.add(pid)
@@ -176,8 +182,8 @@ class Build:
         report["cgroup_anon_peak_bytes"] = sampler.peak_anon
         report["samples"] = sampler.samples
         report["stopped_at_oom_kill"] = sampler.oom_stopped
-        report["objects_built"] = progress["built"] or None
-        report["objects_total"] = progress["total"] or None
+        report["objects_built"] = progress["built"] + progress["run_built"] or None
+        report["objects_total"] = progress["total"] + progress["run_total"] or None
         after = [p for p in out_dir.glob("*.whl") if before.get(p.name) != p.stat().st_mtime]
         report["wheel"] = after[0].name if self.code == 0 and after else None
 
