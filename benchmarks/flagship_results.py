@@ -12,12 +12,16 @@ copied beside it.
 (seconds, peaks, the run as a whole: the planner then plans this cell from its own data and
 takes its range from the recorded runs of these objects) and its overhead into the recipe's
 ``cell_overhead``; ``--runs FILE`` adds the other recorded runs of the same arch set from
-``benchmarks/replay_real_runs.py --history-runs`` output (e.g. the sm_100 H200 run).
+``benchmarks/replay_real_runs.py --history-runs`` output (e.g. the sm_100 H200 run). With
+``--fold``, folded in as a builder folds a build it ran instead: the times become this run's,
+and the entry's earlier times and runs stay as its recorded runs (the flagship's rebuild).
 
     python benchmarks/flagship_results.py collect CELL --work WORK_DIR --dist DIST \\
         [--cpu cpu.json] [--name TEXT] --out benchmarks/results-2026-12-01-flagship/cp311.json
     python benchmarks/flagship_results.py ship benchmarks/results-2026-12-01-flagship/cp311.json \
         [--runs runs.json]
+    python benchmarks/flagship_results.py ship --fold \
+        benchmarks/results-2026-12-02-flagship/cp311-again.json
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from factory.planning.ninja_log import compile_span, read_entries  # noqa: E402
+from factory.matrix.cell import Cell  # noqa: E402
+from factory.planning.memory_model import BuildMeasurement, MemoryHistory  # noqa: E402
+from factory.planning.ninja_log import compile_span, read_entries, stages_of  # noqa: E402
 from factory.planning.object_times import RecordedRun  # noqa: E402
 from factory.planning.record import machine, object_peaks  # noqa: E402
 
@@ -130,6 +136,39 @@ def ship(result: Path, runs_file: Path | None) -> None:
     SHIPPED.write_text(json.dumps(shipped, indent=1) + "\n")
 
 
+def fold(result: Path) -> None:
+    """That JSON folded into the shipped history as a builder folds a build it ran
+    (record_build): the entry's object times become this run's, the run that supplied the old
+    ones keeps them (a plan for a machine like it takes them), this run joins the recorded
+    runs, and its overhead joins the recipe's ``cell_overhead`` beside the earlier ones."""
+    doc = json.loads(result.read_text())
+    cell = Cell.from_id(doc["cell"])
+    entries = read_entries(result.with_suffix(".ninja_log"))
+    run = RecordedRun(source=f"{doc['name']} ({doc['cell']})", date=doc["date"],
+                      max_jobs=doc["jobs"], cpus=doc["cpus"],
+                      compile_seconds=doc["compile_seconds"],
+                      peak_bytes=doc["compile_peak_rss_bytes"], peak_of="compilers",
+                      machine=doc["machine"], order=tuple(o.key for o in entries))
+    history = MemoryHistory(json.loads(SHIPPED.read_text()), path=SHIPPED)
+    history.fold(BuildMeasurement(
+        cell=cell, nvcc_threads=doc["nvcc_threads"], max_jobs=doc["jobs"], peak_job_bytes=None,
+        object_seconds=doc["object_seconds"], object_peaks=doc["object_peak_rss_bytes"],
+        cpus=doc["cpus"], source=f"{doc['name']}: {result.with_suffix('.ninja_log').name}",
+        run=run, object_stages=stages_of(entries)))
+    shipped = history.as_document()
+    for entry in shipped["objects"]:  # the date of the build, not of the fold
+        if entry["package"] == cell.package and tuple(entry["archs"]) == cell.archs:
+            entry["updated"] = doc["date"]
+            entry["peak_source"] = ("the runners' sampler: each object's own largest RSS, the "
+                                    "larger of its builds'")
+    over = shipped["defaults"]["flash-attn"].setdefault("cell_overhead", [])
+    over.append({
+        "seconds": doc["overhead_seconds"],
+        "source": f"{doc['cell']}, {doc['date']}, {doc['runner']} runner, {doc['machine']}: "
+                  f"build {doc['build_seconds']} s - compile {doc['compile_seconds']} s"})
+    SHIPPED.write_text(json.dumps(shipped, indent=1) + "\n")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -144,11 +183,17 @@ def main(argv: list[str]) -> int:
     s.add_argument("result", type=Path)
     s.add_argument("--runs", type=Path, default=None,
                    help="replay_real_runs.py --history-runs output: the other runs to keep")
+    s.add_argument("--fold", action="store_true",
+                   help="fold it in as a builder folds a build: the entry's earlier times "
+                        "and runs stay, as its recorded runs")
     args = ap.parse_args(argv)
     if args.command == "collect":
         doc = collect(args.cell, args.work, args.dist, args.cpu, args.name, args.out)
         print(f"{args.out}: compile {doc['compile_seconds']} s, build {doc['build_seconds']} s, "
               f"{len(doc['object_peak_rss_bytes'])} object peaks")
+    elif args.fold:
+        fold(args.result)
+        print(f"{SHIPPED}: {args.result.name} folded in")
     else:
         ship(args.result, args.runs)
         print(f"{SHIPPED}: {args.result.name} shipped")

@@ -406,14 +406,14 @@ def fits_table(history: MemoryHistory) -> list[str]:
         says = "OOM" if gib > cap else "fits"
         oom = "OOM" in happened
         right = "yes" if (says == "OOM") == oom else "**no**"
-        runs = {(r.max_jobs, r.cpus): r for r in (times.runs if times and objects else ())
-                if r.peak_bytes}
-        own = runs.get((jobs, cpus))
-        if own is not None and name in built_here and own.date != built_here[name]:
-            own = None  # the record is another build's of the same jobs and CPUs
+        same = [r for r in (times.runs if times and objects else ())
+                if r.peak_bytes and (r.max_jobs, r.cpus) == (jobs, cpus)]
+        # a build of this builder: its own record by date (the flagship was built here twice)
+        own = (next((r for r in same if r.date == built_here[name]), None)
+               if name in built_here else same[-1] if same else None)
         inputs = [what for what, yes in (
             ("its object times", own is not None and own.supplied_times),
-            # the shipped per-object peaks are the flagship build's
+            # the shipped per-object peaks are the flagship builds' (each object's larger)
             ("its per-object peaks", own is not None and name in built_here),
             ("its peak (the calibration)", own is not None and cal.peak_factor < 1),
             ("its peak (the sm_90 peaks' fit)", archs == (90,) and (jobs, cap) == (16, 64)),

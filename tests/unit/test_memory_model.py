@@ -89,14 +89,19 @@ def test_shipped_object_times_are_the_16_job_log() -> None:
 
 
 def test_the_sm100_cell_has_its_own_shipped_objects() -> None:
-    # the flagship build on the 2-core builder: its 73 objects' seconds and sampled peaks, and
-    # the two real runs of these objects (that build and the H200 sm_100 run)
-    times = MemoryHistory.load(shipped_history_path()).object_times(fa_cell())
+    # the flagship cell built twice on the 2-core builder (loaded, then idle): the idle
+    # rebuild's 73 objects' seconds, each object's larger sampled peak of the two, and the three
+    # real runs of these objects (the two builds and the H200 sm_100 run), the loaded build's
+    # and the H200 run's own times kept with them
+    times = MemoryHistory.load(shipped_history_path()).object_times(fa_cell(), cpus=2)
     assert times is not None and times.archs == (100,)
     assert len(times.seconds) == len(times.peaks) == 73
     assert (times.max_jobs, times.cpus) == (2, 2)
+    assert sum(times.seconds.values()) == pytest.approx(7291.2, abs=1.0)  # the rebuild's
     assert max(times.peaks.values()) > 6.5 * 2**30  # flash_bwd_hdim256, as measured alone
-    assert sorted(r.max_jobs for r in times.runs) == [2, 9]
+    assert [(r.max_jobs, r.date, bool(r.seconds), r.supplied_times) for r in times.runs] == [
+        (9, "2026-11-29", True, False), (2, "2026-12-01", True, False),
+        (2, "2026-12-02", False, True)]
 
 
 def test_model_key_counts_archs_compiled_at_once() -> None:
