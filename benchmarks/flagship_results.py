@@ -21,7 +21,8 @@ and the entry's earlier times and runs stay as its recorded runs (the flagship's
     python benchmarks/flagship_results.py ship benchmarks/results-2026-12-01-flagship/cp311.json \
         [--runs runs.json]
     python benchmarks/flagship_results.py ship --fold \
-        benchmarks/results-2026-12-02-flagship/cp311-again.json
+        benchmarks/results-2026-12-02-flagship/cp311-again.json \
+        --earlier benchmarks/results-2026-12-01-flagship/cp311.json
 """
 
 from __future__ import annotations
@@ -136,11 +137,20 @@ def ship(result: Path, runs_file: Path | None) -> None:
     SHIPPED.write_text(json.dumps(shipped, indent=1) + "\n")
 
 
-def fold(result: Path) -> None:
+def _cpu(doc: dict[str, Any]) -> float | None:
+    """The build container's CPU seconds (benchmarks/container_cpu.py): the compile's and
+    the 2-3 % of the build around it; what a run record's ``cpu_seconds`` holds for a build
+    measured before the runners' sampler read its cgroup's CPU time."""
+    cpu = doc.get("container_cpu_seconds")
+    return round(float(cpu["total"]), 1) if isinstance(cpu, dict) else None
+
+
+def fold(result: Path, earlier: list[Path]) -> None:
     """That JSON folded into the shipped history as a builder folds a build it ran
     (record_build): the entry's object times become this run's, the run that supplied the old
     ones keeps them (a plan for a machine like it takes them), this run joins the recorded
-    runs, and its overhead joins the recipe's ``cell_overhead`` beside the earlier ones."""
+    runs, and its overhead joins the recipe's ``cell_overhead`` beside the earlier ones.
+    ``earlier``: results of builds already in the record whose run gets its CPU seconds."""
     doc = json.loads(result.read_text())
     cell = Cell.from_id(doc["cell"])
     entries = read_entries(result.with_suffix(".ninja_log"))
@@ -148,7 +158,8 @@ def fold(result: Path) -> None:
                       max_jobs=doc["jobs"], cpus=doc["cpus"],
                       compile_seconds=doc["compile_seconds"],
                       peak_bytes=doc["compile_peak_rss_bytes"], peak_of="compilers",
-                      machine=doc["machine"], order=tuple(o.key for o in entries))
+                      machine=doc["machine"], order=tuple(o.key for o in entries),
+                      cpu_seconds=_cpu(doc))
     history = MemoryHistory(json.loads(SHIPPED.read_text()), path=SHIPPED)
     history.fold(BuildMeasurement(
         cell=cell, nvcc_threads=doc["nvcc_threads"], max_jobs=doc["jobs"], peak_job_bytes=None,
@@ -161,6 +172,11 @@ def fold(result: Path) -> None:
             entry["updated"] = doc["date"]
             entry["peak_source"] = ("the runners' sampler: each object's own largest RSS, the "
                                     "larger of its builds'")
+            for other in map(lambda f: json.loads(f.read_text()), earlier):
+                for r in entry.get("runs", []):
+                    if (r["date"], r["compile_seconds"]) == (other["date"],
+                                                           other["compile_seconds"]):
+                        r["cpu_seconds"] = _cpu(other)
     over = shipped["defaults"]["flash-attn"].setdefault("cell_overhead", [])
     over.append({
         "seconds": doc["overhead_seconds"],
@@ -186,13 +202,16 @@ def main(argv: list[str]) -> int:
     s.add_argument("--fold", action="store_true",
                    help="fold it in as a builder folds a build: the entry's earlier times "
                         "and runs stay, as its recorded runs")
+    s.add_argument("--earlier", type=Path, nargs="*", default=[],
+                   help="with --fold: results of builds already in the record, whose run "
+                        "records get their container's CPU seconds")
     args = ap.parse_args(argv)
     if args.command == "collect":
         doc = collect(args.cell, args.work, args.dist, args.cpu, args.name, args.out)
         print(f"{args.out}: compile {doc['compile_seconds']} s, build {doc['build_seconds']} s, "
               f"{len(doc['object_peak_rss_bytes'])} object peaks")
     elif args.fold:
-        fold(args.result)
+        fold(args.result, args.earlier)
         print(f"{SHIPPED}: {args.result.name} folded in")
     else:
         ship(args.result, args.runs)

@@ -14,6 +14,9 @@ from typing import Any
 from factory.planning.replay import contention_factor
 
 PEAK_OF = ("compilers", "host")  # what a run's peak counts (RecordedRun.peak_of)
+# below this share of their wall time on a CPU, a run's compilers were starved by other work
+# (the first flagship build: 0.46; its idle rebuild 0.94): nearest_times passes its times over
+MIN_ON_CPU = 0.75
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -41,15 +44,38 @@ class RecordedRun:
     # this run's own per-object seconds, kept when a later build's became the entry's: a plan
     # for a machine like this run's takes them (MemoryHistory.object_times)
     seconds: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # CPU seconds the build used while its compilers ran (the runners' sampler; for a run
+    # measured outside the factory, its container's); None: not measured
+    cpu_seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["order"] = list(self.order)
         out["seconds"] = dict(sorted(self.seconds.items()))
-        for key in ("supplied_times", "seconds"):  # absent where unset, as records before
+        for key in ("supplied_times", "seconds", "cpu_seconds"):  # absent where unset
             if not out[key]:
                 del out[key]
         return out
+
+    def on_cpu(self, seconds: Mapping[str, float] | None = None, per_job: int = 1
+               ) -> float | None:
+        """How much of its objects' wall time its compilers had a CPU: its CPU seconds over
+        the objects' seconds (``seconds``, this run's; default its kept ones, else its span x
+        its jobs) x compilers per job; None unmeasured. An idle builder gives about 0.94 (the
+        flagship rebuild), one shared with other work less (the first flagship build: 0.46,
+        every object about 2x its idle time)."""
+        wall = (sum(seconds.values()) if seconds is not None else sum(self.seconds.values())
+                if self.seconds else self.compile_seconds * self.max_jobs)
+        work = wall * max(1, per_job)
+        if self.cpu_seconds is None or work <= 0:
+            return None
+        return self.cpu_seconds / work
+
+    def starved(self, seconds: Mapping[str, float] | None = None, per_job: int = 1) -> bool:
+        """Whether other work took the CPUs from its compilers (on_cpu below MIN_ON_CPU): its
+        times say how loaded the builder was, not how fast the machine is."""
+        share = self.on_cpu(seconds, per_job)
+        return share is not None and share < MIN_ON_CPU
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RecordedRun:
@@ -64,7 +90,9 @@ class RecordedRun:
                    machine=str(d.get("machine", "")),
                    order=tuple(str(k) for k in d.get("order", ())),
                    supplied_times=bool(d.get("supplied_times", False)),
-                   seconds={str(k): float(v) for k, v in d.get("seconds", {}).items()})
+                   seconds={str(k): float(v) for k, v in d.get("seconds", {}).items()},
+                   cpu_seconds=(float(d["cpu_seconds"]) if d.get("cpu_seconds") is not None
+                                else None))
 
     def describe(self) -> str:
         return (f"{self.date or 'undated'} {self.max_jobs} job(s) on {self.cpus} CPU(s)"
@@ -140,17 +168,24 @@ def nearest_times(times: ObjectTimes, cpus: int) -> ObjectTimes:
     counts; the most recent of equals). Why: the object times of one build on the shared
     2-core builder are off by 0.2-4.5x per object against an H200 run's (its load changed over
     its two hours), and no single speed factor mends that; a build on a machine like the
-    plan's is the best evidence of how its objects compare (docs/BENCHMARKS.md)."""
+    plan's is the best evidence of how its objects compare (docs/BENCHMARKS.md).
+
+    Except a run whose compilers had a CPU less than MIN_ON_CPU of their wall time
+    (RecordedRun.on_cpu: the builder was shared with other work, and its load inflated its
+    objects unevenly): its times are taken only where no run measured otherwise kept its own."""
     def distance(c: int) -> float:
         return abs(math.log(c / cpus)) if c > 0 else math.inf
 
-    own = min([distance(times.cpus)] + [distance(r.cpus) for r in times.runs
-                                         if r.supplied_times])
-    kept = [(i, r) for i, r in enumerate(times.runs) if r.seconds and not r.supplied_times]
+    per_job = min(times.nvcc_threads, len(times.archs))
+    supplied = [r for r in times.runs if r.supplied_times]
+    own = min([distance(times.cpus)] + [distance(r.cpus) for r in supplied])
+    kept = [(i, r) for i, r in enumerate(times.runs) if r.seconds and not r.supplied_times
+            and not r.starved(per_job=per_job)]
     if not kept:
         return times
     i, best = min(kept, key=lambda ir: (distance(ir[1].cpus), -ir[0]))
-    if distance(best.cpus) >= own:
+    if distance(best.cpus) >= own and not any(
+            r.starved(times.seconds, per_job) for r in supplied):
         return times
     runs = tuple(dataclasses.replace(r, supplied_times=j == i) for j, r in enumerate(times.runs))
     return dataclasses.replace(

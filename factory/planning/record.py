@@ -41,6 +41,9 @@ class CompileMeasurements(Protocol):
     @property
     def sccache_hits(self) -> int | None: ...
     @property
+    def compile_cpu_seconds(self) -> float | None:
+        """CPU seconds the build used while compilers ran."""
+    @property
     def objects_built(self) -> int | None:
         """Objects compiled in this attempt (ninja's [N/M] lines)."""
     @property
@@ -141,6 +144,7 @@ def record_build(pc: PlannedCell, plan: PlanShape, result: CompileMeasurements, 
                 source=f"factory build {pc.cell.id}", date=today(), max_jobs=plan.max_jobs,
                 cpus=plan.cpus, compile_seconds=round(compile_span(entries), 1),
                 peak_bytes=peak, peak_of="compilers", machine=machine(),
+                cpu_seconds=result.compile_cpu_seconds,
                 order=tuple(e.key for e in sorted(entries, key=lambda e: e.start)))
     # A cache hit's process is small: only a compile's peak says what the object needs.
     raw = {} if cached else dict(result.object_peak_rss_bytes or {})

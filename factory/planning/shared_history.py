@@ -128,6 +128,8 @@ def _run(r: object) -> RecordedRun:
         compile_seconds=_seconds(r["compile_seconds"], "the run's compile seconds"),
         peak_bytes=None if peak is None else _count(peak, "the run's peak_bytes", 0, _MAX_BYTES),
         peak_of=peak_of, machine=_text(r, "machine", ""), order=tuple(order),
+        cpu_seconds=(None if r.get("cpu_seconds") is None
+                     else _seconds(r["cpu_seconds"], "the run's CPU seconds")),
     )
 
 

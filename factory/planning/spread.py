@@ -17,7 +17,9 @@ kind differ by 14 % between two VMs) and the model's own error together.
   where the H200 VM measured 1029 s (and they are off by 0.2-4.5x per object: its load changed
   over its two hours); the other way, the H200 times give the 2-core build -35 %. A run on as
   many CPUs is the best evidence of the next such machine; the CPU count is what a plan knows
-  of the machine it plans for.
+  of the machine it plans for. A run whose compilers had a CPU less than 3/4 of their time
+  (object_times.MIN_ON_CPU: a builder shared with other work) gives neither times nor speed
+  where another run can.
 - Peak. The per-object peaks are each object's own largest RSS, and the replay holds every
   object at that peak for its first minute: every recorded run measured less than that replay
   (0.78-0.93 in docs/BENCHMARKS.md). The replayed peak is scaled by the HIGHEST measured /
@@ -127,8 +129,10 @@ def calibrate(checks: Sequence[RunCheck], *, times_cpus: int, cpus: int,
         return abs(math.log(run_cpus / cpus))
 
     speed, speed_from = 1.0, None
+    # a run whose compilers were starved by other work (RecordedRun.starved) measured the load
     timed = [(i, c) for i, c in enumerate(checks)
-             if c.seconds_ratio is not None and c.run.cpus > 0 and not c.run.supplied_times]
+             if c.seconds_ratio is not None and c.run.cpus > 0 and not c.run.supplied_times
+             and not c.run.starved()]
     if timed and cpus > 0:
         i, best = min(timed, key=lambda ic: (distance(ic[1].run.cpus), -ic[0]))
         own = min(([distance(times_cpus)] if times_cpus > 0 else [])

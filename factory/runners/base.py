@@ -158,6 +158,8 @@ class RunResult:
     cache_hits: int | None = None
     cache_misses: int | None = None
     sccache_hits: int | None = None
+    # CPU seconds the build's cgroup used while compilers ran (the sampler's cgroup reads)
+    compile_cpu_seconds: float | None = None
     runner: str = ""
     report: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # inside.py's raw report
 
@@ -286,6 +288,7 @@ def result_from_report(
         cache_hits=report.get("cache_hits"),
         cache_misses=report.get("cache_misses"),
         sccache_hits=report.get("sccache_hits"),
+        compile_cpu_seconds=report.get("compile_cpu_seconds"),
         runner=runner,
         report=dict(report),
     )

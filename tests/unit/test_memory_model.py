@@ -308,6 +308,7 @@ class FakeResult:
     objects_built: int | None = 4
     object_peak_rss_bytes: dict[str, int] | None = None
     log_path: Path = Path("nowhere/logs/attempt-1.log")
+    compile_cpu_seconds: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -445,7 +446,7 @@ def test_a_run_travels_through_the_shared_records() -> None:
     from factory.planning.shared_history import measurement_of, record_document
 
     run = RecordedRun(source="s", date="2026-12-01", max_jobs=2, cpus=2, compile_seconds=9.5,
-                      peak_bytes=GB, machine="m")
+                      peak_bytes=GB, machine="m", cpu_seconds=17.5)
     m = BuildMeasurement(cell=fa_cell(), nvcc_threads=1, max_jobs=2, peak_job_bytes=None,
                          run=run)
     back = measurement_of(json.loads(json.dumps(record_document(m))))
@@ -495,7 +496,7 @@ def test_a_second_ninja_run_is_recorded_with_its_repeats_and_planned_after_the_f
     h = MemoryHistory.load(tmp_path / "h.json")
     pc = _planned_ext()
     line = record_build(pc, FakePlan(max_jobs=2, cpus=2), FakeResult(
-        objects_built=3, object_peak_rss_bytes={f"{out}/o0.o": 3 * GB}),
+        objects_built=3, object_peak_rss_bytes={f"{out}/o0.o": 3 * GB}, compile_cpu_seconds=60.0),
         build_tree=tmp_path / "w" / "src", history=h)
     assert "3 object time(s)" in line and "the run as a whole" in line
     times = MemoryHistory.load(tmp_path / "h.json").object_times(pc.cell)
@@ -504,6 +505,8 @@ def test_a_second_ninja_run_is_recorded_with_its_repeats_and_planned_after_the_f
     assert dict(times.stages) == {"csrc/o0#2": 1}
     assert dict(times.peaks) == {"csrc/o0": 3 * GB, "csrc/o0#2": 3 * GB}
     assert times.runs[0].compile_seconds == 100.0  # the second run after the first
+    # 60 CPU seconds in its 100 s span on 2 jobs: a builder shared with other work
+    assert times.runs[0].cpu_seconds == 60.0 and times.runs[0].starved()
     # the plan's compile time: the first run's longest, then the second run
     assert _predict(times, 1, 2, 1, 2) == pytest.approx(100.0)
 

@@ -287,3 +287,43 @@ def test_an_output_compiled_again_by_a_later_ninja_run_is_another_object(
     p.poll()
     assert p.finished == {"csrc/a": 100.0, "csrc/a#2": 49.0, "csrc/a#3": 133.0}
     assert p.started == {}
+
+
+def test_the_sampler_counts_the_cgroups_cpu_time_while_compilers_run(tmp_path: Path) -> None:
+    """The cgroup's CPU time from the first sample that saw a compiler to the last: a cgroup
+    v2 cpu.stat read before, during and after a real 'nvcc' process (a script so named)."""
+    import subprocess
+    import time
+
+    from factory.runners.inside import sampling as inside
+
+    script = tmp_path / "nvcc"
+    script.write_text("#!/bin/sh\nsleep 1.0\n")
+    script.chmod(0o755)
+    group = tmp_path / "cg"
+    group.mkdir()
+    (group / "memory.stat").write_text("anon 1000\n")
+    reads = iter(range(1, 1000))
+
+    class Cgroup(inside.CgroupReader):
+        def __init__(self) -> None:
+            self.version, self.path = 2, group
+
+        def cpu_seconds(self) -> float | None:
+            # each read: 2 s more CPU time than the one before
+            (group / "cpu.stat").write_text(f"usage_usec {2_000_000 * next(reads)}\n")
+            return super().cpu_seconds()
+
+    cg = Cgroup()
+    assert cg.cpu_seconds() == 2.0
+    sampler = inside.Sampler(set(), cg, 0.1)
+    sampler.sample()  # nothing compiling yet: not counted
+    assert sampler.compile_cpu_seconds is None
+    shell = subprocess.Popen(["/bin/sh", "-c", f"{script} -c a.cu -o /b/t/a.o"])
+    sampler.roots.add(shell.pid)
+    time.sleep(0.3)
+    sampler.sample()
+    sampler.sample()
+    shell.wait()
+    sampler.sample()  # the compiler is gone: not counted
+    assert sampler.compile_cpu_seconds == 2.0  # the two reads while it ran, 2 s apart

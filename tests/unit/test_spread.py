@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -194,3 +195,28 @@ def test_an_oom_re_plan_carries_no_range() -> None:
     again = plan_after_oom(p, None, 1, history=MemoryHistory.scratch())
     assert again.predicted_seconds_range is None and again.predicted_peak_range is None
     assert again.as_dict()["range_runs"] == []
+
+
+def test_a_run_starved_of_cpus_gives_no_speed_and_no_times() -> None:
+    # The same run on 16 CPUs, twice as slow as the times: when its compilers had a CPU 40 %
+    # of their time (CPU seconds over span x jobs), it measured other work, not the machine;
+    # on a CPU 95 % of it, it is the machine's speed.
+    slow = run(2, 16, slower=2.0, heavier=1.0)
+    busy = dataclasses.replace(slow, cpu_seconds=0.4 * slow.compile_seconds * 2)
+    idle = dataclasses.replace(slow, cpu_seconds=0.95 * slow.compile_seconds * 2)
+    assert busy.starved() and not idle.starved()
+    assert plan(history([idle]), cpus=16).speed_factor == pytest.approx(2.0, rel=0.001)
+    assert plan(history([busy]), cpus=16).speed_factor == 1.0
+    # a run's own kept times: passed over when starved, for the record's own (4 CPUs)
+    kept = {k: 2 * v for k, v in SECONDS.items()}
+    mine = dataclasses.replace(idle, seconds=kept, cpu_seconds=0.95 * sum(kept.values()))
+    theirs = dataclasses.replace(mine, cpu_seconds=0.4 * sum(kept.values()))
+    assert history([mine]).object_times(CELL, cpus=16).cpus == 16
+    assert history([theirs]).object_times(CELL, cpus=16).cpus == 4
+    # the record's own times from a starved build: another run's kept times, however far
+    own = dataclasses.replace(run(2, 4, slower=1.0, heavier=1.0, supplied_times=True),
+                              cpu_seconds=0.4 * sum(SECONDS.values()))
+    far = dataclasses.replace(mine, cpus=64)
+    assert history([own, far]).object_times(CELL, cpus=4).cpus == 64
+    assert history([dataclasses.replace(own, cpu_seconds=None), far]).object_times(
+        CELL, cpus=4).cpus == 4

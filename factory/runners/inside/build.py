@@ -177,6 +177,7 @@ class Build:
             report["fault_oom_fired"] = fault.fired
         report["build_seconds"] = round(time.monotonic() - t0, 1)
         report["compile_peak_rss_bytes"] = sampler.peak_rss
+        report["compile_cpu_seconds"] = sampler.compile_cpu_seconds
         report["max_concurrent_compiles"] = sampler.peak_jobs
         report["object_peak_rss_bytes"] = sampler.object_peaks
         report["cgroup_anon_peak_bytes"] = sampler.peak_anon

@@ -115,6 +115,9 @@ class Sampler(threading.Thread):
         self.peak_rss = 0
         self.peak_jobs = 0
         self.peak_anon: int | None = None
+        # the cgroup's CPU time at the first and the last sample with a compiler running
+        self._cpu_first: float | None = None
+        self._cpu_last: float | None = None
         self.object_peaks: dict[str, int] = {}  # output path (-o) -> peak RSS of its job
         self._outputs: dict[int, str | None] = {}  # job pid -> its output path
         self.samples = 0
@@ -151,6 +154,11 @@ class Sampler(threading.Thread):
         self.peak_jobs = max(self.peak_jobs, jobs)
         anon = None
         if self.cgroup is not None:
+            if jobs:
+                cpu = self.cgroup.cpu_seconds()
+                if cpu is not None:
+                    self._cpu_first = cpu if self._cpu_first is None else self._cpu_first
+                    self._cpu_last = cpu
             anon = self.cgroup.anon()
             if anon is not None:
                 self.peak_anon = max(self.peak_anon or 0, anon)
@@ -158,6 +166,15 @@ class Sampler(threading.Thread):
         self.samples += 1
         if self._events is not None:
             self._emit_events(job_rss, rss, anon)
+
+    @property
+    def compile_cpu_seconds(self) -> float | None:
+        """CPU seconds the build's cgroup used while compilers ran (from the first sample that
+        saw one to the last): against the objects' wall seconds, how much of their time the
+        compilers had a CPU (a builder shared with other work gives them less)."""
+        if self._cpu_first is None or self._cpu_last is None:
+            return None
+        return round(self._cpu_last - self._cpu_first, 1)
 
     def _emit_events(self, job_rss: dict[int, int], rss: int, anon: int | None) -> None:
         assert self._events is not None
@@ -267,4 +284,19 @@ class CgroupReader:
     def limit(self) -> int | None:
         text = self._read("memory.max" if self.version == 2 else "memory.limit_in_bytes")
         return int(text) if text and text.strip().isdigit() else None
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the cgroup's processes have used (v2 ``cpu.stat``; v1 ``cpuacct.usage``
+        of the container's cpuacct hierarchy)."""
+        if self.version == 2:
+            usec = self._keyed("cpu.stat", "usage_usec")
+            return usec / 1e6 if usec is not None else None
+        for base in ("/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu,cpuacct"):
+            try:
+                text = (Path(base) / "cpuacct.usage").read_text()
+            except OSError:
+                continue
+            if text.strip().isdigit():
+                return int(text) / 1e9
+        return None
 
