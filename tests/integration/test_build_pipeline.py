@@ -101,6 +101,12 @@ def test_planner_builds_where_a_fixed_max_jobs_is_oom_killed_and_an_oom_resumes(
     assert len(page.findall(f".//{svg}rect[@class='object']")) == 5
     assert page.find(f".//{svg}polyline[@class='rss']") is not None
     assert page.find(f".//{svg}line[@class='memory-cap']") is not None
+    # the build as a whole run in the history, with the CPU seconds its compilers' cgroup used
+    # (a run starved of CPUs supplies no times: object_times.MIN_ON_CPU)
+    history = json.loads((tmp_path / "history.json").read_text())
+    (entry,) = [e for e in history["objects"] if e["package"] == "factory-example-ext"]
+    (run,) = entry["runs"]
+    assert run["max_jobs"] == plan["max_jobs"] and run["cpu_seconds"] > 0
 
     # 3. A real OOM kill after two objects (fault injection inside the container), from a
     #    clean tree: the retry runs with fewer jobs and compiles only what was left.
