@@ -20,7 +20,7 @@ from factory.logger import Log, Ticker
 from factory.matrix.load import PlannedCell
 from factory.planning.eta import Eta, EtaModel, model_for, spread_of, unplanned
 from factory.planning.memory_model import MemoryHistory
-from factory.planning.ninja_log import object_key, read_ninja_timeline
+from factory.planning.ninja_log import NinjaCount, object_key, read_ninja_timeline
 from factory.planning.planner import BuildPlan
 from factory.reports.build_report import AttemptPicture, read_events
 from factory.reports.compile_events import CompileEvents
@@ -80,8 +80,7 @@ class BuildProgress:
         self._events = _Tail(events_path)
         self.ninja_done = 0
         self.ninja_total = 0
-        self._run = (0, 0)  # the current ninja run's [N/M]
-        self._runs_before = 0  # objects of the ninja runs before it
+        self._count = NinjaCount()  # ninja's [N/M] over its runs
         self.objects = CompileEvents()  # the sampler's events, as objects
         self.previous: dict[str, float] = {}  # finished by an earlier attempt (.ninja_log)
         self._order_read = False
@@ -126,11 +125,8 @@ class BuildProgress:
         """One ``[N/M]`` line. setup.py runs ninja once per extension (torch-scatter: 8 runs),
         each counting its own objects from 1: a count that does not go up starts a new run,
         and the runs before it add up."""
-        if n <= self._run[0]:
-            self._runs_before += self._run[1]
-        self._run = (n, m)
-        self.ninja_done = self._runs_before + n
-        self.ninja_total = self._runs_before + m
+        self._count.feed(n, m)
+        self.ninja_done, self.ninja_total = self._count.built, self._count.total
 
     # -- what it says ---------------------------------------------------------------------------
     @property

@@ -153,13 +153,34 @@ def read_ninja_timeline(path: Path) -> list[LoggedObject]:
     return [dataclasses.replace(o, start=o.start - t0, end=o.end - t0) for o in entries]
 
 
+class NinjaCount:
+    """ninja's ``[N/M]`` lines as they come: objects built and in all. setup.py runs ninja once
+    per extension (torch-scatter: 8 runs), each counting its own objects from 1, so a count
+    that does not go up starts a new run and the runs add up."""
+
+    def __init__(self) -> None:
+        self._built_before = self._total_before = 0
+        self._run = (0, 0)  # the current run's [N/M]
+
+    def feed(self, n: int, m: int) -> None:
+        if n <= self._run[0]:
+            self._built_before += self._run[0]
+            self._total_before += self._run[1]
+            self._run = (0, 0)
+        self._run = (n, max(m, self._run[1]))
+
+    @property
+    def built(self) -> int:
+        return self._built_before + self._run[0]
+
+    @property
+    def total(self) -> int:
+        return self._total_before + self._run[1]
+
+
 def ninja_counts(lines: Iterable[tuple[int, int]]) -> tuple[int, int]:
-    """Objects built and in all, from ninja's ``[N/M]`` lines in order: setup.py runs ninja
-    once per extension, each run counting its own objects from 1, so a count that does not go
-    up starts a new run and the runs add up."""
-    before_built = before_total = built = total = 0
+    """Objects built and in all, from ninja's ``[N/M]`` lines in order (NinjaCount)."""
+    count = NinjaCount()
     for n, m in lines:
-        if n <= built:
-            before_built, before_total, total = before_built + built, before_total + total, 0
-        built, total = n, max(m, total)
-    return before_built + built, before_total + total
+        count.feed(n, m)
+    return count.built, count.total

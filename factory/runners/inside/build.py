@@ -145,6 +145,7 @@ class Build:
             sampler.roots.update(self.cache.servers())
         # setup.py runs ninja once per extension (torch-scatter: 8 runs), each counting its
         # own objects from 1: a count that does not go up starts a new run; the runs add up
+        # (as planning.ninja_log.NinjaCount counts them: this script runs stdlib only)
         progress = {"built": 0, "total": 0, "run_built": 0, "run_total": 0}
 
         fault = OomFault.from_env(extra, sampler, log)
