@@ -180,19 +180,37 @@ def debootstrap(root: Path, *, suite: str, packages: tuple[str, ...], mirror: st
             "later runs reuse what it made",
         )
     log.parent.mkdir(parents=True, exist_ok=True)
-    run_command(
-        ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", suite, root,
-         mirror],
-        log_path=log,
-        error=EngineError,
-        what="debootstrap",
-        progress=True,
-        watch=root,
-    )
+    try:
+        run_command(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", suite,
+             root, mirror],
+            log_path=log,
+            error=EngineError,
+            what="debootstrap",
+            progress=True,
+            watch=root,
+        )
+    finally:
+        _unmount_under(root)
     for junk in (root / "var/cache/apt/archives", root / "var/lib/apt/lists"):
         for item in junk.glob("*"):
             if item.is_file():
                 item.unlink()
+
+
+def _unmount_under(root: Path) -> None:
+    """Unmount what is still mounted inside ``root``: debootstrap mounts /proc in the target
+    for its second stage and at times leaves it there (seen in CI: the root filesystem's tar
+    then read the host's live processes and failed, and the mount outlived the tree)."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return
+    top = str(root.resolve())
+    inside = [m.split()[1].replace("\\040", " ") for m in mounts if len(m.split()) > 1]
+    for point in sorted((m for m in inside if m.startswith(top + "/")), key=len, reverse=True):
+        run_command(["umount", "-l", point], error=EngineError, echo=False,
+                    what=f"umount {point}")
 
 
 def debootstrap_foreign(root: Path, *, suite: str, arch: str, packages: tuple[str, ...],
