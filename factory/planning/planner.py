@@ -173,6 +173,7 @@ class ObjectReplay:
     source: str
     keys: tuple[str, ...] = ()  # the objects' keys, in the same order
     peak_factor: float = 1.0  # the replayed peak's scale (planning.spread.calibrate)
+    stages: tuple[int, ...] = ()  # the objects' ninja runs, in the same order (ObjectTimes)
 
     @classmethod
     def of(cls, cell: Cell, times: ObjectTimes | None, threads: int, *,
@@ -192,7 +193,8 @@ class ObjectReplay:
         heaviest = max(peaks.values())  # an object nobody sampled: as heavy as the heaviest
         order = sorted(seconds, key=lambda k: -seconds[k])  # critical_path's order
         return cls(objects=tuple((seconds[k], peaks.get(k, heaviest)) for k in order),
-                   source=times.source, keys=tuple(order), peak_factor=peak_factor)
+                   source=times.source, keys=tuple(order), peak_factor=peak_factor,
+                   stages=tuple(times.stages.get(k, 0) for k in order))
 
     def in_order(self, order: Sequence[str]) -> ObjectReplay:
         """The same objects started in ``order`` (a recorded run's own start order); those
@@ -200,15 +202,18 @@ class ObjectReplay:
         if not order or not self.keys:
             return self
         by_key = dict(zip(self.keys, self.objects, strict=True))
-        first = [k for k in order if k in by_key]
+        run_of = dict(zip(self.keys, self.stages or [0] * len(self.keys), strict=True))
+        first = [k for k in dict.fromkeys(order) if k in by_key]
         rest = [k for k in self.keys if k not in set(first)]
         keys = first + rest
         return dataclasses.replace(self, objects=tuple(by_key[k] for k in keys),
-                                   keys=tuple(keys))
+                                   keys=tuple(keys), stages=tuple(run_of[k] for k in keys))
 
     def run(self, jobs: int, *, threads: int, archs: int, cpus: int) -> Replay:
+        """The objects on ``jobs`` slots at this build's contention, setup.py's ninja runs
+        one after the other."""
         factor = contention_factor(jobs * min(threads, archs), cpus)
-        return replay([(s * factor, p) for s, p in self.objects], jobs)
+        return replay([(s * factor, p) for s, p in self.objects], jobs, self.stages)
 
     def peak(self, r: Replay) -> int:
         """A replay's compile peak as the plan counts it: scaled by ``peak_factor``, never

@@ -41,10 +41,32 @@ class Replay:
     span_seconds: float
 
 
-def replay(objects: Sequence[tuple[float, int]], jobs: int) -> Replay:
-    """``objects`` in start order as (seconds, peak bytes), run on ``jobs`` slots."""
-    free = [0.0] * max(1, jobs)
+def replay(objects: Sequence[tuple[float, int]], jobs: int,
+           stages: Sequence[int] = ()) -> Replay:
+    """``objects`` in start order as (seconds, peak bytes), run on ``jobs`` slots; with
+    ``stages`` (each object's ninja run, in the same order: ObjectTimes.stages) a run's objects
+    start only when every object of the runs before it has ended, as setup.py runs ninja once
+    per extension (torch-scatter: 8 runs)."""
+    runs: dict[int, list[tuple[float, int]]] = {}
+    for obj, run in zip(objects, stages or [0] * len(objects), strict=True):
+        runs.setdefault(run, []).append(obj)
     events: list[tuple[float, int, float]] = []  # (time, order: ends before starts, delta)
+    span = 0.0
+    for run in sorted(runs):
+        free = [span] * max(1, jobs)  # the run before has ended
+        span = max(span, _place(runs[run], free, events))
+    events.sort()
+    level = best = 0.0
+    for _, _, delta in events:
+        level += delta
+        best = max(best, level)
+    return Replay(peak_bytes=int(round(best)), span_seconds=span)
+
+
+def _place(objects: Sequence[tuple[float, int]], free: list[float],
+           events: list[tuple[float, int, float]]) -> float:
+    """Start ``objects`` in order on the first ``free`` slot; their memory's rise and fall go
+    into ``events``; when the last of them ends."""
     span = 0.0
     for seconds, peak in objects:
         start = heapq.heappop(free)
@@ -57,12 +79,7 @@ def replay(objects: Sequence[tuple[float, int]], jobs: int) -> Replay:
             events.append((end, 0, -TAIL_FRACTION * peak))
         else:
             events.append((end, 0, -float(peak)))
-    events.sort()
-    level = best = 0.0
-    for _, _, delta in events:
-        level += delta
-        best = max(best, level)
-    return Replay(peak_bytes=int(round(best)), span_seconds=span)
+    return span
 
 
 def list_schedule(durations: Iterable[float], slots: int) -> float:
@@ -78,15 +95,10 @@ def list_schedule(durations: Iterable[float], slots: int) -> float:
     return end
 
 
-def longest_first(seconds: Iterable[float]) -> list[float]:
-    return sorted(seconds, reverse=True)
-
-
 def staged_schedule(seconds: Mapping[str, float], stages: Mapping[str, int], jobs: int
                     ) -> float:
     """The compile's makespan: each ninja run (``stages``: key -> run, absent: the first)
     longest first on ``jobs`` slots, one run after the other."""
-    runs: dict[int, list[float]] = {}
-    for key, s in seconds.items():
-        runs.setdefault(stages.get(key, 0), []).append(s)
-    return sum(list_schedule(longest_first(runs[r]), jobs) for r in sorted(runs))
+    order = sorted(seconds, key=lambda k: (stages.get(k, 0), -seconds[k]))
+    return replay([(seconds[k], 0) for k in order], jobs,
+                  [stages.get(k, 0) for k in order]).span_seconds

@@ -207,14 +207,28 @@ def test_a_later_ninja_run_starts_when_the_one_before_it_has_ended() -> None:
 
 def test_a_compile_repeated_in_a_later_ninja_run_is_predicted_and_planned() -> None:
     """torch-scatter's two runs of its record: the ETA knows all 17 compiles in their 8 ninja
-    runs, and the planner's compile time adds the runs up."""
+    runs, and the planner's compile time adds the runs up. The record has per-object peaks, so
+    the plan replays them (planner.ObjectReplay): that replay runs the ninja runs one after
+    the other too, and starts where the ETA starts."""
     name = "torch-scatter"
+    run = RUNS[name]
     h = history_without(name)
-    times = h.object_times(RUNS[name].cell(), cpus=RUNS[name].cpus)
+    times = h.object_times(run.cell(), cpus=run.cpus)
     assert times is not None and len(times.seconds) == 17 and max(times.stages.values()) == 7
+    assert times.peaks
     model = model_of(name)
     assert model is not None and model.total == 17
-    assert model.estimate(finished={}, running={}).remaining > 500.0  # the runs end to end
+    eta = model.estimate(finished={}, running={}).remaining
+    assert eta > 500.0  # the runs end to end
+    plan = plan_for(run.cell(), supports_threads=False, memory_model_key=run.package,
+                    memory=64 << 30, cpus=run.cpus, history=h)
+    assert plan.max_jobs == run.jobs and plan.predicted_seconds
+    # packed as one ninja run the plan said 342 s (-35 %); the ETA lets a run of 2 objects on
+    # 3 slots compile faster than the plan's full contention (+5 %)
+    assert abs(plan.predicted_seconds / eta - 1) < 0.06
+    flat = EtaModel(model.predicted, jobs=run.jobs, stages=model.stages)
+    assert flat.estimate(finished={}, running={}).remaining == pytest.approx(
+        plan.predicted_seconds, rel=1e-3)
 
 
 def test_a_build_starved_of_cpus_does_not_supply_the_times() -> None:

@@ -10,7 +10,7 @@ import pytest
 from factory.matrix.cell import Cell
 from factory.planning.history_file import shipped_history_path
 from factory.planning.memory_model import BuildMeasurement, MemoryHistory
-from factory.planning.planner import plan_after_oom, plan_for
+from factory.planning.planner import ObjectReplay, plan_after_oom, plan_for
 from factory.planning.replay import (
     PEAK_WINDOW_SECONDS,
     TAIL_FRACTION,
@@ -37,6 +37,33 @@ def test_a_later_start_meets_the_others_past_their_front_end() -> None:
     assert replay([(400.0, 4 * GIB), (100.0, 1 * GIB), (100.0, 9 * GIB)], jobs=2).peak_bytes \
         == int(4 * GIB * TAIL_FRACTION + 9 * GIB)
     assert r.span_seconds == 400.0
+
+
+def test_a_later_ninja_run_starts_when_the_run_before_it_has_ended() -> None:
+    """setup.py runs ninja once per extension: a run's objects neither start early on a free
+    slot nor add their memory to the run before it."""
+    objects = [(300.0, 4 * GIB), (100.0, 3 * GIB), (200.0, 5 * GIB)]
+    one = replay(objects, jobs=3)
+    assert (one.span_seconds, one.peak_bytes) == (300.0, 12 * GIB)
+    staged = replay(objects, jobs=3, stages=[0, 0, 1])
+    assert staged.span_seconds == 500.0  # 300 s, then the second run's 200 s
+    assert staged.peak_bytes == 7 * GIB  # the first run's two at once; the 5 GiB one alone
+    # the runs go in their order, whatever order the objects come in
+    assert replay(objects, jobs=3, stages=[1, 1, 0]).span_seconds == 500.0
+    with pytest.raises(ValueError):
+        replay(objects, jobs=3, stages=[0, 1])
+
+
+def test_an_object_keeps_its_ninja_run_when_the_start_order_changes() -> None:
+    """ObjectReplay.in_order (a recorded run's own start order) moves each object's ninja run
+    with it."""
+    objects = ObjectReplay(objects=((300.0, 4 * GIB), (200.0, 5 * GIB), (100.0, 3 * GIB)),
+                           source="t", keys=("a", "b#2", "c"), stages=(0, 1, 0))
+    shape = {"threads": 1, "archs": 1, "cpus": 3}  # 3 compiling on 3 CPUs: 14 % slower
+    moved = objects.in_order(["c", "b#2", "a"])
+    assert moved.keys == ("c", "b#2", "a") and moved.stages == (0, 1, 0)
+    for r in (objects.run(3, **shape), moved.run(3, **shape)):
+        assert r.span_seconds == pytest.approx(500.0 * 1.14) and r.peak_bytes == 7 * GIB
 
 
 def test_contention_grows_to_14_percent_then_proportionally() -> None:
