@@ -8,8 +8,11 @@ build.ninja's order on ``jobs`` slots. While the build runs, the sampler
 finished and how long they took. The estimate is a replay of the rest:
 
 - ``speed``: the seconds the finished objects took over what was predicted for them, with a
-  prior of one wave of objects (``jobs`` of them) at the predicted speed, so one early object
-  cannot swing it; a running object already slower than that counts at its elapsed time.
+  prior of one object of the mean prediction at the predicted speed, so the first object to
+  end counts about half; a running object already slower than that counts at its elapsed
+  time. (A prior of one wave, ``jobs`` objects, held the speed to the plan's for longer: 34 of
+  the 45 goal points of benchmarks/eta_replay.py within 20 %, against 37 with one object, the
+  best of four priors tried on those logs, on the flash-attn and the catalog logs alike.)
   Recent objects count more than early ones (an object that ended RECENT_HALF_LIFE of the
   compile's elapsed time ago counts half), so the speed follows a load that changes under the
   build: the flagship build on the shared 2-core builder took 3.2x the H200 times for its
@@ -91,8 +94,8 @@ class EtaModel:
         self.per_job = max(1, int(compilers_per_job))
         self.spread = (min(spread[0], 1.0), max(spread[1], 1.0))
         self.mean = (sum(self.predicted.values()) / len(self.predicted)) if self.predicted else 0.0
-        # the prior: one wave of objects at the predicted speed
-        self.prior = self.mean * min(self.jobs, max(1, len(self.predicted)))
+        # the prior: one object of the mean prediction at the predicted speed
+        self.prior = self.mean
         self.order: list[str] = []
         self.reorder(order or ())
 
@@ -126,14 +129,17 @@ class EtaModel:
 
     def estimate(self, *, finished: Mapping[str, float], running: Mapping[str, float],
                  done: int | None = None, total: int | None = None,
-                 ended_ago: Mapping[str, float] | None = None, elapsed: float = 0.0) -> Eta:
+                 ended_ago: Mapping[str, float] | None = None, elapsed: float = 0.0,
+                 speed: float | None = None) -> Eta:
         """``finished``: key -> the seconds it took; ``running``: key -> seconds since it
         started; ``done`` and ``total``: ninja's counts, when the sampler saw fewer objects
         end (one shorter than a sample) or the build has objects the plan does not know;
         ``ended_ago``: key -> seconds since a finished object ended (one it does not name: as
         long ago as the compile began), ``elapsed``: seconds since the compile began (0: every
-        finished object counts alike)."""
-        speed = self._speed(finished, running, ended_ago or {}, elapsed)
+        finished object counts alike); ``speed``: replay at this speed instead of the one
+        learnt from the finished objects (what an ETA at another speed would have said)."""
+        if speed is None:
+            speed = self._speed(finished, running, ended_ago or {}, elapsed)
         seen_done = sum(1 for k in finished if k in self.predicted)
         n_done = max(seen_done, done or 0)
         pending = sorted((k for k in self.order if k not in finished and k not in running),
@@ -236,11 +242,13 @@ def unplanned(finished: Mapping[str, float], running: Mapping[str, float], *, jo
 
 
 def replay_log(model: EtaModel | None, timeline: Sequence[LoggedObject], at: float, *,
-               jobs: int = 1, done: int | None = None, total: int | None = None) -> Eta | None:
+               jobs: int = 1, done: int | None = None, total: int | None = None,
+               speed: float | None = None) -> Eta | None:
     """The ETA the build would have shown ``at`` seconds in, from a finished build's timeline:
     finished and running objects as the sampler would have seen them, build.ninja's order as
     the log shows it; ``done`` and ``total`` as ninja's ``[N/M]`` lines had said them (default:
-    the timeline's). Without a ``model``, the ETA of a build with no plan (``unplanned``)."""
+    the timeline's); ``speed``: EtaModel.estimate's. Without a ``model``, the ETA of a build
+    with no plan (``unplanned``)."""
     finished = {o.key: o.end - o.start for o in timeline if o.end <= at}
     running = {o.key: at - o.start for o in timeline if o.start <= at < o.end}
     if model is None:
@@ -250,4 +258,4 @@ def replay_log(model: EtaModel | None, timeline: Sequence[LoggedObject], at: flo
     return model.estimate(finished=finished, running=running, done=done,
                           total=len(timeline) if total is None else total,
                           ended_ago={o.key: at - o.end for o in timeline if o.end <= at},
-                          elapsed=at - began)
+                          elapsed=at - began, speed=speed)

@@ -19,46 +19,49 @@ from factory.planning.replay import staged_schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from eta_replay import (  # noqa: E402  (the replay the docs print)
+    GOAL,
+    GOAL_POINTS,
     NOT_REPLAYED,
     RUNS,
     errors,
     history_without,
     model_of,
     predicted_from,
+    reachable,
+    speeds_needed,
+    speeds_shown,
     timeline,
 )
 
-GOAL = 0.20
-# Where a log cannot reach the goal from what the factory had, the error measured there, as a
-# bound a little above it (why, for each: docs/BENCHMARKS.md, "The ETA during a build").
+# Where a log cannot reach the goal, the error measured there, as a bound a little above it
+# (why, for each: docs/BENCHMARKS.md, "The ETA during a build"). At each of these no speed the
+# build had shown by then meets the goal: the speed its unfinished objects needed lies outside
+# the speeds of every object that had ended, or none had ended
+# (test_a_bounded_point_is_out_of_reach_of_any_speed_the_build_showed).
 BOUNDS = {
     # no object has ended: the plan's own figure, from the most recent other sm_100 record,
     # the flagship's idle rebuild on the 2-core builder (its objects compare unlike the H200's
     # in the first wave): -26 %
     ("sm100-9jobs", 0.1): 0.30,
     # the load on the 2-core builder eased 53 % in; every object that had ended by 50 %
-    # took 2-4.5x the H200 times: +179 %
-    ("sm100-flagship-2jobs", 0.5): 1.85,
-    # the loaded flagship build predicted from its idle rebuild: its first objects took
-    # 2-4.5x the rebuild's (-27 % at 10 %)
-    ("sm100-flagship-2jobs", 0.1): 0.30,
+    # took 1.9-6.9x the predicted times, the rest needed 1.15-1.7x: +202 %
+    ("sm100-flagship-2jobs", 0.5): 2.2,
     # the catalog, built twice on the GPU machine: each run predicted from the other's record.
     # causal-conv1d is one 408-467 s object beside three of 10-52 s: the 13 % by which that one
-    # object differed between the runs is most of what remains late in the build
+    # object differed between the runs is most of what remains late in the build, and the
+    # small ones ran the other way
     ("causal-conv1d", 0.1): 0.25, ("causal-conv1d", 0.5): 0.36,
     ("causal-conv1d-again", 0.9): 1.3,
-    # grouped-gemm: two objects, 87 and 95 s builds; at 90 % 9 s remained
-    ("grouped-gemm", 0.9): 0.45, ("grouped-gemm-again", 0.5): 0.25,
-    ("grouped-gemm-again", 0.9): 0.5,
-    ("mamba-ssm-again", 0.9): 0.26,
-    # torch-scatter: 8 ninja runs of 2-3 objects one after the other; at 90 % one object of
-    # about 50 s is left, which took 20 % less in the run it is predicted from
-    ("torch-scatter", 0.9): 0.25,
+    # grouped-gemm: two objects, a 95 s build; at 90 % 9 s remained
+    ("grouped-gemm-again", 0.5): 0.25, ("grouped-gemm-again", 0.9): 0.3,
+    # torch-scatter: 8 ninja runs of 2-3 objects one after the other; the one object ended by
+    # 10 % ran at 0.89x, the rest needed 0.97x or more: -21 %
+    ("torch-scatter", 0.1): 0.25,
 }
 # No ETA shown (no plan, no object ended yet; the line then says "ETA after the first object",
 # tests/unit/test_progress.py): none left, every replayed package has another run's times.
 NO_ETA: set[tuple[str, float]] = set()
-CASES = [(name, f) for name in RUNS for f in (0.1, 0.5, 0.9)]
+CASES = [(name, f) for name in RUNS for f in GOAL_POINTS]
 
 
 def error_at(name: str, fraction: float) -> float:
@@ -74,6 +77,30 @@ def test_eta_on_real_logs_is_within_20_percent_of_what_remained(name: str, fract
         assert errors(name, fraction)[0] is None
         return
     assert abs(error_at(name, fraction)) <= BOUNDS.get((name, fraction), GOAL)
+
+
+@pytest.mark.parametrize(("name", "fraction"), sorted(BOUNDS),
+                         ids=[f"{n}-{int(f * 100)}%" for n, f in sorted(BOUNDS)])
+def test_a_bounded_point_is_out_of_reach_of_any_speed_the_build_showed(
+        name: str, fraction: float) -> None:
+    """A bound is only where the goal cannot be met: the point misses it, and no speed between
+    the slowest and the fastest object ended by then (nor any at all, where none had ended)
+    would have met it, so no ETA learning one speed from the finished objects, however it
+    weighs them, reaches it."""
+    assert abs(error_at(name, fraction)) > GOAL
+    assert not reachable(name, fraction)
+    shown, needed = speeds_shown(name, fraction), speeds_needed(name, fraction)
+    assert needed is not None  # a speed that meets it exists: only not one the build showed
+    assert shown is None or needed[0] > shown[1] or needed[1] < shown[0]
+
+
+def test_the_speed_search_finds_the_speed_a_point_needs() -> None:
+    """speeds_needed on a point the ETA meets: the speed it learnt is among those found."""
+    assert reachable("mamba-ssm", 0.5)
+    needed = speeds_needed("mamba-ssm", 0.5)
+    assert needed is not None and needed[0] < 1.0 < needed[1]
+    assert abs(errors("mamba-ssm", 0.5, speed=needed[0])[0] or 0.0) <= GOAL
+    assert abs(errors("mamba-ssm", 0.5, speed=needed[0] * 0.9)[0] or 0.0) > GOAL
 
 
 def test_every_ninja_log_in_the_repo_is_replayed_or_said_why_not() -> None:
