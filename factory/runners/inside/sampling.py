@@ -157,7 +157,8 @@ class Sampler(threading.Thread):
             if jobs:
                 cpu = self.cgroup.cpu_seconds()
                 if cpu is not None:
-                    self._cpu_first = cpu if self._cpu_first is None else self._cpu_first
+                    if self._cpu_first is None:
+                        self._cpu_first = cpu
                     self._cpu_last = cpu
             anon = self.cgroup.anon()
             if anon is not None:
