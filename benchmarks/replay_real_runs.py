@@ -5,10 +5,12 @@ own, the way the planner uses its history:
 
 - compile time: the earlier runs' per-object seconds (each with its own contention divided
   out, factory.planning.replay) in longest-first order on this run's jobs, at this run's
-  contention. The planner's own choice is the most recent earlier run of the same arch set,
-  else of another (object times are ranked the same way in MemoryHistory.object_times); the
-  spread over every earlier run is shown beside it. No run's own totals enter its prediction
-  (``predict_span`` takes the earlier run and this run's jobs and CPUs, nothing else).
+  contention. The planner's own choice is an earlier run of the same arch set, else of another
+  (object times are ranked the same way in MemoryHistory.object_times): of those, the nearest
+  this run's CPU count, the most recent of equals, passing over a run starved of CPUs
+  (object_times.nearest_times); the spread over every earlier run is shown beside it. No
+  run's own totals enter its prediction (``predict_span`` takes the earlier run and this run's
+  jobs and CPUs, nothing else).
 - peak: the per-object replay (factory.planning.replay) where per-object peaks were known
   before the run: the peaks fitted on the two 16-job sm_90 runs (``--fit``), or peaks the
   sampler recorded in an earlier run of the same arch set; in this run's start order, with
@@ -34,15 +36,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from flagship_results import _cpu  # noqa: E402  (the flagship build's container CPU seconds)
+
 from factory.planning.history_file import shipped_history_path  # noqa: E402
 from factory.planning.memory_model import MemoryHistory  # noqa: E402
 from factory.planning.ninja_log import LoggedObject, compile_span, read_entries  # noqa: E402
+from factory.planning.object_times import RecordedRun  # noqa: E402
 from factory.planning.planner import HEAVY_JOBS  # noqa: E402
 from factory.planning.replay import (  # noqa: E402
     contention_factor,
@@ -91,6 +97,8 @@ class Run:
     # built in the order the factory writes into build.ninja (longest first); the baseline ran
     # in setup.py's order, so its span and peak are not what a plan replays
     factory_order: bool = True
+    # CPU seconds its build used (its container's; None: not measured)
+    cpu_seconds: float | None = None
 
     def entries(self) -> list[LoggedObject]:
         return read_entries(self.log)
@@ -100,6 +108,12 @@ class Run:
 
     def span(self) -> float:
         return compile_span(self.entries())
+
+    def record(self) -> RecordedRun:
+        """The run as the history records it (the planner's rules read it there)."""
+        return RecordedRun(source=self.name, date=self.date, max_jobs=self.jobs, cpus=self.cpus,
+                           compile_seconds=self.span(), seconds=self.seconds(),
+                           cpu_seconds=self.cpu_seconds)
 
 
 def _peaks_of(history_file: Path, archs: list[int]) -> dict[str, int]:
@@ -129,7 +143,8 @@ def _flagship() -> tuple[Run, ...]:
             peak_gib=int(m["compile_peak_rss_bytes"]) / GIB, peak_of="compilers",
             machine=m["machine"] + f", docker cap {m['memory_limit_bytes'] / GIB:.0f} GiB"
             f" / {m['cpus']} CPUs",
-            object_peaks={str(k): int(v) for k, v in m["object_peak_rss_bytes"].items()}))
+            object_peaks={str(k): int(v) for k, v in m["object_peak_rss_bytes"].items()},
+            cpu_seconds=_cpu(m)))
     return tuple(runs)
 
 
@@ -187,10 +202,14 @@ def candidates(run: Run, earlier: Sequence[Run]) -> list[Run]:
 
 
 def planner_times(run: Run, earlier: Sequence[Run]) -> Run | None:
-    """The earlier run whose object times the planner would have used: the most recent of
-    the candidates (a later build's times replace an earlier one's in the history)."""
+    """The earlier run whose object times the planner would have used, by its rule
+    (object_times.nearest_times): of the candidates, those not starved of CPUs where any is
+    (RecordedRun.starved), the nearest this run's CPU count (ratio of the counts), the most
+    recent of equals."""
     pool = candidates(run, earlier)
-    return max(pool, key=lambda r: r.order) if pool else None
+    fed = [r for r in pool if not r.record().starved()]
+    return min(fed or pool, key=lambda r: (abs(math.log(r.cpus / run.cpus)), -r.order),
+               default=None)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

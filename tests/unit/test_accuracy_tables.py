@@ -125,3 +125,21 @@ def test_todays_model_agrees_with_every_real_fit_and_oom() -> None:
     assert "2026-12-01" in first and "in-sample: its per-object peaks" in first
     assert "its object times" not in first
     assert "2026-12-02" in again and "in-sample: its object times, its per-object peaks" in again
+
+
+def test_the_planners_choice_follows_its_rule_for_object_times() -> None:
+    """The table's "planner's choice" is the planner's (object_times.nearest_times): the
+    nearest CPU count, and not a run starved of CPUs. The flagship's idle rebuild (2 CPUs)
+    passes over the loaded first build on the same 2 CPUs (its compilers on a CPU 46 % of
+    their time) for the H200 sm_100 run's times; the most recent run, as the table took until
+    session 12, would be the loaded one."""
+    by_order = {r.order: r for r in rr.RUNS}
+    loaded, rebuild = by_order[6], by_order[7]
+    assert loaded.record().starved() and not rebuild.record().starved()
+    assert rr.planner_times(rebuild, [by_order[i] for i in range(1, 7)]) is by_order[4]
+    # among runs alike in load, the nearest CPU count, then the most recent
+    a = dataclasses.replace(_real(), order=1, cpus=2)
+    b = dataclasses.replace(_real(), order=2, cpus=16)
+    c = dataclasses.replace(_real(), order=3, cpus=2)
+    assert rr.planner_times(dataclasses.replace(_real(), order=4, cpus=4), [a, b, c]) is c
+    assert rr.planner_times(dataclasses.replace(_real(), order=4, cpus=32), [a, b, c]) is b
